@@ -1,0 +1,97 @@
+/* The device interface: where a rank's tensors live and compute runs.
+ *
+ * CPU device: host memory, with an optional capacity (MT_CPU_DEVICE_MEMORY, e.g. "2GiB") so that
+ * running out of memory is real and testable. CUDA device: compiled when the CUDA toolkit is
+ * present; on a machine without a GPU, opening it falls back to the CPU device with a one-line
+ * notice. Every allocation is charged to a memory category (see memory.h).
+ */
+#ifndef MESHTRAIN_DEVICE_H
+#define MESHTRAIN_DEVICE_H
+
+#include <meshtrain/memory.h>
+#include <meshtrain/status.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mt_device_kind { MT_DEVICE_CPU = 0, MT_DEVICE_CUDA = 1 } mt_device_kind;
+
+typedef struct mt_device mt_device;
+typedef struct mt_stream mt_stream;
+typedef struct mt_event mt_event;
+
+/* Direction of a copy between host memory and a device's memory. */
+typedef enum mt_copy_kind {
+    MT_COPY_HOST_TO_DEVICE,
+    MT_COPY_DEVICE_TO_HOST,
+    MT_COPY_DEVICE_TO_DEVICE,
+    MT_COPY_HOST_TO_HOST
+} mt_copy_kind;
+
+/* Opens a device. kind MT_DEVICE_CUDA with index i picks GPU i; without CUDA support or without a
+ * GPU it opens the CPU device instead and logs a one-line notice. The CPU device's capacity comes
+ * from MT_CPU_DEVICE_MEMORY (unset: unlimited); a malformed value is an error. */
+mt_status mt_device_open(mt_device_kind kind, int index, mt_device **out);
+
+/* Opens a CPU device with an explicit capacity in bytes (0 = unlimited), ignoring the env. */
+mt_status mt_device_open_cpu(size_t capacity, mt_device **out);
+
+/* Closes the device. Memory still allocated is reported as a leak at warn level. */
+void mt_device_close(mt_device *dev);
+
+mt_device_kind mt_device_get_kind(const mt_device *dev);
+int mt_device_index(const mt_device *dev);
+
+/* "cpu" or "cuda:N". */
+const char *mt_device_name(const mt_device *dev);
+
+/* True when the device was asked for CUDA but fell back to the CPU. */
+bool mt_device_is_fallback(const mt_device *dev);
+
+/* Allocates bytes charged to category. Zero bytes gives a valid unique pointer. Exceeding the
+ * capacity returns MT_ERR_OUT_OF_MEMORY with a message containing "out of memory", the category,
+ * the size asked and what is left. Memory is aligned to 256 bytes. */
+mt_status mt_device_alloc(mt_device *dev, size_t bytes, mt_mem_category category, void **out);
+
+/* Frees memory from mt_device_alloc (NULL is ignored). */
+void mt_device_free(mt_device *dev, void *ptr);
+
+/* Copies bytes. With a stream the copy may be asynchronous; NULL means the default stream and
+ * returns when the copy is done. */
+mt_status mt_device_copy(mt_device *dev, void *dst, const void *src, size_t bytes,
+                         mt_copy_kind kind, mt_stream *stream);
+
+/* Sets bytes of device memory to value. */
+mt_status mt_device_memset(mt_device *dev, void *dst, int value, size_t bytes, mt_stream *stream);
+
+/* Waits until all work queued on the device is done. */
+mt_status mt_device_synchronize(mt_device *dev);
+
+/* Current and peak bytes per category, and the capacity. */
+void mt_device_mem_stats(const mt_device *dev, mt_mem_stats *out);
+
+/* Resets the peaks to the current values (e.g. between benchmark phases). */
+void mt_device_reset_peaks(mt_device *dev);
+
+/* Streams and events order work on one device (CPU: work runs synchronously, so they are
+ * ordering no-ops that still validate their use). */
+mt_status mt_stream_create(mt_device *dev, mt_stream **out);
+void mt_stream_destroy(mt_stream *stream);
+mt_status mt_stream_synchronize(mt_stream *stream);
+mt_status mt_stream_wait_event(mt_stream *stream, mt_event *event);
+
+mt_status mt_event_create(mt_device *dev, mt_event **out);
+void mt_event_destroy(mt_event *event);
+mt_status mt_event_record(mt_event *event, mt_stream *stream);
+mt_status mt_event_synchronize(mt_event *event);
+/* done is set to true when the work before the record has completed. */
+mt_status mt_event_query(mt_event *event, bool *done);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,17 @@
+/* meshtrain: train models larger than one accelerator (TP inside a host, FSDP across hosts).
+ * Including this header brings in every public module. */
+#ifndef MESHTRAIN_MESHTRAIN_H
+#define MESHTRAIN_MESHTRAIN_H
+
+#include <meshtrain/comm.h>
+#include <meshtrain/device.h>
+#include <meshtrain/dtype.h>
+#include <meshtrain/log.h>
+#include <meshtrain/memory.h>
+#include <meshtrain/runtime.h>
+#include <meshtrain/status.h>
+#include <meshtrain/store.h>
+#include <meshtrain/tensor.h>
+#include <meshtrain/version.h>
+
+#endif

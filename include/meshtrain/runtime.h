@@ -1,0 +1,61 @@
+/* The runtime: one per process. mt_init reads the launcher's environment (mtrun/torchrun, Slurm,
+ * or variables set by hand), joins the rendezvous store, checks that every process belongs to the
+ * same job and world size, derives local ranks from host identities, opens the rank's device and
+ * connects the UCX transport so that the world group is ready.
+ *
+ * Environment (torchrun's names): RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK
+ * (node rank), MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500), MT_RDZV_ID or
+ * TORCHELASTIC_RUN_ID (job id). Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID,
+ * SLURM_JOB_ID. Without mtrun, rank 0 hosts the store at MASTER_ADDR:MASTER_PORT.
+ * MT_TIMEOUT_S bounds every wait; MT_SOCKET_IFNAME picks the network interface.
+ */
+#ifndef MESHTRAIN_RUNTIME_H
+#define MESHTRAIN_RUNTIME_H
+
+#include <meshtrain/device.h>
+#include <meshtrain/status.h>
+#include <meshtrain/store.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mt_runtime mt_runtime;
+typedef struct mt_group mt_group;
+
+/* Initializes the runtime. argc/argv may be NULL; they are not modified today (reserved for
+ * runtime options). */
+mt_status mt_init(mt_runtime **out, int *argc, char ***argv);
+
+/* Tears the runtime down: waits for outstanding communication, closes transport, store, device. */
+void mt_finalize(mt_runtime *rt);
+
+int mt_runtime_rank(const mt_runtime *rt);
+int mt_runtime_world_size(const mt_runtime *rt);
+int mt_runtime_local_rank(const mt_runtime *rt);
+int mt_runtime_local_world_size(const mt_runtime *rt);
+/* The node (mtrun instance) this process belongs to, and how many nodes the job has. */
+int mt_runtime_node_rank(const mt_runtime *rt);
+int mt_runtime_num_nodes(const mt_runtime *rt);
+/* Host identity "hostname/node_rank": several mtrun on one machine are separate hosts. */
+const char *mt_runtime_host(const mt_runtime *rt);
+/* Host identity of any rank of the job. */
+const char *mt_runtime_host_of(const mt_runtime *rt, int rank);
+const char *mt_runtime_job_id(const mt_runtime *rt);
+
+/* The rendezvous store client of this process. */
+mt_store *mt_runtime_store(mt_runtime *rt);
+
+/* The rank's device (CPU, or CUDA when available). */
+mt_device *mt_runtime_device(mt_runtime *rt);
+
+/* The group of all ranks. */
+mt_group *mt_runtime_world(mt_runtime *rt);
+
+/* MT_TIMEOUT_S in seconds (300 when unset). */
+double mt_runtime_timeout(const mt_runtime *rt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,50 @@
+/* meshtrain status codes and the last-error message.
+ *
+ * Every fallible function returns mt_status; MT_OK is 0. On failure the calling thread's last
+ * error holds one human sentence with context (what failed, on which rank, which peer or file).
+ */
+#ifndef MESHTRAIN_STATUS_H
+#define MESHTRAIN_STATUS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mt_status {
+    MT_OK = 0,
+    MT_ERR_INVALID_ARG,   /* a bad argument, option or input value */
+    MT_ERR_OUT_OF_MEMORY, /* a device or host allocation did not fit */
+    MT_ERR_TIMEOUT,       /* a wait ran past its deadline (MT_TIMEOUT_S) */
+    MT_ERR_IO,            /* a file or socket operation failed */
+    MT_ERR_PROTOCOL,      /* a peer sent something malformed or unexpected */
+    MT_ERR_MISMATCH,      /* processes disagree: job id, version, world size, ... */
+    MT_ERR_NOT_FOUND,     /* a key, file or device does not exist */
+    MT_ERR_UNSUPPORTED,   /* not available in this build or on this machine */
+    MT_ERR_COMM,          /* the transport (UCX, NCCL) reported a failure */
+    MT_ERR_PEER_LOST,     /* a peer closed its connection or stopped answering */
+    MT_ERR_SYSTEM,        /* an operating system call failed */
+    MT_ERR_INTERNAL,      /* a bug in meshtrain */
+    MT_STATUS_COUNT
+} mt_status;
+
+/* Short name of a status code, e.g. "timeout". Never NULL. */
+const char *mt_status_str(mt_status status);
+
+/* The calling thread's last error message ("" when none). Valid until the thread's next error. */
+const char *mt_last_error(void);
+
+/* Clears the calling thread's last error. */
+void mt_clear_error(void);
+
+/* Evaluates a call returning mt_status and returns its status from the enclosing function when it
+ * is not MT_OK. */
+#define MT_TRY(call)                                                                                \
+    do {                                                                                           \
+        mt_status mt_try_status_ = (call);                                                         \
+        if (mt_try_status_ != MT_OK) return mt_try_status_;                                        \
+    } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+#endif

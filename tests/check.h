@@ -1,0 +1,48 @@
+/* A minimal test harness: CHECK records a failure with file:line and goes on; a test program
+ * ends with `return check_report("name");`, which prints "N passed, N failed" and returns the
+ * exit code. */
+#ifndef MT_TESTS_CHECK_H
+#define MT_TESTS_CHECK_H
+
+#include <meshtrain/status.h>
+
+#include <stdio.h>
+
+static int check_passed_;
+static int check_failed_;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            check_passed_++;                                                                       \
+        } else {                                                                                   \
+            check_failed_++;                                                                       \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                                       \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            check_passed_++;                                                                       \
+        } else {                                                                                   \
+            check_failed_++;                                                                       \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+/* Checks that a call returned MT_OK, printing the last error otherwise. */
+#define CHECK_OK(call)                                                                             \
+    do {                                                                                           \
+        mt_status check_s_ = (call);                                                               \
+        CHECK_MSG(check_s_ == MT_OK, "%s: %s", mt_status_str(check_s_), mt_last_error());          \
+    } while (0)
+
+static inline int check_report(const char *name) {
+    printf("%s: %d passed, %d failed\n", name, check_passed_, check_failed_);
+    return check_failed_ ? 1 : 0;
+}
+
+#endif
