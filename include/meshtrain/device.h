@@ -34,13 +34,15 @@ typedef enum mt_copy_kind {
 
 /* Opens a device. kind MT_DEVICE_CUDA with index i picks GPU i; without CUDA support or without a
  * GPU it opens the CPU device instead and logs a one-line notice. The CPU device's capacity comes
- * from MT_CPU_DEVICE_MEMORY (unset: unlimited); a malformed value is an error. */
+ * from MT_CPU_DEVICE_MEMORY (unset or empty: unlimited); a malformed value is an error naming it.
+ * The CPU device has one index, 0: for MT_DEVICE_CPU any non-negative index opens it. */
 mt_status mt_device_open(mt_device_kind kind, int index, mt_device **out);
 
 /* Opens a CPU device with an explicit capacity in bytes (0 = unlimited), ignoring the env. */
 mt_status mt_device_open_cpu(size_t capacity, mt_device **out);
 
-/* Closes the device. Memory still allocated is reported as a leak at warn level. */
+/* Closes the device. Memory still allocated is reported as a leak at warn level (bytes per
+ * category), then released. */
 void mt_device_close(mt_device *dev);
 
 mt_device_kind mt_device_get_kind(const mt_device *dev);

@@ -33,7 +33,9 @@ typedef struct mt_mem_stats {
 const char *mt_mem_category_name(mt_mem_category category);
 
 /* Parses a byte count: a bare number is bytes; KiB, MiB, GiB, TiB (powers of 1024) and
- * KB, MB, GB, TB (powers of 1000) suffixes are accepted, with optional space ("512 MiB"). */
+ * KB, MB, GB, TB (powers of 1000) suffixes are accepted, with optional space ("512 MiB"). Units
+ * are case-insensitive; "B" is bytes; with a unit the number may have a fraction ("1.5GiB").
+ * Negative, malformed or too large values are MT_ERR_INVALID_ARG with a message quoting text. */
 mt_status mt_parse_bytes(const char *text, size_t *out);
 
 /* Formats a byte count for people ("1.50 GiB") into buf; returns buf. */

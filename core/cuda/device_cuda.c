@@ -1,0 +1,208 @@
+/* The CUDA device: GPU memory through the CUDA runtime. Plain C against cuda_runtime.h (no
+ * kernels here). The runtime's current device is per thread, so every entry point selects the
+ * device first: the comm progress thread and the compute thread may both call in. */
+#include "core/device_internal.h"
+#include "core/error.h"
+
+#include <meshtrain/log.h>
+
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+
+static mt_status cuda_fail(const mt_device *dev, cudaError_t err, const char *what) {
+    mt_status st = err == cudaErrorMemoryAllocation ? MT_ERR_OUT_OF_MEMORY : MT_ERR_SYSTEM;
+    return mt_error(st, "%s on %s failed: %s (%s)", what, dev->name, cudaGetErrorString(err),
+                    cudaGetErrorName(err));
+}
+
+#define CUDA_CHECK(dev, call, what)                                                                \
+    do {                                                                                           \
+        cudaError_t cuda_err_ = (call);                                                            \
+        if (cuda_err_ != cudaSuccess) return cuda_fail((dev), cuda_err_, (what));                  \
+    } while (0)
+
+static mt_status select_device(const mt_device *dev) {
+    CUDA_CHECK(dev, cudaSetDevice(dev->index), "cudaSetDevice");
+    return MT_OK;
+}
+
+static void warn_on_error(const mt_device *dev, cudaError_t err, const char *what) {
+    if (err != cudaSuccess)
+        mt_log(MT_LOG_WARN, "%s on %s failed: %s", what, dev->name, cudaGetErrorString(err));
+}
+
+static cudaStream_t native_stream(const mt_stream *stream) {
+    return stream ? (cudaStream_t)stream->handle : (cudaStream_t)0;
+}
+
+static mt_status cuda_alloc(mt_device *dev, size_t bytes, void **out) {
+    MT_TRY(select_device(dev));
+    /* cudaMalloc returns memory aligned to at least 256 bytes. */
+    cudaError_t err = cudaMalloc(out, bytes);
+    if (err == cudaSuccess) return MT_OK;
+    (void)cudaGetLastError(); /* do not leave the sticky-looking error for the next call */
+    size_t free_bytes = 0, total_bytes = 0;
+    if (err == cudaErrorMemoryAllocation &&
+        cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+        char free_s[32], total_s[32];
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "cudaMalloc failed, %s free of %s on the GPU",
+                        mt_format_bytes(free_bytes, free_s, sizeof free_s),
+                        mt_format_bytes(total_bytes, total_s, sizeof total_s));
+    }
+    return cuda_fail(dev, err, "cudaMalloc");
+}
+
+static void cuda_free(mt_device *dev, void *ptr) {
+    if (select_device(dev) != MT_OK) return;
+    warn_on_error(dev, cudaFree(ptr), "cudaFree");
+}
+
+static enum cudaMemcpyKind native_copy_kind(mt_copy_kind kind) {
+    switch (kind) {
+    case MT_COPY_HOST_TO_DEVICE: return cudaMemcpyHostToDevice;
+    case MT_COPY_DEVICE_TO_HOST: return cudaMemcpyDeviceToHost;
+    case MT_COPY_DEVICE_TO_DEVICE: return cudaMemcpyDeviceToDevice;
+    case MT_COPY_HOST_TO_HOST: return cudaMemcpyHostToHost;
+    }
+    return cudaMemcpyDefault;
+}
+
+static mt_status cuda_copy(mt_device *dev, void *dst, const void *src, size_t bytes,
+                           mt_copy_kind kind, mt_stream *stream) {
+    MT_TRY(select_device(dev));
+    if (!stream) {
+        CUDA_CHECK(dev, cudaMemcpy(dst, src, bytes, native_copy_kind(kind)), "cudaMemcpy");
+        return MT_OK;
+    }
+    CUDA_CHECK(dev, cudaMemcpyAsync(dst, src, bytes, native_copy_kind(kind), native_stream(stream)),
+               "cudaMemcpyAsync");
+    return MT_OK;
+}
+
+static mt_status cuda_memset(mt_device *dev, void *dst, int value, size_t bytes,
+                             mt_stream *stream) {
+    MT_TRY(select_device(dev));
+    CUDA_CHECK(dev, cudaMemsetAsync(dst, value, bytes, native_stream(stream)), "cudaMemsetAsync");
+    /* Without a stream the call is synchronous, as mt_device_copy's is. */
+    if (!stream) CUDA_CHECK(dev, cudaStreamSynchronize(0), "cudaStreamSynchronize");
+    return MT_OK;
+}
+
+static mt_status cuda_synchronize(mt_device *dev) {
+    MT_TRY(select_device(dev));
+    CUDA_CHECK(dev, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    return MT_OK;
+}
+
+static mt_status cuda_stream_create(mt_device *dev, mt_stream *stream) {
+    MT_TRY(select_device(dev));
+    cudaStream_t native;
+    /* Non-blocking: a communication stream must not serialise with the legacy default stream. */
+    CUDA_CHECK(dev, cudaStreamCreateWithFlags(&native, cudaStreamNonBlocking),
+               "cudaStreamCreateWithFlags");
+    stream->handle = (void *)native;
+    return MT_OK;
+}
+
+static void cuda_stream_destroy(mt_stream *stream) {
+    if (select_device(stream->dev) != MT_OK) return;
+    warn_on_error(stream->dev, cudaStreamDestroy(native_stream(stream)), "cudaStreamDestroy");
+}
+
+static mt_status cuda_stream_synchronize(mt_stream *stream) {
+    MT_TRY(select_device(stream->dev));
+    CUDA_CHECK(stream->dev, cudaStreamSynchronize(native_stream(stream)), "cudaStreamSynchronize");
+    return MT_OK;
+}
+
+static mt_status cuda_stream_wait_event(mt_stream *stream, mt_event *event) {
+    MT_TRY(select_device(stream->dev));
+    CUDA_CHECK(stream->dev,
+               cudaStreamWaitEvent(native_stream(stream), (cudaEvent_t)event->handle, 0),
+               "cudaStreamWaitEvent");
+    return MT_OK;
+}
+
+static mt_status cuda_event_create(mt_device *dev, mt_event *event) {
+    MT_TRY(select_device(dev));
+    cudaEvent_t native;
+    CUDA_CHECK(dev, cudaEventCreateWithFlags(&native, cudaEventDisableTiming),
+               "cudaEventCreateWithFlags");
+    event->handle = (void *)native;
+    return MT_OK;
+}
+
+static void cuda_event_destroy(mt_event *event) {
+    if (select_device(event->dev) != MT_OK) return;
+    warn_on_error(event->dev, cudaEventDestroy((cudaEvent_t)event->handle), "cudaEventDestroy");
+}
+
+static mt_status cuda_event_record(mt_event *event, mt_stream *stream) {
+    MT_TRY(select_device(event->dev));
+    CUDA_CHECK(event->dev, cudaEventRecord((cudaEvent_t)event->handle, native_stream(stream)),
+               "cudaEventRecord");
+    return MT_OK;
+}
+
+static mt_status cuda_event_synchronize(mt_event *event) {
+    MT_TRY(select_device(event->dev));
+    CUDA_CHECK(event->dev, cudaEventSynchronize((cudaEvent_t)event->handle),
+               "cudaEventSynchronize");
+    return MT_OK;
+}
+
+static mt_status cuda_event_query(mt_event *event, bool *done) {
+    MT_TRY(select_device(event->dev));
+    cudaError_t err = cudaEventQuery((cudaEvent_t)event->handle);
+    if (err == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        *done = false;
+        return MT_OK;
+    }
+    if (err != cudaSuccess) return cuda_fail(event->dev, err, "cudaEventQuery");
+    *done = true;
+    return MT_OK;
+}
+
+static const mt_device_ops cuda_ops = {
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy = cuda_copy,
+    .memset = cuda_memset,
+    .synchronize = cuda_synchronize,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_synchronize = cuda_stream_synchronize,
+    .stream_wait_event = cuda_stream_wait_event,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_synchronize = cuda_event_synchronize,
+    .event_query = cuda_event_query,
+    .close = NULL,
+};
+
+void mt_cuda_device_count(int *count, char *why, size_t why_cap) {
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        *count = 0;
+        snprintf(why, why_cap, "%s", cudaGetErrorString(err));
+        return;
+    }
+    *count = n;
+    if (n <= 0) snprintf(why, why_cap, "cudaGetDeviceCount reported no device");
+    else snprintf(why, why_cap, "%d GPU(s)", n);
+}
+
+mt_status mt_cuda_device_init(mt_device *dev, int index) {
+    dev->ops = &cuda_ops;
+    dev->backend = NULL;
+    MT_TRY(select_device(dev));
+    /* Create the context now, so that the first allocation does not pay for it (and a broken
+     * driver shows up at open, not in the middle of a step). */
+    CUDA_CHECK(dev, cudaFree(NULL), "creating the CUDA context");
+    return MT_OK;
+}

@@ -1,0 +1,87 @@
+/* Internal: the device object and the small table of operations a backend implements.
+ *
+ * core/device.c owns what is common to every backend: argument checks, the accounting of every
+ * live allocation (size and category per pointer, current and peak per category, the capacity
+ * check), leak reports, and the stream/event objects. A backend (core/cpu, core/cuda) only moves
+ * bytes and wraps its native streams and events.
+ */
+#ifndef MT_CORE_DEVICE_INTERNAL_H
+#define MT_CORE_DEVICE_INTERNAL_H
+
+#include <meshtrain/device.h>
+
+#include <pthread.h>
+#include <stdint.h>
+
+/* Alignment of every device allocation. */
+#define MT_DEVICE_ALIGNMENT 256
+
+typedef struct mt_device_ops {
+    /* Allocates at least bytes (> 0) aligned to MT_DEVICE_ALIGNMENT. On failure sets the last
+     * error with what the backend knows (e.g. the GPU's free memory) and returns its status. */
+    mt_status (*alloc)(mt_device *dev, size_t bytes, void **out);
+    void (*free)(mt_device *dev, void *ptr);
+    /* stream is NULL or belongs to dev; NULL means synchronous. */
+    mt_status (*copy)(mt_device *dev, void *dst, const void *src, size_t bytes, mt_copy_kind kind,
+                      mt_stream *stream);
+    mt_status (*memset)(mt_device *dev, void *dst, int value, size_t bytes, mt_stream *stream);
+    mt_status (*synchronize)(mt_device *dev);
+    /* Fill or release the native handle of an already validated stream/event. */
+    mt_status (*stream_create)(mt_device *dev, mt_stream *stream);
+    void (*stream_destroy)(mt_stream *stream);
+    mt_status (*stream_synchronize)(mt_stream *stream);
+    mt_status (*stream_wait_event)(mt_stream *stream, mt_event *event);
+    mt_status (*event_create)(mt_device *dev, mt_event *event);
+    void (*event_destroy)(mt_event *event);
+    mt_status (*event_record)(mt_event *event, mt_stream *stream);
+    mt_status (*event_synchronize)(mt_event *event);
+    mt_status (*event_query)(mt_event *event, bool *done);
+    /* Releases the backend state (after every block was freed). */
+    void (*close)(mt_device *dev);
+} mt_device_ops;
+
+/* One live allocation in the accounting table. ptr == NULL marks an empty slot. */
+typedef struct mt_alloc_entry {
+    void *ptr;
+    size_t bytes;
+    mt_mem_category category;
+} mt_alloc_entry;
+
+struct mt_device {
+    const mt_device_ops *ops;
+    void *backend; /* backend state */
+    mt_device_kind kind;
+    int index;
+    bool fallback;
+    char name[32];
+
+    /* Guards stats and the table: the comm progress thread allocates too. */
+    pthread_mutex_t lock;
+    mt_mem_stats stats;
+    mt_alloc_entry *table; /* open addressing, linear probing, power-of-two size */
+    size_t table_cap;
+    size_t table_used;
+};
+
+struct mt_stream {
+    mt_device *dev;
+    void *handle; /* native stream (cudaStream_t), NULL on CPU */
+};
+
+struct mt_event {
+    mt_device *dev;
+    void *handle; /* native event (cudaEvent_t), NULL on CPU */
+    bool recorded;
+};
+
+/* CPU backend: sets up dev->ops and dev->backend. */
+mt_status mt_cpu_device_init(mt_device *dev);
+
+#ifdef MT_HAVE_CUDA
+/* Number of usable GPUs; on failure returns the CUDA error string in why and sets *count = 0. */
+void mt_cuda_device_count(int *count, char *why, size_t why_cap);
+/* CUDA backend for GPU index (valid): sets up dev->ops and dev->backend. */
+mt_status mt_cuda_device_init(mt_device *dev, int index);
+#endif
+
+#endif
