@@ -58,11 +58,13 @@ mt_status mt_store_get(mt_store *store, const char *key, double timeout_s, void 
 mt_status mt_store_try_get(mt_store *store, const char *key, void **value, size_t *len,
                            bool *found);
 
-/* Adds delta to the integer stored at key (a missing key counts as 0) and returns the new value. */
+/* Adds delta to the integer stored at key (a missing key counts as 0) and returns the new value.
+ * The value is stored as decimal text, so mt_store_get reads it as e.g. "42". */
 mt_status mt_store_add(mt_store *store, const char *key, int64_t delta, int64_t *result);
 
 /* Atomically: if key's value equals expected (a missing key equals an empty expected), sets it to
- * desired. Returns the value now stored (malloc'd; caller frees) in *current. */
+ * desired. Returns the value now stored (malloc'd; caller frees; empty when the key is still
+ * missing) in *current. */
 mt_status mt_store_compare_set(mt_store *store, const char *key, const void *expected,
                                size_t expected_len, const void *desired, size_t desired_len,
                                void **current, size_t *current_len);

@@ -1,0 +1,342 @@
+/* mt_init and mt_finalize: from the launcher's environment to a ready world group.
+ *
+ * The order matters: the store comes first (everything else meets there), then the join checks
+ * (same world size, no duplicate rank; the job id was checked by the store handshake), then one
+ * barrier so that every host identity is published before local ranks are derived from them, and
+ * only then the device and the UCX transport, which need the local rank and the peers' identities.
+ * A process that fails a join check publishes why under ABORT_KEY, so the others stop at once with
+ * its message instead of waiting MT_TIMEOUT_S for a rank that will never arrive.
+ */
+#include "mesh/runtime_env.h"
+#include "mesh/store_proto.h"
+#include "mesh/transport.h"
+
+#include "core/error.h"
+
+#include <meshtrain/log.h>
+#include <meshtrain/runtime.h>
+#include <meshtrain/version.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ABORT_KEY "mt/abort"
+#define IDENTITY_MAX (MT_ENV_HOST_MAX + 16)
+/* How long a failing store host waits for the others to read the abort before it exits. */
+#define ABORT_LINGER_S 2.0
+
+struct mt_runtime {
+    mt_runtime_env env;
+    int rank, world, local_rank, local_world, node_rank, num_nodes;
+    double timeout;
+    char host[IDENTITY_MAX];
+    char **hosts; /* identity of every rank */
+    char store_addr[MT_ENV_HOST_MAX + 8];
+    mt_store_server *server; /* only when this process hosts the store */
+    mt_store *store;
+    mt_device *device;
+    mt_transport *transport;
+    mt_group *world_group;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sets the last error to exactly `saved` (which already carries the rank prefix). */
+static mt_status restore_error(mt_status st, const char *saved) {
+    char prefix[32] = "";
+    if (mt_log_rank() >= 0) snprintf(prefix, sizeof prefix, "rank %d: ", mt_log_rank());
+    size_t n = strlen(prefix);
+    return mt_error(st, "%s", n && strncmp(saved, prefix, n) == 0 ? saved + n : saved);
+}
+
+/* Tells the other processes why this one gives up, keeping this process's own error. */
+static mt_status publish_failure(mt_runtime *rt, mt_status st) {
+    if (!rt->store) return st;
+    char saved[2048];
+    snprintf(saved, sizeof saved, "%s", mt_last_error());
+    if (mt_store_abort(rt->store, ABORT_KEY, st, saved) != MT_OK)
+        mt_log(MT_LOG_DEBUG, "could not publish the failure: %s", mt_last_error());
+    return restore_error(st, saved);
+}
+
+/* A store host that fails lets the others read why before the store disappears with it. */
+static void linger_for_clients(mt_store_server *server, double limit_s) {
+    double end = now_s() + limit_s;
+    while (mt_store_server_clients(server) > 0 && now_s() < end) {
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* ---- joining ------------------------------------------------------------------------------- */
+
+static mt_status open_store(mt_runtime *rt) {
+    const mt_runtime_env *env = &rt->env;
+    int port = env->master_port;
+    const char *host = env->master_addr;
+    bool hosting = env->source == MT_ENV_SINGLE || (rt->rank == 0 && !env->store_hosted);
+    if (hosting) {
+        mt_status st = mt_store_server_start(NULL, port, env->job_id, &rt->server);
+        if (st != MT_OK)
+            return mt_error_wrap(st, "rank 0 hosts the rendezvous store (no MT_STORE_HOSTED=1 from "
+                                 "a launcher)");
+        port = mt_store_server_port(rt->server);
+        /* The server listens on every interface; talking to it over loopback avoids depending
+         * on how MASTER_ADDR resolves on the host itself. */
+        host = "127.0.0.1";
+    }
+    snprintf(rt->store_addr, sizeof rt->store_addr, "%s:%d", env->master_addr, port);
+    return mt_store_connect(host, port, env->job_id, rt->timeout, &rt->store);
+}
+
+static mt_status check_world_size(mt_runtime *rt) {
+    char mine[64];
+    int n = snprintf(mine, sizeof mine, "%d %d", rt->world, rt->rank);
+    void *cur = NULL;
+    MT_TRY(mt_store_compare_set(rt->store, "mt/world_size", "", 0, mine, (size_t)n, &cur, NULL));
+    int world = -1, first = -1;
+    bool parsed = sscanf(cur, "%d %d", &world, &first) == 2;
+    free(cur);
+    if (!parsed)
+        return mt_error(MT_ERR_PROTOCOL, "the store at %s holds a malformed world size record",
+                        rt->store_addr);
+    if (world != rt->world)
+        return mt_error(MT_ERR_MISMATCH, "world size mismatch: rank %d has WORLD_SIZE=%d, but rank "
+                        "%d joined with WORLD_SIZE=%d; every process of job '%s' must agree",
+                        rt->rank, rt->world, first, world, rt->env.job_id);
+    return MT_OK;
+}
+
+static mt_status check_duplicate_rank(mt_runtime *rt) {
+    char key[64], mine[MT_ENV_HOST_MAX + 64], hostname[MT_ENV_HOST_MAX] = "?";
+    gethostname(hostname, sizeof hostname - 1);
+    snprintf(key, sizeof key, "mt/rank/%d", rt->rank);
+    int n = snprintf(mine, sizeof mine, "pid %ld on %s", (long)getpid(), hostname);
+    void *cur = NULL;
+    MT_TRY(mt_store_compare_set(rt->store, key, "", 0, mine, (size_t)n, &cur, NULL));
+    bool same = strcmp(cur, mine) == 0;
+    mt_status st = same ? MT_OK
+                        : mt_error(MT_ERR_MISMATCH, "duplicate rank: RANK=%d is claimed by this "
+                                   "process (%s) and by another (%s)", rt->rank, mine,
+                                   (const char *)cur);
+    free(cur);
+    return st;
+}
+
+static mt_status publish_identity(mt_runtime *rt) {
+    char hostname[MT_ENV_HOST_MAX] = "localhost";
+    if (gethostname(hostname, sizeof hostname - 1) != 0)
+        mt_log(MT_LOG_WARN, "gethostname failed (%s); using 'localhost'", strerror(errno));
+    hostname[sizeof hostname - 1] = '\0';
+    if (rt->env.node_rank >= 0)
+        snprintf(rt->host, sizeof rt->host, "%s/%d", hostname, rt->env.node_rank);
+    else
+        snprintf(rt->host, sizeof rt->host, "%s", hostname);
+    char key[64];
+    snprintf(key, sizeof key, "mt/host/%d", rt->rank);
+    return mt_store_set(rt->store, key, rt->host, strlen(rt->host));
+}
+
+static mt_status fetch_identities(mt_runtime *rt) {
+    rt->hosts = calloc((size_t)rt->world, sizeof *rt->hosts);
+    if (!rt->hosts) return mt_error(MT_ERR_OUT_OF_MEMORY, "host table for %d ranks", rt->world);
+    for (int r = 0; r < rt->world; r++) {
+        char key[64];
+        snprintf(key, sizeof key, "mt/host/%d", r);
+        void *v = NULL;
+        MT_TRY(mt_store_get(rt->store, key, rt->timeout, &v, NULL));
+        rt->hosts[r] = v;
+    }
+    return MT_OK;
+}
+
+/* Local rank = index among the ranks with the same identity, in rank order. */
+static mt_status derive_locality(mt_runtime *rt) {
+    rt->local_rank = rt->local_world = 0;
+    int nodes = 0, my_node = -1;
+    for (int r = 0; r < rt->world; r++) {
+        bool first_of_host = true;
+        for (int q = 0; q < r && first_of_host; q++)
+            if (strcmp(rt->hosts[q], rt->hosts[r]) == 0) first_of_host = false;
+        if (first_of_host) {
+            if (strcmp(rt->hosts[r], rt->host) == 0) my_node = nodes;
+            nodes++;
+        }
+        if (strcmp(rt->hosts[r], rt->host) == 0) {
+            if (r < rt->rank) rt->local_rank++;
+            rt->local_world++;
+        }
+    }
+    rt->num_nodes = nodes;
+    rt->node_rank = rt->env.node_rank >= 0 ? rt->env.node_rank : my_node;
+    const mt_runtime_env *env = &rt->env;
+    if (env->local_rank >= 0 && env->local_rank != rt->local_rank)
+        return mt_error(MT_ERR_MISMATCH, "LOCAL_RANK=%d disagrees with host identities: rank %d is "
+                        "local rank %d of the %d ranks on host '%s'", env->local_rank, rt->rank,
+                        rt->local_rank, rt->local_world, rt->host);
+    if (env->local_world_size > 0 && env->local_world_size != rt->local_world)
+        return mt_error(MT_ERR_MISMATCH, "LOCAL_WORLD_SIZE=%d disagrees with host identities: "
+                        "host '%s' has %d ranks", env->local_world_size, rt->host,
+                        rt->local_world);
+    if (env->num_nodes > 0 && env->num_nodes != nodes)
+        mt_log(MT_LOG_WARN, "the launcher says %d node(s) but the ranks report %d distinct "
+               "host identities; using %d", env->num_nodes, nodes, nodes);
+    return MT_OK;
+}
+
+static mt_status join(mt_runtime *rt) {
+    MT_TRY(check_world_size(rt));
+    MT_TRY(check_duplicate_rank(rt));
+    MT_TRY(publish_identity(rt));
+    MT_TRY(mt_store_barrier_abortable(rt->store, "init", rt->rank, rt->world, rt->timeout,
+                                      ABORT_KEY));
+    MT_TRY(fetch_identities(rt));
+    MT_TRY(derive_locality(rt));
+    /* A locality disagreement on one rank must stop the others before the transport, which
+     * would otherwise wait for that rank's address until the timeout. */
+    return mt_store_barrier_abortable(rt->store, "init-checked", rt->rank, rt->world,
+                                      rt->timeout, ABORT_KEY);
+}
+
+/* ---- device and transport ------------------------------------------------------------------ */
+
+static mt_status open_device(mt_runtime *rt) {
+    const char *want = getenv("MT_DEVICE");
+    mt_device_kind kind;
+    if (!want || !*want || !strcasecmp(want, "auto")) {
+#ifdef MT_HAVE_CUDA
+        kind = MT_DEVICE_CUDA; /* mt_device_open falls back to the CPU without a GPU */
+#else
+        kind = MT_DEVICE_CPU;
+#endif
+    } else if (!strcasecmp(want, "cpu")) {
+        kind = MT_DEVICE_CPU;
+    } else if (!strcasecmp(want, "cuda")) {
+        kind = MT_DEVICE_CUDA;
+    } else {
+        return mt_error(MT_ERR_INVALID_ARG, "MT_DEVICE='%s' is not cpu, cuda or auto", want);
+    }
+    mt_status st = mt_device_open(kind, kind == MT_DEVICE_CUDA ? rt->local_rank : 0, &rt->device);
+    if (st != MT_OK) return mt_error_wrap(st, "opening the device of local rank %d", rt->local_rank);
+    return MT_OK;
+}
+
+static void apply_socket_ifname(void) {
+    const char *ifname = getenv("MT_SOCKET_IFNAME");
+    if (!ifname || !*ifname) return;
+    const char *ucx = getenv("UCX_NET_DEVICES");
+    if (ucx && *ucx) {
+        mt_log(MT_LOG_DEBUG, "UCX_NET_DEVICES=%s is set; MT_SOCKET_IFNAME=%s not applied to UCX",
+               ucx, ifname);
+        return;
+    }
+    /* UCX reads its configuration when the context is created, right after this. */
+    setenv("UCX_NET_DEVICES", ifname, 0);
+}
+
+static mt_status start_transport(mt_runtime *rt) {
+    apply_socket_ifname();
+    MT_TRY(mt_transport_create(rt, &rt->transport));
+    return mt_transport_world_group(rt, rt->transport, &rt->world_group);
+}
+
+/* ---- init / finalize ----------------------------------------------------------------------- */
+
+static void log_summary(const mt_runtime *rt) {
+    if (rt->rank != 0 || !mt_log_enabled(MT_LOG_INFO)) return;
+    mt_log(MT_LOG_INFO, "meshtrain %s: %d rank(s) on %d node(s), job '%s', store %s (%s), "
+           "launch from %s, device %s", mt_version(), rt->world, rt->num_nodes, rt->env.job_id,
+           rt->store_addr, rt->server ? "hosted by rank 0" : "hosted by the launcher",
+           mt_env_source_name(rt->env.source), mt_device_name(rt->device));
+}
+
+/* linger_s bounds how long a store host waits for the others to leave its store. */
+static void teardown(mt_runtime *rt, double linger_s) {
+    if (rt->transport) mt_transport_destroy(rt->transport);
+    if (rt->device) mt_device_close(rt->device);
+    mt_store_close(rt->store);
+    if (rt->server) {
+        /* The others may still be using the store; wait (bounded) until they have left. */
+        linger_for_clients(rt->server, linger_s);
+        mt_store_server_stop(rt->server);
+    }
+    if (rt->hosts)
+        for (int r = 0; r < rt->world; r++) free(rt->hosts[r]);
+    free(rt->hosts);
+    free(rt);
+}
+
+mt_status mt_init(mt_runtime **out, int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    if (!out) return mt_error(MT_ERR_INVALID_ARG, "mt_init: out must not be NULL");
+    *out = NULL;
+    mt_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt) return mt_error(MT_ERR_OUT_OF_MEMORY, "mt_init: out of memory");
+    mt_status st = mt_runtime_env_from_process(&rt->env);
+    if (st != MT_OK) {
+        free(rt);
+        return mt_error_wrap(st, "mt_init: bad launch environment");
+    }
+    rt->rank = rt->env.rank;
+    rt->world = rt->env.world_size;
+    rt->local_rank = rt->env.local_rank;
+    rt->node_rank = rt->env.node_rank;
+    mt_log_set_rank(rt->rank);
+    rt->timeout = mt_default_timeout();
+
+    st = open_store(rt);
+    if (st == MT_OK) {
+        st = join(rt);
+        if (st != MT_OK) st = publish_failure(rt, st);
+    }
+    if (st == MT_OK) st = open_device(rt);
+    if (st == MT_OK) st = start_transport(rt);
+    if (st != MT_OK) {
+        char saved[2048];
+        snprintf(saved, sizeof saved, "%s", mt_last_error());
+        teardown(rt, ABORT_LINGER_S);
+        return restore_error(st, saved);
+    }
+    log_summary(rt);
+    *out = rt;
+    return MT_OK;
+}
+
+void mt_finalize(mt_runtime *rt) {
+    if (!rt) return;
+    /* Every rank is done communicating before endpoints close; bounded by MT_TIMEOUT_S. */
+    if (mt_store_barrier(rt->store, "finalize", rt->rank, rt->world, rt->timeout) != MT_OK)
+        mt_log(MT_LOG_WARN, "mt_finalize: %s; closing anyway", mt_last_error());
+    teardown(rt, rt->timeout);
+}
+
+/* ---- accessors ----------------------------------------------------------------------------- */
+
+int mt_runtime_rank(const mt_runtime *rt) { return rt->rank; }
+int mt_runtime_world_size(const mt_runtime *rt) { return rt->world; }
+int mt_runtime_local_rank(const mt_runtime *rt) { return rt->local_rank; }
+int mt_runtime_local_world_size(const mt_runtime *rt) { return rt->local_world; }
+int mt_runtime_node_rank(const mt_runtime *rt) { return rt->node_rank; }
+int mt_runtime_num_nodes(const mt_runtime *rt) { return rt->num_nodes; }
+const char *mt_runtime_host(const mt_runtime *rt) { return rt->host; }
+const char *mt_runtime_job_id(const mt_runtime *rt) { return rt->env.job_id; }
+mt_store *mt_runtime_store(mt_runtime *rt) { return rt->store; }
+mt_device *mt_runtime_device(mt_runtime *rt) { return rt->device; }
+mt_group *mt_runtime_world(mt_runtime *rt) { return rt->world_group; }
+double mt_runtime_timeout(const mt_runtime *rt) { return rt->timeout; }
+mt_transport *mt_runtime_transport(mt_runtime *rt) { return rt ? rt->transport : NULL; }
+
+const char *mt_runtime_host_of(const mt_runtime *rt, int rank) {
+    if (!rt || !rt->hosts || rank < 0 || rank >= rt->world || !rt->hosts[rank]) return NULL;
+    return rt->hosts[rank];
+}

@@ -1,0 +1,143 @@
+/* Internal: the rendezvous store's wire protocol, shared by the server, the client, the tests and
+ * the fuzzer.
+ *
+ * Every message is a frame: a 4-byte big-endian payload length, then the payload. A request's
+ * payload starts with an opcode byte, a reply's with a reply code byte; the fields that follow
+ * are fixed-size big-endian integers and byte strings (4-byte length, then the bytes). Payloads
+ * are bounded by MT_STORE_MAX_FRAME so that a reader can refuse a frame from its length prefix
+ * alone. The first request on a connection must be HELLO (magic, protocol version, meshtrain
+ * version, job id); the server refuses another job or another build with a reply that says why.
+ */
+#ifndef MT_MESH_STORE_PROTO_H
+#define MT_MESH_STORE_PROTO_H
+
+#include <meshtrain/status.h>
+#include <meshtrain/store.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MT_STORE_MAGIC 0x4d545354u /* "MTST" */
+#define MT_STORE_PROTO_VERSION 1u
+#define MT_STORE_MAX_JOB_ID 255
+#define MT_STORE_MAX_VERSION 64
+/* WAIT takes at most this many keys (bounded so a frame cannot ask for unbounded work). */
+#define MT_STORE_MAX_WAIT_KEYS 65536
+/* compare_set carries two values and a key; nothing else is larger. */
+#define MT_STORE_MAX_FRAME ((size_t)2 * MT_STORE_MAX_VALUE + MT_STORE_MAX_KEY + 64)
+
+typedef enum mt_store_op {
+    MT_STORE_OP_HELLO = 1,   /* u32 magic, u32 proto, str version, str job id */
+    MT_STORE_OP_SET = 2,     /* key, value */
+    MT_STORE_OP_GET = 3,     /* key, u64 timeout ms (server-side wait) */
+    MT_STORE_OP_TRY_GET = 4, /* key */
+    MT_STORE_OP_ADD = 5,     /* key, i64 delta */
+    MT_STORE_OP_CAS = 6,     /* key, expected, desired */
+    MT_STORE_OP_WAIT = 7,    /* u8 any, u64 timeout ms, u32 n, n keys; reply u32 index (+ the
+                              * value of that key in any mode) */
+    MT_STORE_OP_DELETE = 8   /* key */
+} mt_store_op;
+
+typedef enum mt_store_reply {
+    MT_STORE_R_OK = 0,          /* op-specific fields follow */
+    MT_STORE_R_NOT_FOUND = 1,   /* try_get: no such key */
+    MT_STORE_R_TIMEOUT = 2,     /* get/wait: deadline passed; wait: u32 n + the missing keys */
+    MT_STORE_R_ERROR = 3,       /* str message (e.g. add on a non-integer value) */
+    MT_STORE_R_BAD_JOB = 4,     /* hello refused: str the server's job id */
+    MT_STORE_R_BAD_VERSION = 5  /* hello refused: u32 server proto, str server version */
+} mt_store_reply;
+
+/* A byte string inside a frame (not NUL-terminated). */
+typedef struct mt_store_bytes {
+    const uint8_t *data;
+    size_t len;
+} mt_store_bytes;
+
+/* A parsed request; byte strings point into the frame it was parsed from. */
+typedef struct mt_store_request {
+    mt_store_op op;
+    mt_store_bytes key;
+    mt_store_bytes value;    /* SET value, CAS desired */
+    mt_store_bytes expected; /* CAS expected */
+    int64_t delta;           /* ADD */
+    uint64_t timeout_ms;     /* GET, WAIT */
+    bool any;                /* WAIT: done when any key exists instead of all */
+    uint32_t magic, proto;   /* HELLO */
+    mt_store_bytes version, job_id;
+    uint32_t nkeys;          /* WAIT: the keys follow at keys_at, each a length-prefixed string */
+    const uint8_t *keys_at;
+    size_t keys_len;
+} mt_store_request;
+
+/* Parses a request payload, validating every bound (known opcode, key 1..MT_STORE_MAX_KEY bytes,
+ * values up to MT_STORE_MAX_VALUE, no trailing bytes). On failure writes why into why. */
+bool mt_store_parse_request(const uint8_t *payload, size_t len, mt_store_request *req, char *why,
+                            size_t why_cap);
+
+/* Iterates WAIT keys of a parsed request: *pos starts at 0. Returns false after the last key. */
+bool mt_store_next_wait_key(const mt_store_request *req, size_t *pos, mt_store_bytes *key);
+
+/* A growable frame being written. The 4-byte length is filled in by mt_store_buf_finish. On
+ * allocation failure the buffer is marked failed and further appends are ignored. */
+typedef struct mt_store_buf {
+    uint8_t *data;
+    size_t len, cap;
+    bool failed;
+} mt_store_buf;
+
+/* Starts a frame whose payload begins with code (an opcode or a reply code). */
+void mt_store_buf_begin(mt_store_buf *b, uint8_t code);
+void mt_store_buf_u8(mt_store_buf *b, uint8_t v);
+void mt_store_buf_u32(mt_store_buf *b, uint32_t v);
+void mt_store_buf_u64(mt_store_buf *b, uint64_t v);
+void mt_store_buf_bytes(mt_store_buf *b, const void *data, size_t len);
+void mt_store_buf_str(mt_store_buf *b, const char *s);
+/* Writes the length prefix; returns false if an allocation failed along the way. */
+bool mt_store_buf_finish(mt_store_buf *b);
+void mt_store_buf_free(mt_store_buf *b);
+
+/* A cursor over a received payload; reads past the end set bad instead of reading. */
+typedef struct mt_store_reader {
+    const uint8_t *p;
+    size_t left;
+    bool bad;
+} mt_store_reader;
+
+uint8_t mt_store_read_u8(mt_store_reader *r);
+uint32_t mt_store_read_u32(mt_store_reader *r);
+uint64_t mt_store_read_u64(mt_store_reader *r);
+/* A length-prefixed byte string of at most max bytes. */
+mt_store_bytes mt_store_read_bytes(mt_store_reader *r, size_t max);
+
+uint32_t mt_store_get_be32(const uint8_t *p);
+void mt_store_put_be32(uint8_t *p, uint32_t v);
+
+/* Client connect with an explicit meshtrain version string: the tests use it to play a client of
+ * another build. mt_store_connect passes mt_version(). */
+mt_status mt_store_connect_version(const char *host, int port, const char *job_id,
+                                   const char *version, double timeout_s, mt_store **out);
+
+/* Waits until any of the keys exists; *which is its index and *value (may be NULL; malloc'd,
+ * NUL-terminated, caller frees) its value. The timeout error names the keys. */
+mt_status mt_store_wait_any(mt_store *store, const char *const *keys, int nkeys, double timeout_s,
+                            int *which, void **value, size_t *len);
+
+/* A barrier that also ends, with MT_ERR_MISMATCH and the key's value in the message, when
+ * abort_key appears: the runtime uses it so that one rank's join failure stops the others at
+ * once instead of after MT_TIMEOUT_S. abort_key may be NULL. */
+mt_status mt_store_barrier_abortable(mt_store *store, const char *name, int rank, int world,
+                                     double timeout_s, const char *abort_key);
+
+/* Publishes a failure under abort_key (first writer wins) so that abortable barriers end with
+ * this status and message. */
+mt_status mt_store_abort(mt_store *store, const char *abort_key, mt_status status,
+                         const char *message);
+
+/* "host:port" of a client's server, for messages. */
+const char *mt_store_address(const mt_store *store);
+
+/* Number of clients currently connected to a server (tests). */
+int mt_store_server_clients(mt_store_server *server);
+
+#endif

@@ -1,0 +1,853 @@
+/* The rendezvous store server: one thread, one poll() loop over the listening socket and every
+ * client, so that a slow or silent client never blocks the others.
+ *
+ * Memory per client is bounded: the server reads at most one frame (<= MT_STORE_MAX_FRAME) and
+ * stops reading from a client while that frame is being served (a blocking get/wait, or a reply
+ * not yet written), so a client that floods requests or never reads replies only fills its own
+ * kernel socket buffers. Blocking get/wait are answered by the server when the key appears or the
+ * deadline passes; clients never poll. Any malformed input drops that client with a warning.
+ */
+#include "mesh/store_proto.h"
+
+#include "core/error.h"
+
+#include <meshtrain/log.h>
+#include <meshtrain/version.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HANDSHAKE_TIMEOUT_DEFAULT_S 30.0
+/* A timed-out wait names at most this many missing keys; the count says how many there were. */
+#define WAIT_TIMEOUT_KEYS_LISTED 32
+
+/* ---- the key-value map --------------------------------------------------------------------- */
+
+typedef struct entry {
+    struct entry *next;
+    uint64_t hash;
+    size_t klen, vlen;
+    uint8_t *key, *value;
+} entry;
+
+typedef struct map {
+    entry **buckets;
+    size_t nbuckets, count;
+} map;
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static entry **map_slot(map *m, mt_store_bytes key, uint64_t h) {
+    entry **slot = &m->buckets[h & (m->nbuckets - 1)];
+    while (*slot && !((*slot)->hash == h && (*slot)->klen == key.len &&
+                      memcmp((*slot)->key, key.data, key.len) == 0))
+        slot = &(*slot)->next;
+    return slot;
+}
+
+static entry *map_find(map *m, mt_store_bytes key) {
+    if (!m->nbuckets) return NULL;
+    return *map_slot(m, key, hash_bytes(key.data, key.len));
+}
+
+static bool map_grow(map *m) {
+    size_t n = m->nbuckets ? m->nbuckets * 2 : 64;
+    entry **b = calloc(n, sizeof *b);
+    if (!b) return false;
+    for (size_t i = 0; i < m->nbuckets; i++) {
+        for (entry *e = m->buckets[i], *next; e; e = next) {
+            next = e->next;
+            e->next = b[e->hash & (n - 1)];
+            b[e->hash & (n - 1)] = e;
+        }
+    }
+    free(m->buckets);
+    m->buckets = b;
+    m->nbuckets = n;
+    return true;
+}
+
+/* Replaces (or inserts) key's value with a copy of value. False when out of memory. */
+static bool map_put(map *m, mt_store_bytes key, const void *value, size_t vlen) {
+    if (m->count >= m->nbuckets && !map_grow(m) && !m->nbuckets) return false;
+    uint64_t h = hash_bytes(key.data, key.len);
+    entry **slot = map_slot(m, key, h);
+    uint8_t *copy = malloc(vlen ? vlen : 1);
+    if (!copy) return false;
+    if (vlen) memcpy(copy, value, vlen);
+    entry *e = *slot;
+    if (!e) {
+        e = calloc(1, sizeof *e);
+        uint8_t *k = malloc(key.len);
+        if (!e || !k) {
+            free(e);
+            free(k);
+            free(copy);
+            return false;
+        }
+        memcpy(k, key.data, key.len);
+        e->key = k;
+        e->klen = key.len;
+        e->hash = h;
+        *slot = e;
+        m->count++;
+    } else {
+        free(e->value);
+    }
+    e->value = copy;
+    e->vlen = vlen;
+    return true;
+}
+
+static bool map_delete(map *m, mt_store_bytes key) {
+    if (!m->nbuckets) return false;
+    entry **slot = map_slot(m, key, hash_bytes(key.data, key.len));
+    entry *e = *slot;
+    if (!e) return false;
+    *slot = e->next;
+    free(e->key);
+    free(e->value);
+    free(e);
+    m->count--;
+    return true;
+}
+
+static void map_free(map *m) {
+    for (size_t i = 0; i < m->nbuckets; i++) {
+        for (entry *e = m->buckets[i], *next; e; e = next) {
+            next = e->next;
+            free(e->key);
+            free(e->value);
+            free(e);
+        }
+    }
+    free(m->buckets);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- clients and the server ---------------------------------------------------------------- */
+
+typedef struct client {
+    int fd;
+    char peer[80];
+    bool greeted;
+    double hello_deadline;
+    uint8_t head[4];
+    size_t head_got;
+    uint8_t *frame;
+    size_t frame_len, frame_got, frame_cap;
+    bool frame_ready; /* a whole frame is held: stop reading until it is served */
+    bool pending;     /* a get/wait waiting for keys */
+    double deadline;
+    mt_store_request req;
+    mt_store_buf out;
+    size_t out_off;
+    bool closing; /* close once the reply is written (a refused handshake) */
+    bool dead;
+} client;
+
+struct mt_store_server {
+    int listen_fd;
+    int wake[2];
+    int port;
+    char job_id[MT_STORE_MAX_JOB_ID + 1];
+    double handshake_timeout;
+    pthread_t thread;
+    bool thread_started;
+    atomic_bool stop;
+    atomic_int nclients_public;
+    client **clients;
+    size_t nclients, cap;
+    double listen_paused_until;
+    map kv;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Printable form of a key for logs (keys are usually text, but a client chooses them). */
+static void printable(mt_store_bytes b, char *out, size_t cap) {
+    size_t j = 0;
+    for (size_t i = 0; i < b.len && j + 4 < cap; i++) {
+        uint8_t c = b.data[i];
+        out[j++] = (c >= 32 && c < 127) ? (char)c : '?';
+    }
+    if (b.len > 0 && j + 4 >= cap) {
+        out[j++] = '.';
+        out[j++] = '.';
+    }
+    out[j] = '\0';
+}
+
+static void drop(client *c, const char *why) {
+    if (c->dead) return;
+    if (why) mt_log(MT_LOG_WARN, "store: dropping client %s: %s", c->peer, why);
+    c->dead = true;
+}
+
+static void reset_frame(client *c) {
+    c->frame_ready = false;
+    c->pending = false;
+    c->head_got = 0;
+    c->frame_got = c->frame_len = 0;
+    /* Frames are sized to their content; an idle client holds no buffer. */
+    free(c->frame);
+    c->frame = NULL;
+    c->frame_cap = 0;
+}
+
+static void flush(client *c) {
+    while (!c->dead && c->out_off < c->out.len) {
+        ssize_t n = send(c->fd, c->out.data + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->out_off += (size_t)n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return;
+        } else {
+            drop(c, c->frame_ready ? "connection lost while replying" : NULL);
+            return;
+        }
+    }
+    if (c->dead) return;
+    c->out.len = c->out_off = 0;
+    if (c->out.cap > (1u << 20)) mt_store_buf_free(&c->out);
+    if (c->closing) {
+        c->dead = true;
+        return;
+    }
+    reset_frame(c);
+}
+
+/* Queues the reply in c->out (built by the caller) and writes what the socket takes now. */
+static void send_reply(client *c) {
+    if (!mt_store_buf_finish(&c->out)) {
+        drop(c, "out of memory building a reply");
+        return;
+    }
+    c->pending = false;
+    flush(c);
+}
+
+static void reply_code(client *c, mt_store_reply code) {
+    mt_store_buf_begin(&c->out, (uint8_t)code);
+    send_reply(c);
+}
+
+static void reply_error(client *c, const char *msg) {
+    mt_store_buf_begin(&c->out, MT_STORE_R_ERROR);
+    mt_store_buf_str(&c->out, msg);
+    send_reply(c);
+}
+
+static void reply_value(client *c, const entry *e) {
+    mt_store_buf_begin(&c->out, MT_STORE_R_OK);
+    mt_store_buf_bytes(&c->out, e->value, e->vlen);
+    send_reply(c);
+}
+
+/* ---- serving requests ---------------------------------------------------------------------- */
+
+/* For WAIT: whether the request is satisfied; *index is the first present key (any mode). */
+static bool wait_done(mt_store_server *s, const mt_store_request *req, uint32_t *index) {
+    size_t pos = 0;
+    mt_store_bytes key;
+    for (uint32_t i = 0; mt_store_next_wait_key(req, &pos, &key); i++) {
+        bool present = map_find(&s->kv, key) != NULL;
+        if (req->any && present) {
+            *index = i;
+            return true;
+        }
+        if (!req->any && !present) return false;
+    }
+    *index = 0;
+    return !req->any;
+}
+
+/* Answers a pending get/wait if its keys are there; true when answered. */
+static bool try_answer(mt_store_server *s, client *c) {
+    if (c->req.op == MT_STORE_OP_GET) {
+        entry *e = map_find(&s->kv, c->req.key);
+        if (!e) return false;
+        reply_value(c, e);
+        return true;
+    }
+    uint32_t index;
+    if (!wait_done(s, &c->req, &index)) return false;
+    mt_store_buf_begin(&c->out, MT_STORE_R_OK);
+    mt_store_buf_u32(&c->out, index);
+    if (c->req.any) {
+        /* The value saves a second request, which matters when it announces that the store's
+         * host is about to go away (an abort). */
+        size_t pos = 0;
+        mt_store_bytes key = {NULL, 0};
+        for (uint32_t i = 0; i <= index; i++) mt_store_next_wait_key(&c->req, &pos, &key);
+        entry *e = map_find(&s->kv, key);
+        mt_store_buf_bytes(&c->out, e ? e->value : NULL, e ? e->vlen : 0);
+    }
+    send_reply(c);
+    return true;
+}
+
+static void wake_waiters(mt_store_server *s) {
+    for (size_t i = 0; i < s->nclients; i++) {
+        client *c = s->clients[i];
+        if (!c->dead && c->pending) try_answer(s, c);
+    }
+}
+
+static void answer_timeout(mt_store_server *s, client *c) {
+    mt_store_buf_begin(&c->out, MT_STORE_R_TIMEOUT);
+    if (c->req.op == MT_STORE_OP_WAIT) {
+        uint32_t missing = 0, listed = 0;
+        size_t pos = 0;
+        mt_store_bytes key;
+        while (mt_store_next_wait_key(&c->req, &pos, &key))
+            if (!map_find(&s->kv, key)) missing++;
+        mt_store_buf_u32(&c->out, missing);
+        mt_store_buf_u32(&c->out, missing < WAIT_TIMEOUT_KEYS_LISTED ? missing
+                                                                     : WAIT_TIMEOUT_KEYS_LISTED);
+        pos = 0;
+        while (listed < WAIT_TIMEOUT_KEYS_LISTED && mt_store_next_wait_key(&c->req, &pos, &key)) {
+            if (map_find(&s->kv, key)) continue;
+            mt_store_buf_bytes(&c->out, key.data, key.len);
+            listed++;
+        }
+    }
+    send_reply(c);
+}
+
+/* Parses a store value as a decimal int64; false when it is not one. */
+static bool parse_int(const uint8_t *p, size_t n, int64_t *out) {
+    if (n == 0 || n > 20) return false;
+    size_t i = 0;
+    bool neg = p[0] == '-';
+    if (neg) i++;
+    if (i == n) return false;
+    int64_t v = 0;
+    for (; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return false;
+        int d = p[i] - '0';
+        if (neg ? v < (INT64_MIN + d) / 10 : v > (INT64_MAX - d) / 10) return false;
+        v = v * 10 + (neg ? -d : d);
+    }
+    *out = v;
+    return true;
+}
+
+static void serve_add(mt_store_server *s, client *c) {
+    char name[96];
+    entry *e = map_find(&s->kv, c->req.key);
+    int64_t v = 0;
+    if (e && !parse_int(e->value, e->vlen, &v)) {
+        printable(c->req.key, name, sizeof name);
+        char msg[160];
+        snprintf(msg, sizeof msg, "the value of key '%s' is not an integer", name);
+        reply_error(c, msg);
+        return;
+    }
+    int64_t d = c->req.delta;
+    if ((d > 0 && v > INT64_MAX - d) || (d < 0 && v < INT64_MIN - d)) {
+        reply_error(c, "the addition overflows a 64-bit integer");
+        return;
+    }
+    v += d;
+    char text[32];
+    int n = snprintf(text, sizeof text, "%" PRId64, v);
+    if (!map_put(&s->kv, c->req.key, text, (size_t)n)) {
+        reply_error(c, "the store server is out of memory");
+        return;
+    }
+    mt_store_buf_begin(&c->out, MT_STORE_R_OK);
+    mt_store_buf_u64(&c->out, (uint64_t)v);
+    send_reply(c);
+    wake_waiters(s);
+}
+
+static void serve_cas(mt_store_server *s, client *c) {
+    entry *e = map_find(&s->kv, c->req.key);
+    bool match = e ? (e->vlen == c->req.expected.len &&
+                      (e->vlen == 0 || memcmp(e->value, c->req.expected.data, e->vlen) == 0))
+                   : c->req.expected.len == 0;
+    if (match) {
+        if (!map_put(&s->kv, c->req.key, c->req.value.data, c->req.value.len)) {
+            reply_error(c, "the store server is out of memory");
+            return;
+        }
+        e = map_find(&s->kv, c->req.key);
+    }
+    mt_store_buf_begin(&c->out, MT_STORE_R_OK);
+    mt_store_buf_u8(&c->out, e ? 1 : 0);
+    mt_store_buf_bytes(&c->out, e ? e->value : NULL, e ? e->vlen : 0);
+    send_reply(c);
+    if (match) wake_waiters(s);
+}
+
+static void serve_hello(mt_store_server *s, client *c) {
+    const mt_store_request *r = &c->req;
+    const char *mine = mt_version();
+    if (r->proto != MT_STORE_PROTO_VERSION || r->version.len != strlen(mine) ||
+        memcmp(r->version.data, mine, r->version.len) != 0) {
+        char theirs[MT_STORE_MAX_VERSION + 4];
+        printable(r->version, theirs, sizeof theirs);
+        mt_log(MT_LOG_WARN, "store: refusing client %s: meshtrain %s (protocol %u), this store "
+               "runs meshtrain %s (protocol %u)", c->peer, theirs, r->proto, mine,
+               MT_STORE_PROTO_VERSION);
+        mt_store_buf_begin(&c->out, MT_STORE_R_BAD_VERSION);
+        mt_store_buf_u32(&c->out, MT_STORE_PROTO_VERSION);
+        mt_store_buf_str(&c->out, mine);
+        c->closing = true;
+        send_reply(c);
+        return;
+    }
+    if (r->job_id.len != strlen(s->job_id) || memcmp(r->job_id.data, s->job_id, r->job_id.len)) {
+        char theirs[MT_STORE_MAX_JOB_ID + 4];
+        printable(r->job_id, theirs, sizeof theirs);
+        mt_log(MT_LOG_WARN, "store: refusing client %s: it is in job '%s', this store belongs to "
+               "job '%s'", c->peer, theirs, s->job_id);
+        mt_store_buf_begin(&c->out, MT_STORE_R_BAD_JOB);
+        mt_store_buf_str(&c->out, s->job_id);
+        c->closing = true;
+        send_reply(c);
+        return;
+    }
+    c->greeted = true;
+    reply_code(c, MT_STORE_R_OK);
+}
+
+static void serve(mt_store_server *s, client *c) {
+    char why[160];
+    if (!mt_store_parse_request(c->frame, c->frame_len, &c->req, why, sizeof why)) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "invalid request: %s", why);
+        drop(c, msg);
+        return;
+    }
+    if (!c->greeted && c->req.op != MT_STORE_OP_HELLO) {
+        drop(c, "the first request was not the handshake");
+        return;
+    }
+    if (c->greeted && c->req.op == MT_STORE_OP_HELLO) {
+        drop(c, "a second handshake on one connection");
+        return;
+    }
+    entry *e;
+    switch (c->req.op) {
+    case MT_STORE_OP_HELLO:
+        serve_hello(s, c);
+        break;
+    case MT_STORE_OP_SET:
+        if (!map_put(&s->kv, c->req.key, c->req.value.data, c->req.value.len)) {
+            reply_error(c, "the store server is out of memory");
+            break;
+        }
+        reply_code(c, MT_STORE_R_OK);
+        wake_waiters(s);
+        break;
+    case MT_STORE_OP_TRY_GET:
+        e = map_find(&s->kv, c->req.key);
+        if (e)
+            reply_value(c, e);
+        else
+            reply_code(c, MT_STORE_R_NOT_FOUND);
+        break;
+    case MT_STORE_OP_GET:
+    case MT_STORE_OP_WAIT:
+        if (try_answer(s, c)) break;
+        if (c->req.timeout_ms == 0) {
+            answer_timeout(s, c);
+            break;
+        }
+        c->pending = true;
+        c->deadline = now_s() + (double)c->req.timeout_ms / 1000.0;
+        break;
+    case MT_STORE_OP_ADD:
+        serve_add(s, c);
+        break;
+    case MT_STORE_OP_CAS:
+        serve_cas(s, c);
+        break;
+    case MT_STORE_OP_DELETE: {
+        bool existed = map_delete(&s->kv, c->req.key);
+        mt_store_buf_begin(&c->out, MT_STORE_R_OK);
+        mt_store_buf_u8(&c->out, existed ? 1 : 0);
+        send_reply(c);
+        break;
+    }
+    }
+}
+
+/* Reads what the socket has for the current frame, without reading past it. */
+static void read_client(mt_store_server *s, client *c) {
+    while (!c->dead && !c->frame_ready) {
+        uint8_t *dst;
+        size_t want;
+        if (c->head_got < 4) {
+            dst = c->head + c->head_got;
+            want = 4 - c->head_got;
+        } else {
+            /* Grow the buffer as bytes arrive, so a large length prefix alone costs nothing. */
+            if (c->frame_got == c->frame_cap) {
+                size_t cap = c->frame_cap ? c->frame_cap * 2 : 4096;
+                if (cap > c->frame_len) cap = c->frame_len;
+                uint8_t *grown = realloc(c->frame, cap);
+                if (!grown) {
+                    drop(c, "out of memory reading a frame");
+                    return;
+                }
+                c->frame = grown;
+                c->frame_cap = cap;
+            }
+            dst = c->frame + c->frame_got;
+            want = c->frame_cap - c->frame_got;
+        }
+        ssize_t n = recv(c->fd, dst, want, 0);
+        if (n == 0) {
+            bool mid = c->head_got > 0;
+            drop(c, mid ? "disconnected in the middle of a frame" : NULL);
+            if (!mid) mt_log(MT_LOG_DEBUG, "store: client %s disconnected", c->peer);
+            return;
+        }
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+            drop(c, c->head_got ? "connection error in the middle of a frame" : NULL);
+            return;
+        }
+        if (c->head_got < 4) {
+            c->head_got += (size_t)n;
+            if (c->head_got < 4) continue;
+            uint32_t len = mt_store_get_be32(c->head);
+            if (len == 0 || len > MT_STORE_MAX_FRAME) {
+                char msg[160];
+                snprintf(msg, sizeof msg, "frame length %u is outside 1..%zu (garbage or an "
+                         "oversized request)", len, (size_t)MT_STORE_MAX_FRAME);
+                drop(c, msg);
+                return;
+            }
+            c->frame_len = len;
+            c->frame_got = 0;
+        } else {
+            c->frame_got += (size_t)n;
+            if (c->frame_got == c->frame_len) {
+                c->frame_ready = true;
+                serve(s, c);
+            }
+        }
+    }
+}
+
+static void accept_clients(mt_store_server *s, double now) {
+    for (;;) {
+        struct sockaddr_storage addr;
+        socklen_t alen = sizeof addr;
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&addr, &alen,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                mt_log(MT_LOG_WARN, "store: cannot accept a connection: %s; retrying shortly",
+                       strerror(errno));
+                s->listen_paused_until = now + 0.1;
+            }
+            return;
+        }
+        if (s->nclients == s->cap) {
+            size_t cap = s->cap ? s->cap * 2 : 16;
+            client **grown = realloc(s->clients, cap * sizeof *grown);
+            if (!grown) {
+                close(fd);
+                return;
+            }
+            s->clients = grown;
+            s->cap = cap;
+        }
+        client *c = calloc(1, sizeof *c);
+        if (!c) {
+            close(fd);
+            return;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->fd = fd;
+        char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
+        getnameinfo((struct sockaddr *)&addr, alen, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV);
+        const char *shown = strncmp(host, "::ffff:", 7) == 0 ? host + 7 : host; /* IPv4 */
+        snprintf(c->peer, sizeof c->peer, "%s:%s", shown, serv);
+        c->hello_deadline = now + s->handshake_timeout;
+        s->clients[s->nclients++] = c;
+    }
+}
+
+static void free_client(client *c) {
+    close(c->fd);
+    free(c->frame);
+    mt_store_buf_free(&c->out);
+    free(c);
+}
+
+static void sweep(mt_store_server *s) {
+    size_t j = 0;
+    for (size_t i = 0; i < s->nclients; i++) {
+        if (s->clients[i]->dead)
+            free_client(s->clients[i]);
+        else
+            s->clients[j++] = s->clients[i];
+    }
+    s->nclients = j;
+    atomic_store(&s->nclients_public, (int)j);
+}
+
+/* Drops silent clients, answers expired waits; returns the time until the next deadline. */
+static double expire(mt_store_server *s, double now) {
+    double next = 1.0;
+    if (s->listen_paused_until > now && s->listen_paused_until - now < next)
+        next = s->listen_paused_until - now;
+    for (size_t i = 0; i < s->nclients; i++) {
+        client *c = s->clients[i];
+        if (c->dead) continue;
+        if (!c->greeted) {
+            /* Also bounds how long a refused client may take to read its refusal. */
+            if (now >= c->hello_deadline) {
+                char msg[120];
+                snprintf(msg, sizeof msg, "no handshake within %g s", s->handshake_timeout);
+                drop(c, c->closing ? NULL : msg);
+                continue;
+            }
+            if (c->hello_deadline - now < next) next = c->hello_deadline - now;
+        }
+        if (c->pending) {
+            if (now >= c->deadline) {
+                answer_timeout(s, c);
+                continue;
+            }
+            if (c->deadline - now < next) next = c->deadline - now;
+        }
+    }
+    return next;
+}
+
+static void *server_main(void *arg) {
+    mt_store_server *s = arg;
+    struct pollfd *fds = NULL;
+    size_t fds_cap = 0;
+    while (!atomic_load(&s->stop)) {
+        double now = now_s();
+        double wait_s = expire(s, now);
+        sweep(s);
+        if (fds_cap < s->nclients + 2) {
+            size_t cap = (s->nclients + 2) * 2;
+            struct pollfd *grown = realloc(fds, cap * sizeof *grown);
+            if (!grown) {
+                mt_log(MT_LOG_ERROR, "store: out of memory; retrying");
+                struct timespec ts = {0, 100000000};
+                nanosleep(&ts, NULL);
+                continue;
+            }
+            fds = grown;
+            fds_cap = cap;
+        }
+        fds[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+        bool listening = s->listen_paused_until <= now;
+        fds[1] = (struct pollfd){.fd = listening ? s->listen_fd : -1, .events = POLLIN};
+        for (size_t i = 0; i < s->nclients; i++) {
+            client *c = s->clients[i];
+            short ev = POLLRDHUP;
+            if (!c->frame_ready) ev |= POLLIN;
+            if (c->out_off < c->out.len) ev |= POLLOUT;
+            fds[i + 2] = (struct pollfd){.fd = c->fd, .events = ev};
+        }
+        int timeout_ms = (int)ceil(wait_s * 1000.0);
+        if (timeout_ms < 0) timeout_ms = 0;
+        int n = poll(fds, s->nclients + 2, timeout_ms);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            mt_log(MT_LOG_ERROR, "store: poll failed: %s", strerror(errno));
+            break;
+        }
+        if (fds[0].revents) {
+            char buf[64];
+            while (read(s->wake[0], buf, sizeof buf) > 0) {
+            }
+        }
+        /* Clients accepted below are not in fds yet; only the first `polled` are. */
+        size_t polled = s->nclients;
+        for (size_t i = 0; i < polled; i++) {
+            client *c = s->clients[i];
+            short re = fds[i + 2].revents;
+            if (!re || c->dead) continue;
+            if (re & POLLOUT) flush(c);
+            if (!c->dead && (re & POLLIN)) read_client(s, c);
+            if (!c->dead && (re & (POLLERR | POLLHUP | POLLRDHUP)) && c->frame_ready)
+                drop(c, c->pending ? NULL : "disconnected before reading its reply");
+            if (!c->dead && (re & (POLLERR | POLLHUP | POLLNVAL)) && !(re & POLLIN))
+                drop(c, NULL);
+        }
+        if (listening && (fds[1].revents & POLLIN)) accept_clients(s, now_s());
+    }
+    free(fds);
+    return NULL;
+}
+
+/* ---- public API ---------------------------------------------------------------------------- */
+
+static double handshake_timeout_from_env(void) {
+    const char *env = getenv("MT_STORE_HANDSHAKE_TIMEOUT_S");
+    if (!env || !*env) return HANDSHAKE_TIMEOUT_DEFAULT_S;
+    char *end;
+    double v = strtod(env, &end);
+    if (*end || !(v > 0) || !isfinite(v)) {
+        mt_log(MT_LOG_WARN, "MT_STORE_HANDSHAKE_TIMEOUT_S=%s is not a positive number of seconds; "
+               "using %g", env, HANDSHAKE_TIMEOUT_DEFAULT_S);
+        return HANDSHAKE_TIMEOUT_DEFAULT_S;
+    }
+    return v;
+}
+
+/* Binds and listens on one address family; returns the socket or -1 with *err set. */
+static int listen_on(const char *bind_addr, const char *serv, int family, int *err) {
+    struct addrinfo hints = {.ai_family = family, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res;
+    int rc = getaddrinfo(bind_addr, serv, &hints, &res);
+    if (rc != 0) {
+        *err = rc == EAI_SYSTEM ? errno : EADDRNOTAVAIL;
+        return -1;
+    }
+    int fd = -1;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            *err = errno;
+            continue;
+        }
+        int one = 1, zero = 0;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        /* "All interfaces" over IPv6 also takes IPv4 clients (mapped addresses). */
+        if (ai->ai_family == AF_INET6 && !bind_addr)
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0) break;
+        *err = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    return fd;
+}
+
+static mt_status open_listener(const char *bind_addr, int port, int *out_fd, int *out_port) {
+    bool any = !bind_addr || !*bind_addr;
+    char serv[16];
+    snprintf(serv, sizeof serv, "%d", port);
+    int err = EADDRNOTAVAIL, fd;
+    if (any) {
+        /* Dual-stack when the host has IPv6, else IPv4 only. */
+        fd = listen_on(NULL, serv, AF_INET6, &err);
+        if (fd < 0 && err != EADDRINUSE) fd = listen_on(NULL, serv, AF_INET, &err);
+    } else {
+        fd = listen_on(bind_addr, serv, AF_UNSPEC, &err);
+    }
+    if (fd < 0) {
+        const char *hint = err == EADDRINUSE ? " (another job's store? choose another "
+                                               "MASTER_PORT / --master_port)" : "";
+        return mt_error(MT_ERR_IO, "store server: cannot listen on %s:%d: %s%s",
+                        any ? "*" : bind_addr, port, strerror(err), hint);
+    }
+    struct sockaddr_storage sa;
+    socklen_t slen = sizeof sa;
+    getsockname(fd, (struct sockaddr *)&sa, &slen);
+    *out_port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                               : ((struct sockaddr_in *)&sa)->sin_port);
+    *out_fd = fd;
+    return MT_OK;
+}
+
+mt_status mt_store_server_start(const char *bind_addr, int port, const char *job_id,
+                                mt_store_server **out) {
+    *out = NULL;
+    if (port < 0 || port > 65535)
+        return mt_error(MT_ERR_INVALID_ARG, "store server: port %d is outside 0..65535", port);
+    if (!job_id) job_id = "";
+    if (strlen(job_id) > MT_STORE_MAX_JOB_ID)
+        return mt_error(MT_ERR_INVALID_ARG, "store server: job id is longer than %d bytes",
+                        MT_STORE_MAX_JOB_ID);
+    mt_store_server *s = calloc(1, sizeof *s);
+    if (!s) return mt_error(MT_ERR_OUT_OF_MEMORY, "store server: out of memory");
+    s->listen_fd = s->wake[0] = s->wake[1] = -1;
+    snprintf(s->job_id, sizeof s->job_id, "%s", job_id);
+    s->handshake_timeout = handshake_timeout_from_env();
+    mt_status st = open_listener(bind_addr, port, &s->listen_fd, &s->port);
+    if (st != MT_OK) goto fail;
+    if (pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+        st = mt_error_errno(MT_ERR_SYSTEM, errno, "store server: cannot create its wake-up pipe");
+        goto fail;
+    }
+    /* The server thread takes no signals: the host process (mtrun) handles them on its own. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&s->thread, NULL, server_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        st = mt_error_errno(MT_ERR_SYSTEM, rc, "store server: cannot start its thread");
+        goto fail;
+    }
+    s->thread_started = true;
+    mt_log(MT_LOG_DEBUG, "store: serving job '%s' on port %d", s->job_id, s->port);
+    *out = s;
+    return MT_OK;
+fail:
+    mt_store_server_stop(s);
+    return st;
+}
+
+int mt_store_server_port(const mt_store_server *server) { return server ? server->port : -1; }
+
+int mt_store_server_clients(mt_store_server *server) {
+    return server ? atomic_load(&server->nclients_public) : 0;
+}
+
+void mt_store_server_stop(mt_store_server *s) {
+    if (!s) return;
+    if (s->thread_started) {
+        atomic_store(&s->stop, true);
+        ssize_t w;
+        do {
+            w = write(s->wake[1], "x", 1);
+        } while (w < 0 && errno == EINTR);
+        pthread_join(s->thread, NULL);
+    }
+    for (size_t i = 0; i < s->nclients; i++) free_client(s->clients[i]);
+    free(s->clients);
+    map_free(&s->kv);
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    if (s->wake[0] >= 0) close(s->wake[0]);
+    if (s->wake[1] >= 0) close(s->wake[1]);
+    free(s);
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# mt_init under mtrun: the launcher hosts the store; local ranks and nodes come from host
+# identities. Two mtrun on this machine are two "nodes".
+source "$(dirname "$0")/runtime_lib.sh"
+MTRUN=$2
+
+mtrun_bg() {
+    local name=$1
+    shift
+    "$MTRUN" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
+    PIDS+=("$!")
+    printf -v "PID_$name" '%s' "$!"
+}
+
+PORT=$(free_port)
+mtrun_bg one --nproc_per_node 3 --master_port "$PORT" --rdzv_id mtjob "$PROG"
+expect_rc one 0 60
+for r in 0 1 2; do
+    expect_text one out "rank=$r world=3 local_rank=$r local_world=3 node=0 nodes=1"
+    expect_text one out "rank=$r allreduce ok"
+done
+expect_text one out "job=mtjob"
+
+PORT=$(free_port)
+NODES=(--nnodes 2 --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$PORT" --rdzv_id two)
+mtrun_bg n1 "${NODES[@]}" --node_rank 1 "$PROG"
+mtrun_bg n0 "${NODES[@]}" --node_rank 0 "$PROG"
+expect_rc n0 0 60
+expect_rc n1 0 60
+HOST=$(hostname)
+expect_text n0 out "rank=0 world=4 local_rank=0 local_world=2 node=0 nodes=2 host=$HOST/0"
+expect_text n0 out "rank=1 world=4 local_rank=1 local_world=2 node=0 nodes=2 host=$HOST/0"
+expect_text n1 out "rank=2 world=4 local_rank=0 local_world=2 node=1 nodes=2 host=$HOST/1"
+expect_text n1 out "rank=3 world=4 local_rank=1 local_world=2 node=1 nodes=2 host=$HOST/1"
+finish
