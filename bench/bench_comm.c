@@ -1,0 +1,155 @@
+/* mt-bench-comm: host collective bandwidth, reported like nccl-tests.
+ *
+ *   mtrun --nproc_per_node N mt-bench-comm [--op all_gather|reduce_scatter|all_reduce|all]
+ *         [--min-bytes B] [--max-bytes B] [--dtype f32|bf16] [--iters I] [--warmup W] [--json]
+ *
+ * size is the total buffer (the gathered output, the scattered input, the all-reduced buffer);
+ * sizes double from --min-bytes to --max-bytes (suffixes K, M, G accepted). time is the mean over
+ * iterations, the slowest rank's. algbw = size / time, busbw = algbw x (n-1)/n for all_gather and
+ * reduce_scatter and x 2(n-1)/n for all_reduce; GB = 1e9 bytes. Rank 0 prints; with --json one
+ * object per line and nothing else on stdout.
+ */
+#include <meshtrain/meshtrain.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef enum { OP_AG, OP_RS, OP_AR, OP_COUNT } bench_op;
+static const char *op_names[OP_COUNT] = {"all_gather", "reduce_scatter", "all_reduce"};
+
+static int parse_bytes(const char *s, size_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) return -1;
+    switch (*end) {
+    case 'k': case 'K': v *= 1024; end++; break;
+    case 'm': case 'M': v *= 1024 * 1024; end++; break;
+    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B') end++;
+    if (*end == 'B') end++;
+    if (*end) return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static mt_status run_op(mt_group *g, bench_op op, void *in, void *out, size_t count,
+                        mt_dtype dt) {
+    switch (op) {
+    case OP_AG: return mt_all_gather(g, in, out, count, dt, NULL);
+    case OP_RS: return mt_reduce_scatter(g, in, out, count, dt, MT_REDUCE_SUM, NULL);
+    default: return mt_all_reduce(g, in, out, count, dt, MT_REDUCE_SUM, NULL);
+    }
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: mt-bench-comm [--op all_gather|reduce_scatter|all_reduce|all] "
+                    "[--min-bytes B] [--max-bytes B] [--dtype f32|bf16] [--iters I] "
+                    "[--warmup W] [--json]\n");
+}
+
+int main(int argc, char **argv) {
+    size_t min_bytes = 1024, max_bytes = 256u << 20;
+    int iters = 20, warmup = 5, json = 0;
+    bool ops[OP_COUNT] = {true, true, true};
+    mt_dtype dt = MT_F32;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!v) { usage(); return 2; }
+        i++;
+        if (!strcmp(a, "--op")) {
+            if (strcmp(v, "all") != 0) {
+                int k = -1;
+                for (int o = 0; o < OP_COUNT; o++) if (!strcmp(v, op_names[o])) k = o;
+                if (k < 0) { fprintf(stderr, "mt-bench-comm: unknown --op %s\n", v); return 2; }
+                for (int o = 0; o < OP_COUNT; o++) ops[o] = o == k;
+            }
+        } else if (!strcmp(a, "--min-bytes")) {
+            if (parse_bytes(v, &min_bytes)) { usage(); return 2; }
+        } else if (!strcmp(a, "--max-bytes")) {
+            if (parse_bytes(v, &max_bytes)) { usage(); return 2; }
+        } else if (!strcmp(a, "--dtype")) {
+            if (mt_dtype_parse(v, &dt) != MT_OK) { fprintf(stderr, "%s\n", mt_last_error()); return 2; }
+        } else if (!strcmp(a, "--iters")) {
+            iters = atoi(v);
+        } else if (!strcmp(a, "--warmup")) {
+            warmup = atoi(v);
+        } else {
+            usage();
+            return 2;
+        }
+    }
+    if (iters < 1 || warmup < 0 || min_bytes == 0 || min_bytes > max_bytes) {
+        usage();
+        return 2;
+    }
+    mt_runtime *rt;
+    if (mt_init(&rt, &argc, &argv) != MT_OK) {
+        fprintf(stderr, "mt-bench-comm: %s\n", mt_last_error());
+        return 1;
+    }
+    mt_group *world = mt_runtime_world(rt);
+    int n = mt_group_size(world), me = mt_group_rank(world);
+    size_t es = mt_dtype_size(dt);
+    char *in = calloc(max_bytes / es * es + es, 1), *out = calloc(max_bytes / es * es + es, 1);
+    if (!in || !out) {
+        fprintf(stderr, "mt-bench-comm: cannot allocate 2 x %zu bytes\n", max_bytes);
+        return 1;
+    }
+    if (me == 0 && !json)
+        printf("# mt-bench-comm: %d ranks, dtype %s, %d iterations (%d warm-up)\n"
+               "# %-15s %12s %12s %12s %10s %10s\n", n, mt_dtype_name(dt), iters, warmup, "op",
+               "size(B)", "count", "time(us)", "algbw", "busbw");
+    int rc = 0;
+    for (int o = 0; o < OP_COUNT && rc == 0; o++) {
+        if (!ops[o]) continue;
+        for (size_t size = min_bytes; size <= max_bytes && rc == 0; size *= 2) {
+            size_t total = size / es;                  /* elements of the total buffer */
+            size_t count = o == OP_AR ? total : total / (size_t)n; /* the call's count */
+            if (count == 0) continue;
+            size_t bytes = (o == OP_AR ? count : count * (size_t)n) * es;
+            for (int i = 0; i < warmup && rc == 0; i++)
+                if (run_op(world, (bench_op)o, in, out, count, dt) != MT_OK) rc = 1;
+            /* Timed pass: a barrier, then iters back-to-back operations. */
+            if (rc == 0 && mt_barrier(world, NULL) != MT_OK) rc = 1;
+            double t0 = now();
+            for (int i = 0; i < iters && rc == 0; i++)
+                if (run_op(world, (bench_op)o, in, out, count, dt) != MT_OK) rc = 1;
+            float us = (float)((now() - t0) / iters * 1e6), slowest = us;
+            if (rc == 0 && mt_all_reduce(world, &us, &slowest, 1, MT_F32, MT_REDUCE_MAX, NULL) != MT_OK)
+                rc = 1;
+            if (rc != 0) {
+                fprintf(stderr, "mt-bench-comm: %s of %zu bytes failed: %s\n", op_names[o], bytes,
+                        mt_last_error());
+                break;
+            }
+            double algbw = (double)bytes / ((double)slowest * 1e-6) / 1e9;
+            double factor = o == OP_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+            double busbw = algbw * factor;
+            if (me != 0) continue;
+            if (json)
+                printf("{\"op\":\"%s\",\"bytes\":%zu,\"count\":%zu,\"dtype\":\"%s\",\"ranks\":%d,"
+                       "\"time_us\":%.2f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f}\n",
+                       op_names[o], bytes, bytes / es, mt_dtype_name(dt), n, (double)slowest,
+                       algbw, busbw);
+            else
+                printf("  %-15s %12zu %12zu %12.1f %10.3f %10.3f\n", op_names[o], bytes,
+                       bytes / es, (double)slowest, algbw, busbw);
+            fflush(stdout);
+        }
+    }
+    free(in);
+    free(out);
+    mt_finalize(rt);
+    return rc;
+}

@@ -1,0 +1,76 @@
+/* The public collective calls: argument checks, then a work item for the progress thread. */
+#include "mesh/transport_internal.h"
+
+#include "core/error.h"
+
+#include <stdint.h>
+
+static mt_status check_common(mt_group *g, const char *op, size_t count, mt_dtype dtype,
+                              const void *a, const void *b) {
+    MT_TRY(mt_group_check_usable(g, op));
+    if (mt_dtype_size(dtype) == 0)
+        return mt_error(MT_ERR_INVALID_ARG, "%s on group '%s': invalid dtype %d", op, g->name,
+                        (int)dtype);
+    if (count > SIZE_MAX / 8 / (size_t)g->size)
+        return mt_error(MT_ERR_INVALID_ARG, "%s on group '%s': count %zu is too large", op,
+                        g->name, count);
+    if (count > 0 && (!a || !b))
+        return mt_error(MT_ERR_INVALID_ARG, "%s on group '%s': a buffer is NULL", op, g->name);
+    return MT_OK;
+}
+
+static mt_status make(mt_group *g, mt_op_kind kind, const void *send, void *recv, size_t count,
+                      mt_dtype dtype, mt_reduce_op rop, int root, mt_work **work) {
+    mt_work *w = mt_work_new(g, kind);
+    if (!w) return mt_error(MT_ERR_OUT_OF_MEMORY, "%s: allocating the work", mt_op_name(kind));
+    w->send = send;
+    w->recv = recv;
+    w->count = count;
+    w->dtype = dtype;
+    w->rop = rop;
+    w->root = root;
+    return mt_work_submit_or_wait(w, work);
+}
+
+mt_status mt_all_gather(mt_group *g, const void *send, void *recv, size_t count, mt_dtype dtype,
+                        mt_work **work) {
+    if (work) *work = NULL;
+    MT_TRY(check_common(g, "all_gather", count, dtype, send, recv));
+    return make(g, MT_OP_ALL_GATHER, send, recv, count, dtype, MT_REDUCE_SUM, -1, work);
+}
+
+mt_status mt_reduce_scatter(mt_group *g, const void *send, void *recv, size_t count,
+                            mt_dtype dtype, mt_reduce_op op, mt_work **work) {
+    if (work) *work = NULL;
+    MT_TRY(check_common(g, "reduce_scatter", count, dtype, send, recv));
+    if (op != MT_REDUCE_SUM && op != MT_REDUCE_AVG)
+        return mt_error(MT_ERR_INVALID_ARG, "reduce_scatter on group '%s': op must be sum or avg",
+                        g->name);
+    return make(g, MT_OP_REDUCE_SCATTER, send, recv, count, dtype, op, -1, work);
+}
+
+mt_status mt_all_reduce(mt_group *g, const void *send, void *recv, size_t count, mt_dtype dtype,
+                        mt_reduce_op op, mt_work **work) {
+    if (work) *work = NULL;
+    MT_TRY(check_common(g, "all_reduce", count, dtype, send, recv));
+    if (op != MT_REDUCE_SUM && op != MT_REDUCE_AVG && op != MT_REDUCE_MAX)
+        return mt_error(MT_ERR_INVALID_ARG, "all_reduce on group '%s': unknown op %d", g->name,
+                        (int)op);
+    return make(g, MT_OP_ALL_REDUCE, send, recv, count, dtype, op, -1, work);
+}
+
+mt_status mt_broadcast(mt_group *g, void *buf, size_t count, mt_dtype dtype, int root,
+                       mt_work **work) {
+    if (work) *work = NULL;
+    MT_TRY(check_common(g, "broadcast", count, dtype, buf, buf));
+    if (root < 0 || root >= g->size)
+        return mt_error(MT_ERR_INVALID_ARG, "broadcast on group '%s': root %d is not a group rank "
+                                            "(0..%d)", g->name, root, g->size - 1);
+    return make(g, MT_OP_BROADCAST, buf, buf, count, dtype, MT_REDUCE_SUM, root, work);
+}
+
+mt_status mt_barrier(mt_group *g, mt_work **work) {
+    if (work) *work = NULL;
+    MT_TRY(mt_group_check_usable(g, "barrier"));
+    return make(g, MT_OP_BARRIER, NULL, NULL, 0, MT_F32, MT_REDUCE_SUM, -1, work);
+}

@@ -1,0 +1,319 @@
+/* The algorithms, written as task lists for the schedule engine (coll_schedule.c).
+ *
+ * Large messages use rings pipelined in chunks (tr->chunk_bytes, tr->window chunks in flight):
+ * all_gather receives straight into the output; reduce_scatter receives a chunk into scratch and
+ * reduces it with the local contribution into the chunk it sends next (or into the output on the
+ * last step); all_reduce is reduce_scatter over uneven blocks followed by an all_gather ring in
+ * the output; broadcast is a pipelined chain from the root. Below tr->small_bytes every rank
+ * exchanges directly with every other (one round, latency-bound sizes) and reduces the inputs in
+ * group-rank order, so every member computes identical bits. barrier is a dissemination barrier
+ * of empty messages.
+ */
+#include "mesh/transport_internal.h"
+
+#include "core/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ring {
+    int n, r, left, right;
+    size_t esize, chunk; /* element size, elements per chunk */
+} ring;
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+static void ring_init(ring *g, mt_work *w) {
+    g->n = w->group->size;
+    g->r = w->group->rank;
+    g->left = mod(g->r - 1, g->n);
+    g->right = mod(g->r + 1, g->n);
+    g->esize = mt_dtype_size(w->dtype);
+    g->chunk = w->tr->chunk_bytes / g->esize;
+    if (g->chunk == 0) g->chunk = 1;
+}
+
+/* Blocks of an uneven split: block i covers [off(i), off(i+1)). */
+static size_t block_off(size_t count, int n, int i) {
+    return (size_t)((unsigned __int128)count * (unsigned)i / (unsigned)n);
+}
+
+static size_t chunks_of(size_t len, size_t chunk) { return (len + chunk - 1) / chunk; }
+
+static uint32_t sub_of(size_t step, size_t nchunks, size_t k) {
+    return (uint32_t)((step * nchunks + k) & MT_TAG_SUB_MASK);
+}
+
+/* Scratch belongs to the group and is reused: collectives of a group run one at a time, and fresh
+ * pages would cost a page fault each on every operation. */
+static void *scratch(mt_work *w, size_t bytes) {
+    mt_group *g = w->group;
+    if (g->scratch_bytes < bytes || !g->scratch) {
+        free(g->scratch);
+        g->scratch = malloc(bytes ? bytes : 1);
+        g->scratch_bytes = g->scratch ? bytes : 0;
+    }
+    return g->scratch;
+}
+
+/* ---- all_gather ----------------------------------------------------------------------------- */
+
+static mt_status build_all_gather(mt_work *w) {
+    ring g;
+    ring_init(&g, w);
+    size_t bytes = w->count * g.esize;
+    char *out = w->recv;
+    const char *in = w->send;
+    mt_sched s;
+    if (w->count == 0) {
+        mt_sched_init(&s, w, 1);
+        return mt_sched_finish(&s);
+    }
+    bool small = bytes * (size_t)g.n <= w->tr->small_bytes;
+    size_t nch = small ? 1 : chunks_of(w->count, g.chunk);
+    mt_sched_init(&s, w, 1 + 2 * (g.n - 1) * (int)nch);
+    mt_sched_copy(&s, out + (size_t)g.r * bytes, in, bytes, false);
+    if (small) {
+        w->window = g.n;
+        for (int i = 1; i < g.n; i++) {
+            mt_sched_send(&s, mod(g.r + i, g.n), 0, in, bytes, -1, -1);
+            int from = mod(g.r - i, g.n);
+            mt_sched_recv(&s, from, 0, out + (size_t)from * bytes, bytes, -1, -1);
+        }
+        return mt_sched_finish(&s);
+    }
+    int *prev_recv = malloc(nch * sizeof *prev_recv);
+    if (!prev_recv) return mt_error(MT_ERR_OUT_OF_MEMORY, "all_gather: schedule");
+    for (int st = 0; st < g.n - 1; st++) {
+        int send_block = mod(g.r - st, g.n), recv_block = mod(g.r - st - 1, g.n);
+        for (size_t k = 0; k < nch; k++) {
+            size_t off = k * g.chunk * g.esize;
+            size_t len = (k + 1 == nch ? w->count - k * g.chunk : g.chunk) * g.esize;
+            const char *src = st == 0 ? in + off : out + (size_t)send_block * bytes + off;
+            int dep = st == 0 ? -1 : prev_recv[k];
+            mt_sched_send(&s, g.right, sub_of((size_t)st, nch, k), src, len, dep, -1);
+            prev_recv[k] = mt_sched_recv(&s, g.left, sub_of((size_t)st, nch, k),
+                                         out + (size_t)recv_block * bytes + off, len, -1, -1);
+        }
+    }
+    free(prev_recv);
+    return mt_sched_finish(&s);
+}
+
+/* ---- reduce_scatter and the first half of all_reduce ---------------------------------------- */
+
+/* Ring reduce-scatter over blocks [off(i), off(i+1)) of `in` (elements), leaving the reduced
+ * block r in out_block. bufA receives a chunk, bufB holds the partial sum sent on the next step;
+ * both hold one block. */
+static void ring_reduce_scatter(mt_sched *s, mt_work *w, ring *g, const char *in,
+                                size_t (*off)(const mt_work *, int), char *out_block,
+                                char *bufA, char *bufB, size_t nch) {
+    int *red = malloc(nch * sizeof *red);
+    if (!red) {
+        s->oom = true;
+        return;
+    }
+    for (int st = 0; st < g->n - 1; st++) {
+        bool last = st == g->n - 2;
+        int send_block = mod(g->r - st - 1, g->n), recv_block = mod(g->r - st - 2, g->n);
+        size_t sb0 = off(w, send_block), sblen = off(w, send_block + 1) - sb0;
+        size_t rb0 = off(w, recv_block), rblen = off(w, recv_block + 1) - rb0;
+        for (size_t k = 0; k < nch; k++) {
+            size_t c0 = k * g->chunk;
+            uint32_t sub = sub_of((size_t)st, nch, k);
+            int send_i = -1;
+            if (c0 < sblen) {
+                size_t len = (sblen - c0 < g->chunk ? sblen - c0 : g->chunk) * g->esize;
+                const char *src = st == 0 ? in + (sb0 + c0) * g->esize : bufB + c0 * g->esize;
+                send_i = mt_sched_send(s, g->right, sub, src, len, st == 0 ? -1 : red[k], -1);
+            }
+            int prev_red = st == 0 ? -1 : red[k];
+            red[k] = -1;
+            if (c0 < rblen) {
+                size_t n = rblen - c0 < g->chunk ? rblen - c0 : g->chunk;
+                int recv_i = mt_sched_recv(s, g->left, sub, bufA + c0 * g->esize, n * g->esize,
+                                           prev_red, -1);
+                char *dst = last ? out_block + c0 * g->esize : bufB + c0 * g->esize;
+                /* bufB's chunk is rewritten only after this step's send of it completed. */
+                red[k] = mt_sched_reduce(s, last, dst, in + (rb0 + c0) * g->esize,
+                                         bufA + c0 * g->esize, n, recv_i, last ? -1 : send_i,
+                                         prev_red);
+            }
+        }
+    }
+    free(red);
+}
+
+static size_t rs_off(const mt_work *w, int i) { return (size_t)i * w->count; }
+static size_t ar_off(const mt_work *w, int i) { return block_off(w->count, w->group->size, i); }
+
+static mt_status build_direct_reduce(mt_work *w, ring *g, size_t block_count, bool scatter) {
+    /* Every member's block (scatter) or whole buffer goes to every other member. */
+    size_t bytes = block_count * g->esize;
+    /* The input pointers first (aligned by malloc), then one slot per member. */
+    size_t table = ((size_t)g->n * sizeof(void *) + 63) / 64 * 64;
+    char *base = scratch(w, table + (size_t)g->n * bytes);
+    if (!base) return mt_error(MT_ERR_OUT_OF_MEMORY, "%s: %zu bytes of scratch",
+                               mt_op_name(w->kind), (size_t)g->n * bytes);
+    const void **inputs = (const void **)base;
+    char *buf = base + table;
+    const char *in = w->send;
+    mt_sched s;
+    mt_sched_init(&s, w, 2 * g->n + 1);
+    w->window = g->n;
+    for (int i = 1; i < g->n; i++) {
+        int to = mod(g->r + i, g->n), from = mod(g->r - i, g->n);
+        mt_sched_send(&s, to, 0, scatter ? in + (size_t)to * bytes : in, bytes, -1, -1);
+        mt_sched_recv(&s, from, 0, buf + (size_t)from * bytes, bytes, -1, -1);
+    }
+    for (int j = 0; j < g->n; j++)
+        inputs[j] = j == g->r ? (const void *)(scatter ? in + (size_t)j * bytes : in)
+                              : (const void *)(buf + (size_t)j * bytes);
+    mt_sched_reduce_many(&s, w->recv, (const void *const *)inputs, g->n, block_count);
+    return mt_sched_finish(&s);
+}
+
+static mt_status build_single(mt_work *w, size_t bytes) {
+    mt_sched s;
+    mt_sched_init(&s, w, 1);
+    if (bytes) mt_sched_copy(&s, w->recv, w->send, bytes, false);
+    return mt_sched_finish(&s);
+}
+
+static mt_status build_reduce_scatter(mt_work *w) {
+    ring g;
+    ring_init(&g, w);
+    size_t bytes = w->count * g.esize;
+    if (w->count == 0 || g.n == 1) return build_single(w, bytes);
+    if (bytes * (size_t)g.n <= w->tr->small_bytes) return build_direct_reduce(w, &g, w->count, true);
+    size_t nch = chunks_of(w->count, g.chunk);
+    char *buf = scratch(w, 2 * bytes);
+    if (!buf) return mt_error(MT_ERR_OUT_OF_MEMORY, "reduce_scatter: %zu bytes of scratch",
+                              2 * bytes);
+    mt_sched s;
+    mt_sched_init(&s, w, 3 * (g.n - 1) * (int)nch);
+    ring_reduce_scatter(&s, w, &g, w->send, rs_off, w->recv, buf, buf + bytes, nch);
+    return mt_sched_finish(&s);
+}
+
+static mt_status build_all_reduce(mt_work *w) {
+    ring g;
+    ring_init(&g, w);
+    size_t bytes = w->count * g.esize;
+    if (w->count == 0 || g.n == 1) return build_single(w, bytes);
+    if (bytes <= w->tr->small_bytes || w->count < (size_t)g.n)
+        return build_direct_reduce(w, &g, w->count, false);
+    size_t maxblock = 0;
+    for (int i = 0; i < g.n; i++) {
+        size_t len = ar_off(w, i + 1) - ar_off(w, i);
+        if (len > maxblock) maxblock = len;
+    }
+    size_t nch = chunks_of(maxblock, g.chunk);
+    char *buf = scratch(w, 2 * maxblock * g.esize);
+    if (!buf) return mt_error(MT_ERR_OUT_OF_MEMORY, "all_reduce: %zu bytes of scratch",
+                              2 * maxblock * g.esize);
+    char *out = w->recv;
+    mt_sched s;
+    mt_sched_init(&s, w, 5 * (g.n - 1) * (int)nch + 1);
+    ring_reduce_scatter(&s, w, &g, w->send, ar_off, out + ar_off(w, g.r) * g.esize, buf,
+                        buf + maxblock * g.esize, nch);
+    /* The gather phase writes blocks the scatter phase may still read when send == recv: it
+     * starts after the whole scatter phase (a join task). */
+    int join = mt_sched_copy(&s, NULL, NULL, 0, true);
+    int *prev_recv = malloc(nch * sizeof *prev_recv);
+    if (!prev_recv) return mt_error(MT_ERR_OUT_OF_MEMORY, "all_reduce: schedule");
+    for (int st = 0; st < g.n - 1; st++) {
+        int send_block = mod(g.r - st, g.n), recv_block = mod(g.r - st - 1, g.n);
+        size_t sb0 = ar_off(w, send_block), sblen = ar_off(w, send_block + 1) - sb0;
+        size_t rb0 = ar_off(w, recv_block), rblen = ar_off(w, recv_block + 1) - rb0;
+        for (size_t k = 0; k < nch; k++) {
+            size_t c0 = k * g.chunk;
+            uint32_t sub = sub_of((size_t)(g.n - 1 + st), nch, k);
+            if (c0 < sblen) {
+                size_t len = (sblen - c0 < g.chunk ? sblen - c0 : g.chunk) * g.esize;
+                mt_sched_send(&s, g.right, sub, out + (sb0 + c0) * g.esize, len,
+                              st == 0 ? join : prev_recv[k], -1);
+            }
+            prev_recv[k] = -1;
+            if (c0 < rblen) {
+                size_t len = (rblen - c0 < g.chunk ? rblen - c0 : g.chunk) * g.esize;
+                prev_recv[k] = mt_sched_recv(&s, g.left, sub, out + (rb0 + c0) * g.esize, len,
+                                             join, -1);
+            }
+        }
+    }
+    free(prev_recv);
+    return mt_sched_finish(&s);
+}
+
+/* ---- broadcast, barrier, point-to-point ----------------------------------------------------- */
+
+static mt_status build_broadcast(mt_work *w) {
+    ring g;
+    ring_init(&g, w);
+    size_t bytes = w->count * g.esize;
+    char *buf = w->recv;
+    mt_sched s;
+    if (w->count == 0 || g.n == 1) {
+        mt_sched_init(&s, w, 1);
+        return mt_sched_finish(&s);
+    }
+    if (bytes <= w->tr->small_bytes) {
+        mt_sched_init(&s, w, g.n);
+        w->window = g.n;
+        if (g.r == w->root) {
+            for (int i = 1; i < g.n; i++) mt_sched_send(&s, mod(g.r + i, g.n), 0, buf, bytes, -1, -1);
+        } else {
+            mt_sched_recv(&s, w->root, 0, buf, bytes, -1, -1);
+        }
+        return mt_sched_finish(&s);
+    }
+    int pos = mod(g.r - w->root, g.n);
+    size_t nch = chunks_of(w->count, g.chunk);
+    mt_sched_init(&s, w, 2 * (int)nch);
+    for (size_t k = 0; k < nch; k++) {
+        size_t off = k * g.chunk * g.esize;
+        size_t len = (k + 1 == nch ? w->count - k * g.chunk : g.chunk) * g.esize;
+        int recv_i = -1;
+        if (pos > 0) recv_i = mt_sched_recv(&s, g.left, (uint32_t)k, buf + off, len, -1, -1);
+        if (pos < g.n - 1) mt_sched_send(&s, g.right, (uint32_t)k, buf + off, len, recv_i, -1);
+    }
+    return mt_sched_finish(&s);
+}
+
+static mt_status build_barrier(mt_work *w) {
+    int n = w->group->size, r = w->group->rank;
+    mt_sched s;
+    mt_sched_init(&s, w, 64);
+    w->window = 2;
+    int prev_recv = -1;
+    for (int dist = 1, round = 0; dist < n; dist *= 2, round++) {
+        mt_sched_send(&s, mod(r + dist, n), (uint32_t)round, NULL, 0, prev_recv, -1);
+        prev_recv = mt_sched_recv(&s, mod(r - dist, n), (uint32_t)round, NULL, 0, -1, -1);
+    }
+    return mt_sched_finish(&s);
+}
+
+static mt_status build_p2p(mt_work *w) {
+    mt_sched s;
+    mt_sched_init(&s, w, 1);
+    size_t bytes = w->count * mt_dtype_size(w->dtype);
+    if (w->kind == MT_OP_SEND)
+        mt_sched_send(&s, w->root, 0, w->send, bytes, -1, -1);
+    else
+        mt_sched_recv(&s, w->root, 0, w->recv, bytes, -1, -1);
+    return mt_sched_finish(&s);
+}
+
+mt_status mt_schedule_build(mt_work *w) {
+    switch (w->kind) {
+    case MT_OP_ALL_GATHER: return build_all_gather(w);
+    case MT_OP_REDUCE_SCATTER: return build_reduce_scatter(w);
+    case MT_OP_ALL_REDUCE: return build_all_reduce(w);
+    case MT_OP_BROADCAST: return build_broadcast(w);
+    case MT_OP_BARRIER: return build_barrier(w);
+    case MT_OP_SEND:
+    case MT_OP_RECV: return build_p2p(w);
+    }
+    return mt_error(MT_ERR_INTERNAL, "unknown operation kind %d", (int)w->kind);
+}

@@ -1,0 +1,195 @@
+/* The schedule engine: an operation is a list of tasks (send, recv, reduce, copy) with
+ * dependencies. The progress thread starts each task once its dependencies are done, keeping at
+ * most `window` sends and `window` receives of an operation in flight, and runs reductions and
+ * copies inline. Algorithms (coll_build.c) only describe the list. */
+#include "mesh/reduce.h"
+#include "mesh/transport_internal.h"
+
+#include "core/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void mt_sched_init(mt_sched *s, mt_work *w, int expected_tasks) {
+    s->w = w;
+    s->oom = false;
+    s->cap = expected_tasks > 0 ? expected_tasks : 1;
+    w->ntasks = 0;
+    w->tasks = malloc((size_t)s->cap * sizeof *w->tasks);
+    if (!w->tasks) s->oom = true;
+}
+
+static mt_task *add(mt_sched *s, int *index) {
+    *index = -1;
+    if (s->oom) return NULL;
+    mt_work *w = s->w;
+    if (w->ntasks == s->cap) {
+        int cap = s->cap * 2;
+        mt_task *t = realloc(w->tasks, (size_t)cap * sizeof *t);
+        if (!t) {
+            s->oom = true;
+            return NULL;
+        }
+        w->tasks = t;
+        s->cap = cap;
+    }
+    *index = w->ntasks;
+    mt_task *t = &w->tasks[w->ntasks++];
+    memset(t, 0, sizeof *t);
+    t->deps[0] = t->deps[1] = t->deps[2] = -1;
+    t->work = w;
+    return t;
+}
+
+int mt_sched_send(mt_sched *s, int peer, uint32_t sub, const void *src, size_t bytes, int dep0,
+                  int dep1) {
+    int i;
+    mt_task *t = add(s, &i);
+    if (!t) return -1;
+    t->kind = MT_TASK_SEND;
+    t->peer = peer;
+    t->sub = sub;
+    t->src = src;
+    t->bytes = bytes;
+    t->deps[0] = dep0;
+    t->deps[1] = dep1;
+    return i;
+}
+
+int mt_sched_recv(mt_sched *s, int peer, uint32_t sub, void *dst, size_t bytes, int dep0,
+                  int dep1) {
+    int i;
+    mt_task *t = add(s, &i);
+    if (!t) return -1;
+    t->kind = MT_TASK_RECV;
+    t->peer = peer;
+    t->sub = sub;
+    t->dst = dst;
+    t->bytes = bytes;
+    t->deps[0] = dep0;
+    t->deps[1] = dep1;
+    return i;
+}
+
+int mt_sched_reduce(mt_sched *s, bool final, void *dst, const void *a, const void *b,
+                    size_t count, int dep0, int dep1, int dep2) {
+    int i;
+    mt_task *t = add(s, &i);
+    if (!t) return -1;
+    t->kind = MT_TASK_REDUCE;
+    t->mode = final ? MT_REDUCE_MODE_FINAL : MT_REDUCE_MODE_PARTIAL;
+    t->dst = dst;
+    t->src = a;
+    t->src2 = b;
+    t->count = count;
+    t->deps[0] = dep0;
+    t->deps[1] = dep1;
+    t->deps[2] = dep2;
+    return i;
+}
+
+int mt_sched_reduce_many(mt_sched *s, void *dst, const void *const *srcs, int nsrcs,
+                         size_t count) {
+    int i;
+    mt_task *t = add(s, &i);
+    if (!t) return -1;
+    t->kind = MT_TASK_REDUCE_MANY;
+    t->after_all = 1;
+    t->dst = dst;
+    t->srcs = srcs;
+    t->peer = nsrcs;
+    t->count = count;
+    return i;
+}
+
+int mt_sched_copy(mt_sched *s, void *dst, const void *src, size_t bytes, bool after_all) {
+    int i;
+    mt_task *t = add(s, &i);
+    if (!t) return -1;
+    t->kind = MT_TASK_COPY;
+    t->after_all = after_all;
+    t->dst = dst;
+    t->src = src;
+    t->bytes = bytes;
+    return i;
+}
+
+mt_status mt_sched_finish(mt_sched *s) {
+    if (s->oom)
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "%s on group '%s': no memory for its schedule",
+                        mt_op_name(s->w->kind), s->w->group->name);
+    return MT_OK;
+}
+
+static bool ready(const mt_work *w, const mt_task *t, int index) {
+    if (t->after_all && index != w->first_undone) return false;
+    for (int d = 0; d < 3; d++)
+        if (t->deps[d] >= 0 && w->tasks[t->deps[d]].state != MT_TASK_DONE) return false;
+    return true;
+}
+
+static void run_inline(mt_work *w, mt_task *t) {
+    switch (t->kind) {
+    case MT_TASK_REDUCE:
+        mt_reduce_pair(w->dtype, w->rop, t->mode == MT_REDUCE_MODE_FINAL, w->group->size, t->dst,
+                       t->src, t->src2, t->count);
+        break;
+    case MT_TASK_REDUCE_MANY:
+        mt_reduce_many(w->dtype, w->rop, t->peer, t->srcs, t->dst, t->count);
+        break;
+    case MT_TASK_COPY:
+        if (t->bytes && t->dst != t->src) memmove(t->dst, t->src, t->bytes);
+        break;
+    default:
+        break;
+    }
+    t->state = MT_TASK_DONE;
+}
+
+/* How far past the first unfinished task the engine looks for startable work: enough for a
+ * window of chunks of the current ring step and the next. */
+static int lookahead(const mt_work *w) {
+    int window = w->window > 0 ? w->window : w->tr->window;
+    return 16 + 8 * window;
+}
+
+bool mt_schedule_advance(mt_work *w) {
+    bool changed = false;
+    int window = w->window > 0 ? w->window : w->tr->window;
+    for (;;) {
+        bool again = false;
+        while (w->first_undone < w->ntasks && w->tasks[w->first_undone].state == MT_TASK_DONE)
+            w->first_undone++;
+        int end = w->first_undone + lookahead(w);
+        if (end > w->ntasks) end = w->ntasks;
+        int waiting_recv = -1, waiting_send = -1;
+        for (int i = w->first_undone; i < end && !w->failing; i++) {
+            mt_task *t = &w->tasks[i];
+            if (t->state == MT_TASK_POSTED) {
+                if (t->kind == MT_TASK_RECV && waiting_recv < 0) waiting_recv = t->peer;
+                if (t->kind == MT_TASK_SEND && waiting_send < 0) waiting_send = t->peer;
+                continue;
+            }
+            if (t->state != MT_TASK_IDLE || !ready(w, t, i)) continue;
+            if (t->kind == MT_TASK_SEND || t->kind == MT_TASK_RECV) {
+                int *inflight = t->kind == MT_TASK_SEND ? &w->inflight_send : &w->inflight_recv;
+                if (*inflight >= window) continue;
+                mt_transport_post(w->tr, t);
+                changed = true;
+                if (t->state == MT_TASK_DONE) again = true;
+                else if (t->kind == MT_TASK_RECV && waiting_recv < 0) waiting_recv = t->peer;
+                else if (t->kind == MT_TASK_SEND && waiting_send < 0) waiting_send = t->peer;
+            } else {
+                run_inline(w, t);
+                changed = true;
+                again = true;
+            }
+        }
+        int peer = waiting_recv >= 0 ? waiting_recv : waiting_send;
+        atomic_store(&w->waiting_peer, peer);
+        if (!again || w->failing) break;
+    }
+    while (w->first_undone < w->ntasks && w->tasks[w->first_undone].state == MT_TASK_DONE)
+        w->first_undone++;
+    return changed;
+}

@@ -1,0 +1,409 @@
+/* Host collectives under mtrun: every collective x {f32, bf16} x sizes from 0 elements up to a
+ * cap (--max-bytes, total buffer bytes), on the world group, a one-rank group, the even and odd
+ * ranks, and the world in reverse order; send/recv both ways, broadcast from every root, several
+ * operations in flight, overlap with compute, argument errors.
+ *
+ * Inputs are small integers (value depends on group rank and index) so that f32 and bf16 sums over
+ * up to 8 ranks are exact; avg is checked against sum / n computed the same way (one rounding).
+ *
+ *   test_collectives [--max-bytes N] [--max-bytes-bf16 N]
+ *   test_collectives --sleeper R      one rank stops answering; the others must time out naming R
+ */
+#include "check.h"
+
+#include <meshtrain/meshtrain.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static size_t max_bytes = 1u << 20;
+static size_t max_bytes_bf16 = 1u << 20;
+static int world_rank;
+
+static float value(int grank, size_t i, int salt) {
+    return (float)((int)((grank * 7 + (int)(i % 1021) * 3 + salt) % 16) - 8);
+}
+
+static void fill(void *buf, mt_dtype dt, size_t count, int grank, size_t offset, int salt) {
+    for (size_t i = 0; i < count; i++) {
+        float v = value(grank, offset + i, salt);
+        if (dt == MT_F32) ((float *)buf)[i] = v;
+        else ((mt_bf16 *)buf)[i] = mt_f32_to_bf16(v);
+    }
+}
+
+static float get(const void *buf, mt_dtype dt, size_t i) {
+    return dt == MT_F32 ? ((const float *)buf)[i] : mt_bf16_to_f32(((const mt_bf16 *)buf)[i]);
+}
+
+static float round_dt(mt_dtype dt, float v) {
+    return dt == MT_F32 ? v : mt_bf16_to_f32(mt_f32_to_bf16(v));
+}
+
+static float reduce_ref(mt_reduce_op op, int n, size_t i, int salt, mt_dtype dt) {
+    float acc = 0, mx = -INFINITY;
+    for (int g = 0; g < n; g++) {
+        float v = value(g, i, salt);
+        acc += v;
+        mx = v > mx ? v : mx;
+    }
+    if (op == MT_REDUCE_MAX) return mx;
+    if (op == MT_REDUCE_AVG) return round_dt(dt, acc / (float)n);
+    return acc;
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "rank %d: out of memory (%zu bytes)\n", world_rank, bytes);
+        exit(2);
+    }
+    return p;
+}
+
+/* Reports the first mismatching element only, to keep logs short. */
+static int compare(const char *what, const void *got, mt_dtype dt, size_t count,
+                   float (*expect)(size_t, const void *), const void *ctx) {
+    for (size_t i = 0; i < count; i++) {
+        float e = expect(i, ctx), g = get(got, dt, i);
+        if (e != g) {
+            fprintf(stderr, "rank %d: %s: element %zu of %zu is %g, expected %g\n", world_rank,
+                    what, i, count, g, e);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+typedef struct ctx {
+    int n, grank, salt, root;
+    size_t count;
+    mt_dtype dt;
+    mt_reduce_op op;
+} ctx;
+
+static float exp_gather(size_t i, const void *p) {
+    const ctx *c = p;
+    return value((int)(i / c->count), i % c->count, c->salt);
+}
+static float exp_rs(size_t i, const void *p) {
+    const ctx *c = p;
+    return reduce_ref(c->op, c->n, (size_t)c->grank * c->count + i, c->salt, c->dt);
+}
+static float exp_ar(size_t i, const void *p) {
+    const ctx *c = p;
+    return reduce_ref(c->op, c->n, i, c->salt, c->dt);
+}
+static float exp_bcast(size_t i, const void *p) {
+    const ctx *c = p;
+    return value(c->root, i, c->salt);
+}
+
+static const char *op_name(mt_reduce_op op) {
+    return op == MT_REDUCE_SUM ? "sum" : op == MT_REDUCE_AVG ? "avg" : "max";
+}
+
+static void run_size(mt_group *g, mt_dtype dt, size_t total) {
+    int n = mt_group_size(g), r = mt_group_rank(g);
+    size_t es = mt_dtype_size(dt);
+    char what[160];
+    ctx c = {.n = n, .grank = r, .dt = dt, .salt = (int)(total % 13)};
+
+    /* all_gather and reduce_scatter: per-rank count so that the total is about `total`. */
+    size_t count = total / (size_t)n;
+    if (total > 0 && count == 0) count = 1;
+    c.count = count;
+    void *in = xmalloc(count * (size_t)n * es), *out = xmalloc(count * (size_t)n * es);
+
+    fill(in, dt, count, r, 0, c.salt);
+    memset(out, 0xff, count * (size_t)n * es);
+    snprintf(what, sizeof what, "all_gather %s count %zu on '%s'", mt_dtype_name(dt), count,
+             mt_group_name(g));
+    CHECK_OK(mt_all_gather(g, in, out, count, dt, NULL));
+    CHECK_MSG(compare(what, out, dt, count * (size_t)n, exp_gather, &c), "%s", what);
+
+    /* in place: own block already in the output */
+    memset(out, 0xff, count * (size_t)n * es);
+    fill((char *)out + (size_t)r * count * es, dt, count, r, 0, c.salt);
+    snprintf(what, sizeof what, "in-place all_gather %s count %zu on '%s'", mt_dtype_name(dt),
+             count, mt_group_name(g));
+    CHECK_OK(mt_all_gather(g, (char *)out + (size_t)r * count * es, out, count, dt, NULL));
+    CHECK_MSG(compare(what, out, dt, count * (size_t)n, exp_gather, &c), "%s", what);
+
+    for (mt_reduce_op op = MT_REDUCE_SUM; op <= MT_REDUCE_AVG; op++) {
+        c.op = op;
+        fill(in, dt, count * (size_t)n, r, 0, c.salt);
+        memset(out, 0xff, count * es);
+        snprintf(what, sizeof what, "reduce_scatter(%s) %s count %zu on '%s'", op_name(op),
+                 mt_dtype_name(dt), count, mt_group_name(g));
+        CHECK_OK(mt_reduce_scatter(g, in, out, count, dt, op, NULL));
+        CHECK_MSG(compare(what, out, dt, count, exp_rs, &c), "%s", what);
+    }
+    free(in);
+    free(out);
+
+    /* all_reduce and broadcast on exactly `total` elements (any count). */
+    in = xmalloc(total * es);
+    out = xmalloc(total * es);
+    for (mt_reduce_op op = MT_REDUCE_SUM; op <= MT_REDUCE_MAX; op++) {
+        c.op = op;
+        fill(in, dt, total, r, 0, c.salt);
+        memset(out, 0xff, total * es);
+        snprintf(what, sizeof what, "all_reduce(%s) %s count %zu on '%s'", op_name(op),
+                 mt_dtype_name(dt), total, mt_group_name(g));
+        CHECK_OK(mt_all_reduce(g, in, out, total, dt, op, NULL));
+        CHECK_MSG(compare(what, out, dt, total, exp_ar, &c), "%s", what);
+    }
+    c.op = MT_REDUCE_SUM;
+    snprintf(what, sizeof what, "in-place all_reduce(sum) %s count %zu on '%s'",
+             mt_dtype_name(dt), total, mt_group_name(g));
+    CHECK_OK(mt_all_reduce(g, in, in, total, dt, MT_REDUCE_SUM, NULL));
+    CHECK_MSG(compare(what, in, dt, total, exp_ar, &c), "%s", what);
+
+    /* broadcast from every root (only the smaller sizes: it is n operations) */
+    int roots = total * es <= (1u << 20) ? n : 1;
+    for (int root = 0; root < roots; root++) {
+        c.root = root;
+        if (r == root) fill(out, dt, total, r, 0, c.salt);
+        else memset(out, 0xff, total * es);
+        snprintf(what, sizeof what, "broadcast from %d %s count %zu on '%s'", root,
+                 mt_dtype_name(dt), total, mt_group_name(g));
+        CHECK_OK(mt_broadcast(g, out, total, dt, root, NULL));
+        CHECK_MSG(compare(what, out, dt, total, exp_bcast, &c), "%s", what);
+    }
+    free(in);
+    free(out);
+}
+
+static void run_p2p(mt_group *g) {
+    int n = mt_group_size(g), r = mt_group_rank(g);
+    if (n < 2) return;
+    size_t counts[] = {0, 1, 1023, 300000};
+    for (size_t k = 0; k < sizeof counts / sizeof *counts; k++) {
+        size_t count = counts[k];
+        for (int dir = 1; dir >= -1; dir -= 2) {
+            int to = ((r + dir) % n + n) % n, from = ((r - dir) % n + n) % n;
+            float *sb = xmalloc(count * 4), *rb = xmalloc(count * 4);
+            fill(sb, MT_F32, count, r, 0, (int)k);
+            memset(rb, 0xff, count * 4);
+            mt_work *ws, *wr;
+            CHECK_OK(mt_recv(g, rb, count, MT_F32, from, &wr));
+            CHECK_OK(mt_send(g, sb, count, MT_F32, to, &ws));
+            CHECK_OK(mt_work_wait(ws, -1));
+            CHECK_OK(mt_work_wait(wr, -1));
+            mt_work_free(ws);
+            mt_work_free(wr);
+            ctx c = {.root = from, .salt = (int)k};
+            char what[128];
+            snprintf(what, sizeof what, "recv of %zu floats from group rank %d on '%s' (dir %d)",
+                     count, from, mt_group_name(g), dir);
+            CHECK_MSG(compare(what, rb, MT_F32, count, exp_bcast, &c), "%s", what);
+            free(sb);
+            free(rb);
+        }
+    }
+    /* two messages to the same peer arrive in order */
+    if (n >= 2) {
+        float a = (float)r, b = (float)(r + 100), x = -1, y = -1;
+        int to = (r + 1) % n, from = (r + n - 1) % n;
+        mt_work *w1, *w2, *w3, *w4;
+        CHECK_OK(mt_send(g, &a, 1, MT_F32, to, &w1));
+        CHECK_OK(mt_send(g, &b, 1, MT_F32, to, &w2));
+        CHECK_OK(mt_recv(g, &x, 1, MT_F32, from, &w3));
+        CHECK_OK(mt_recv(g, &y, 1, MT_F32, from, &w4));
+        mt_work *all[4] = {w1, w2, w3, w4};
+        for (int i = 0; i < 4; i++) {
+            CHECK_OK(mt_work_wait(all[i], -1));
+            mt_work_free(all[i]);
+        }
+        CHECK_MSG(x == (float)from && y == (float)(from + 100), "p2p order: got %g %g", x, y);
+    }
+}
+
+/* Four all_gathers in flight, then an all_reduce overlapped with compute. */
+static void run_inflight(mt_group *g) {
+    int n = mt_group_size(g), r = mt_group_rank(g);
+    enum { K = 4 };
+    size_t count = 100003;
+    float *in[K], *out[K];
+    mt_work *w[K];
+    for (int k = 0; k < K; k++) {
+        in[k] = xmalloc(count * 4);
+        out[k] = xmalloc(count * (size_t)n * 4);
+        fill(in[k], MT_F32, count, r, 0, k);
+        CHECK_OK(mt_all_gather(g, in[k], out[k], count, MT_F32, &w[k]));
+    }
+    for (int k = K - 1; k >= 0; k--) {
+        CHECK_OK(mt_work_wait(w[k], -1));
+        mt_work_free(w[k]);
+        ctx c = {.n = n, .count = count, .salt = k};
+        char what[96];
+        snprintf(what, sizeof what, "in-flight all_gather %d on '%s'", k, mt_group_name(g));
+        CHECK_MSG(compare(what, out[k], MT_F32, count * (size_t)n, exp_gather, &c), "%s", what);
+        free(in[k]);
+        free(out[k]);
+    }
+
+    size_t big = (size_t)1 << 20;
+    float *a = xmalloc(big * 4), *b = xmalloc(big * 4);
+    fill(a, MT_F32, big, r, 0, 5);
+    mt_work *wa;
+    CHECK_OK(mt_all_reduce(g, a, b, big, MT_F32, MT_REDUCE_SUM, &wa));
+    double acc = 0;
+    bool done = false;
+    long rounds = 0;
+    while (!done) {
+        for (int i = 0; i < 20000; i++) acc += sin((double)i * 1e-3);
+        rounds++;
+        CHECK_OK(mt_work_test(wa, &done));
+    }
+    mt_work_free(wa);
+    ctx c = {.n = n, .op = MT_REDUCE_SUM, .salt = 5, .dt = MT_F32};
+    CHECK_MSG(compare("overlapped all_reduce", b, MT_F32, big, exp_ar, &c), "overlap");
+    CHECK(isfinite(acc) && rounds > 0);
+    free(a);
+    free(b);
+}
+
+static void run_errors(mt_runtime *rt, mt_group *world) {
+    float x = 0;
+    CHECK(mt_reduce_scatter(world, &x, &x, 1, MT_F32, MT_REDUCE_MAX, NULL) == MT_ERR_INVALID_ARG);
+    CHECK(mt_broadcast(world, &x, 1, MT_F32, mt_group_size(world), NULL) == MT_ERR_INVALID_ARG);
+    CHECK(mt_send(world, &x, 1, MT_F32, -1, NULL) == MT_ERR_INVALID_ARG);
+    int n = mt_runtime_world_size(rt), me = mt_runtime_rank(rt);
+    if (n > 1) {
+        int other = (me + 1) % n;
+        mt_group *g = NULL;
+        mt_status st = mt_group_create(rt, &other, 1, "not-me", &g);
+        CHECK(st == MT_ERR_INVALID_ARG && g == NULL);
+        CHECK_MSG(strstr(mt_last_error(), "not in the rank list") != NULL, "%s", mt_last_error());
+    }
+    int dup[2] = {me, me};
+    mt_group *g = NULL;
+    CHECK(mt_group_create(rt, dup, 2, "dup", &g) == MT_ERR_INVALID_ARG);
+}
+
+static void run_group(mt_group *g) {
+    size_t sizes[] = {0, 1, 7, 1023, 3 * 5 * 7 * 11 + 1, 16383, 16384, 16385, 32767, 32768,
+                      32769, (1u << 20) / 4 + 3, (1u << 20) / 2, (16u << 20) / 4 + 1,
+                      (64u << 20) / 4};
+    for (int d = 0; d < 2; d++) {
+        mt_dtype dt = d == 0 ? MT_F32 : MT_BF16;
+        size_t cap = dt == MT_F32 ? max_bytes : max_bytes_bf16;
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+            size_t total = sizes[i];
+            if (total * mt_dtype_size(dt) > cap) continue;
+            run_size(g, dt, total);
+        }
+    }
+    CHECK_OK(mt_barrier(g, NULL));
+    run_p2p(g);
+    run_inflight(g);
+    CHECK_OK(mt_barrier(g, NULL));
+}
+
+static int sleeper_test(mt_runtime *rt, int sleeper) {
+    mt_group *world = mt_runtime_world(rt);
+    int n = mt_runtime_world_size(rt), me = mt_runtime_rank(rt);
+    int *all = xmalloc((size_t)n * sizeof *all);
+    for (int i = 0; i < n; i++) all[i] = i;
+    mt_group *second = NULL;
+    CHECK_OK(mt_group_create(rt, all, n, "second", &second));
+    free(all);
+    CHECK_OK(mt_barrier(world, NULL));
+    char rank_text[32];
+    snprintf(rank_text, sizeof rank_text, "rank %d ", sleeper);
+    if (me == sleeper) {
+        /* Stop answering: miss both collectives, then leave quietly. */
+        sleep((unsigned)(mt_runtime_timeout(rt) + 6));
+        mt_group_destroy(second);
+        mt_finalize(rt);
+        return check_report("test_collectives --sleeper (sleeping rank)");
+    }
+    float buf[64] = {0};
+    mt_work *w;
+    CHECK_OK(mt_all_reduce(world, buf, buf, 64, MT_F32, MT_REDUCE_SUM, &w));
+    mt_status st = mt_work_wait(w, 2.0);
+    const char *msg = mt_last_error();
+    fprintf(stderr, "rank %d: expected timeout: %s\n", me, msg);
+    CHECK(st == MT_ERR_TIMEOUT);
+    CHECK_MSG(strstr(msg, "all_reduce on group 'world'") && strstr(msg, "timed out") &&
+                  strstr(msg, rank_text),
+              "message: %s", msg);
+    mt_work_free(w);
+    /* the group is unusable now, with a clear error */
+    st = mt_all_reduce(world, buf, buf, 64, MT_F32, MT_REDUCE_SUM, NULL);
+    CHECK(st != MT_OK);
+    CHECK_MSG(strstr(mt_last_error(), "unusable") != NULL, "%s", mt_last_error());
+    /* a blocking call honours MT_TIMEOUT_S */
+    st = mt_all_reduce(second, buf, buf, 64, MT_F32, MT_REDUCE_SUM, NULL);
+    msg = mt_last_error();
+    fprintf(stderr, "rank %d: expected timeout: %s\n", me, msg);
+    CHECK(st == MT_ERR_TIMEOUT);
+    CHECK_MSG(strstr(msg, "group 'second'") && strstr(msg, rank_text), "message: %s", msg);
+    mt_group_destroy(second);
+    mt_finalize(rt);
+    return check_report("test_collectives --sleeper");
+}
+
+int main(int argc, char **argv) {
+    int sleeper = -1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) max_bytes = strtoull(argv[++i], 0, 10);
+        else if (!strcmp(argv[i], "--max-bytes-bf16") && i + 1 < argc)
+            max_bytes_bf16 = strtoull(argv[++i], 0, 10);
+        else if (!strcmp(argv[i], "--sleeper") && i + 1 < argc) sleeper = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--max-bytes N] [--max-bytes-bf16 N] [--sleeper R]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    mt_runtime *rt;
+    mt_status st = mt_init(&rt, &argc, &argv);
+    if (st != MT_OK) {
+        fprintf(stderr, "mt_init failed: %s\n", mt_last_error());
+        return 1;
+    }
+    world_rank = mt_runtime_rank(rt);
+    if (sleeper >= 0) return sleeper_test(rt, sleeper);
+
+    mt_group *world = mt_runtime_world(rt);
+    int n = mt_runtime_world_size(rt), me = mt_runtime_rank(rt);
+    run_errors(rt, world);
+    run_group(world);
+
+    /* subgroups: this rank alone; even and odd ranks; the world in reverse order */
+    mt_group *self = NULL, *parity = NULL, *reverse = NULL;
+    CHECK_OK(mt_group_create(rt, &me, 1, "self", &self));
+    if (self) run_group(self);
+    if (n >= 2) {
+        int *ranks = xmalloc((size_t)n * sizeof *ranks), k = 0;
+        for (int i = me % 2; i < n; i += 2) ranks[k++] = i;
+        CHECK_OK(mt_group_create(rt, ranks, k, me % 2 ? "odd" : "even", &parity));
+        for (int i = 0; i < n; i++) ranks[i] = n - 1 - i;
+        CHECK_OK(mt_group_create(rt, ranks, n, "reverse", &reverse));
+        free(ranks);
+        if (parity) run_group(parity);
+        if (reverse) {
+            CHECK(mt_group_rank(reverse) == n - 1 - me);
+            size_t saved = max_bytes, saved16 = max_bytes_bf16;
+            max_bytes = max_bytes_bf16 = saved < (1u << 20) ? saved : (1u << 20);
+            run_group(reverse);
+            max_bytes = saved;
+            max_bytes_bf16 = saved16;
+        }
+    }
+    mt_group_destroy(self);
+    mt_group_destroy(parity);
+    mt_group_destroy(reverse);
+    CHECK_OK(mt_barrier(world, NULL));
+    mt_finalize(rt);
+    char name[64];
+    snprintf(name, sizeof name, "test_collectives (rank %d of %d)", me, n);
+    return check_report(name);
+}

@@ -1,0 +1,120 @@
+/* The reduction kernels of the host collectives: f32/bf16 sum and max, avg scaling in the final
+ * step only, one bf16 rounding per hop, and agreement with core/dtype.c's conversion. */
+#include "check.h"
+
+#include "mesh/reduce.h"
+
+#include <math.h>
+#include <meshtrain/dtype.h>
+#include <stdint.h>
+#include <string.h>
+
+static void test_f32_pair(void) {
+    float a[5] = {1, 2, -3, 0.5f, 100}, b[5] = {4, -2, -3, 0.25f, -50}, d[5];
+    mt_reduce_pair(MT_F32, MT_REDUCE_SUM, false, 4, d, a, b, 5);
+    CHECK(d[0] == 5 && d[1] == 0 && d[2] == -6 && d[3] == 0.75f && d[4] == 50);
+    /* avg divides only in the final step */
+    mt_reduce_pair(MT_F32, MT_REDUCE_AVG, false, 4, d, a, b, 5);
+    CHECK(d[0] == 5 && d[4] == 50);
+    mt_reduce_pair(MT_F32, MT_REDUCE_AVG, true, 4, d, a, b, 5);
+    CHECK(d[0] == 1.25f && d[2] == -1.5f && d[4] == 12.5f);
+    mt_reduce_pair(MT_F32, MT_REDUCE_MAX, true, 4, d, a, b, 5);
+    CHECK(d[0] == 4 && d[1] == 2 && d[2] == -3 && d[3] == 0.5f && d[4] == 100);
+    /* in place */
+    mt_reduce_pair(MT_F32, MT_REDUCE_SUM, false, 2, a, a, b, 5);
+    CHECK(a[0] == 5 && a[4] == 50);
+    /* NaN propagates through max from either side */
+    float n1[2] = {NAN, 1}, n2[2] = {1, NAN};
+    mt_reduce_pair(MT_F32, MT_REDUCE_MAX, true, 2, d, n1, n2, 2);
+    CHECK(isnan(d[0]) && isnan(d[1]));
+}
+
+static mt_bf16 bf(float x) { return mt_f32_to_bf16(x); }
+static float fl(mt_bf16 x) { return mt_bf16_to_f32(x); }
+
+static void test_bf16_pair(void) {
+    /* 256 + 1 = 257 is not a bf16: one rounding (ties to even) gives 256. */
+    mt_bf16 a[3] = {bf(256), bf(1), bf(-2)}, b[3] = {bf(1), bf(2), bf(-2)}, d[3];
+    mt_reduce_pair(MT_BF16, MT_REDUCE_SUM, false, 2, d, a, b, 3);
+    CHECK(fl(d[0]) == 256 && fl(d[1]) == 3 && fl(d[2]) == -4);
+    /* avg: (1 + 2) / 3 computed in f32, rounded once */
+    mt_reduce_pair(MT_BF16, MT_REDUCE_AVG, true, 3, d, a, b, 3);
+    CHECK(d[1] == bf((1.0f + 2.0f) / 3.0f));
+    mt_reduce_pair(MT_BF16, MT_REDUCE_MAX, true, 3, d, a, b, 3);
+    CHECK(fl(d[0]) == 256 && fl(d[1]) == 2 && fl(d[2]) == -2);
+
+    /* Per-hop rounding: a 3-hop ring sum rounds after every hop, which differs from rounding the
+     * exact f32 sum once. 256 + 1 -> 256, + 1 -> 256, versus 258 exactly. */
+    mt_bf16 acc = bf(256), one = bf(1);
+    mt_reduce_pair(MT_BF16, MT_REDUCE_SUM, false, 3, &acc, &acc, &one, 1);
+    mt_reduce_pair(MT_BF16, MT_REDUCE_SUM, true, 3, &acc, &acc, &one, 1);
+    CHECK(fl(acc) == 256);
+    const void *inputs[3] = {&(mt_bf16){bf(256)}, &one, &one};
+    mt_bf16 once;
+    mt_reduce_many(MT_BF16, MT_REDUCE_SUM, 3, inputs, &once, 1);
+    CHECK(fl(once) == 258);
+}
+
+/* The kernel's inline bf16 rounding must be the library's conversion. */
+static void test_bf16_rounding_matches_dtype(void) {
+    mt_bf16 one = bf(1), tiny = bf(0.00390625f), odd = bf(1.0078125f), d;
+    /* exact ties: 1 + 2^-8 rounds to even (1), 1.0078125 + 2^-8 rounds up to even (1.015625) */
+    mt_reduce_pair(MT_BF16, MT_REDUCE_SUM, false, 2, &d, &one, &tiny, 1);
+    CHECK(fl(d) == 1.0f);
+    mt_reduce_pair(MT_BF16, MT_REDUCE_SUM, false, 2, &d, &odd, &tiny, 1);
+    CHECK(fl(d) == 1.015625f);
+    /* overflow to infinity, NaN stays NaN */
+    mt_bf16 big = 0x7f7f, nan = 0x7fc0;
+    mt_reduce_pair(MT_BF16, MT_REDUCE_SUM, false, 2, &d, &big, &big, 1);
+    CHECK(isinf(fl(d)) && fl(d) > 0);
+    mt_reduce_pair(MT_BF16, MT_REDUCE_SUM, false, 2, &d, &nan, &one, 1);
+    CHECK(isnan(fl(d)));
+    mt_reduce_pair(MT_BF16, MT_REDUCE_MAX, false, 2, &d, &one, &nan, 1);
+    CHECK(isnan(fl(d)));
+
+    /* Sums whose exact f32 value needs rounding: compare with mt_f32_to_bf16 of the f32 sum. */
+    int bad = 0;
+    for (int i = 0; i < 4096; i++) {
+        float x = (float)(i * 37 % 1000) * 0.37f + 1.0f, y = (float)(i % 97) * 1.9f;
+        mt_bf16 a = bf(x), b = bf(y);
+        mt_reduce_pair(MT_BF16, MT_REDUCE_SUM, false, 2, &d, &a, &b, 1);
+        if (d != mt_f32_to_bf16(fl(a) + fl(b))) bad++;
+        mt_reduce_pair(MT_BF16, MT_REDUCE_AVG, true, 3, &d, &a, &b, 1);
+        if (d != mt_f32_to_bf16((fl(a) + fl(b)) / 3.0f)) bad++;
+    }
+    CHECK_MSG(bad == 0, "%d mismatches with mt_f32_to_bf16", bad);
+}
+
+static void test_many(void) {
+    /* A size past the kernel's internal block, in place on the first input. */
+    enum { N = 3000 };
+    static float x[N], y[N], z[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)(i % 7);
+        y[i] = (float)(i % 5);
+        z[i] = (float)(i % 3);
+    }
+    const void *in[3] = {x, y, z};
+    mt_reduce_many(MT_F32, MT_REDUCE_AVG, 3, in, x, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        if (x[i] != (float)(i % 7 + i % 5 + i % 3) / 3.0f) bad++;
+    CHECK_MSG(bad == 0, "%d wrong f32 avg elements", bad);
+    for (int i = 0; i < N; i++) x[i] = (float)(i % 7) - 3;
+    mt_reduce_many(MT_F32, MT_REDUCE_MAX, 3, in, z, N);
+    bad = 0;
+    for (int i = 0; i < N; i++) {
+        float m = fmaxf(fmaxf((float)(i % 7) - 3, (float)(i % 5)), (float)(i % 3));
+        if (z[i] != m) bad++;
+    }
+    CHECK_MSG(bad == 0, "%d wrong f32 max elements", bad);
+    mt_reduce_many(MT_F32, MT_REDUCE_SUM, 0, in, z, 0); /* count 0 touches nothing */
+}
+
+int main(void) {
+    test_f32_pair();
+    test_bf16_pair();
+    test_bf16_rounding_matches_dtype();
+    test_many();
+    return check_report("test_reduce");
+}
