@@ -1,0 +1,12 @@
+# mtrun (tools/mtrun): launcher tests, bash drivers that start mtrun as a user would.
+mt_add_test_program(prog_mtrun_worker ${CMAKE_CURRENT_LIST_DIR}/prog_mtrun_worker.c)
+mt_add_test_program(prog_mtrun_freeport ${CMAKE_CURRENT_LIST_DIR}/prog_mtrun_freeport.c)
+
+foreach(t env failure crossnode signal node_lost rdzv_errors sigterm options)
+  if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/mtrun_${t}.sh)
+    mt_add_mp_test(mtrun_${t}
+      COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mtrun_${t}.sh $<TARGET_FILE:mtrun>
+              $<TARGET_FILE:prog_mtrun_worker> $<TARGET_FILE:prog_mtrun_freeport>
+      TIMEOUT 120)
+  endif()
+endforeach()

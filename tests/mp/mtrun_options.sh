@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# mtrun test 8: option spellings, bad values (exit 2 with one clear line), --help, `--`, and
+# programs that cannot be executed.
+. "$(dirname "$0")/mtrun_lib.sh"
+
+# bad ARGS... EXPECTED-TEXT: mtrun exits 2 with one line on stderr containing the text
+bad() {
+    local expect=${*: -1}
+    local args=("${@:1:$#-1}")
+    "$MTRUN" "${args[@]}" >"$TMP/bad.out" 2>"$TMP/bad.err"
+    local rc=$?
+    check "mtrun ${args[*]}: exit 2 (got $rc)" test "$rc" = 2
+    check "mtrun ${args[*]}: one line" test "$(wc -l <"$TMP/bad.err")" = 1
+    check "mtrun ${args[*]}: says '$expect'" grep -qF -- "mtrun: $expect" "$TMP/bad.err"
+}
+
+bad --nnodes abc "$WORKER" "invalid value 'abc' for --nnodes"
+bad --nnodes=0 "$WORKER" "invalid value '0' for --nnodes"
+bad --nproc_per_node -2 "$WORKER" "invalid value '-2' for --nproc_per_node"
+bad --nproc-per-node=2x "$WORKER" "invalid value '2x' for --nproc_per_node"
+bad --node_rank 2 --nnodes 2 "$WORKER" "--node_rank 2 is out of range: it must be below --nnodes 2"
+bad --node-rank=-1 "$WORKER" "invalid value '-1' for --node_rank"
+bad --master_port 70000 "$WORKER" "invalid value '70000' for --master_port"
+bad --master-port "$WORKER" "invalid value '$WORKER' for --master_port"
+bad --nnodes "option --nnodes needs a value"
+bad --standalone --nnodes 2 "$WORKER" "--standalone runs a single node"
+bad --bogus "$WORKER" "unknown option '--bogus'"
+bad "missing PROGRAM to run"
+bad --nnodes 1 -- "missing PROGRAM to run"
+
+"$MTRUN" --help >"$TMP/help.out" 2>&1
+check "--help exits 0 (got $?)" test $? = 0
+check "--help shows usage" grep -q "^usage: mtrun \[options\] PROGRAM" "$TMP/help.out"
+"$MTRUN" -h >/dev/null 2>&1
+check "-h exits 0" test $? = 0
+
+# Both spellings and --opt=value reach the ranks; options stop at the program (whose own
+# options are left alone) or at `--`.
+start_bg spell "$MTRUN" --nproc-per-node=2 --rdzv-id=spelled --master-addr=127.0.0.1 --standalone \
+    --log-dir="$TMP/logs" -- "$WORKER" --env --marker "$MARKER"
+wait_rc "$PID_spell" 20
+check "dash spellings: exit 0 (got $RC)" test "$RC" = 0
+check "dash spellings: two ranks" has_line "$TMP/spell.out" "[rank1]:env WORLD_SIZE=2"
+check "dash spellings: job id" has_line "$TMP/spell.out" "[rank1]:env MT_RDZV_ID=spelled"
+check "dash spellings: log dir created" test -s "$TMP/logs/rank1.stdout"
+
+start_bg prog_opts "$MTRUN" --standalone "$WORKER" --nnodes 5 --marker "$MARKER"
+wait_rc "$PID_prog_opts" 20
+check "the program's own options are passed on (worker rejects --nnodes: exit 64, got $RC)" test "$RC" = 64
+check "the worker saw --nnodes" grep -qF "[rank0]:prog_mtrun_worker: unknown argument --nnodes" "$TMP/prog_opts.err"
+
+# Programs that cannot run: a clear error naming them, non-zero exit.
+"$MTRUN" --standalone --nproc_per_node 2 no_such_program_$$ >"$TMP/nf.out" 2>"$TMP/nf.err"
+rc=$?
+check "missing program: exit 127 (got $rc)" test "$rc" = 127
+check "missing program: named" grep -qF "mtrun: cannot execute 'no_such_program_$$' on node 0: not found in PATH" "$TMP/nf.err"
+printf 'not a program\n' >"$TMP/notexec"
+chmod 644 "$TMP/notexec"
+"$MTRUN" --standalone "$TMP/notexec" >"$TMP/ne.out" 2>"$TMP/ne.err"
+rc=$?
+check "non-executable program: exit 126 (got $rc)" test "$rc" = 126
+check "non-executable program: named" grep -qF "mtrun: cannot execute '$TMP/notexec' on node 0: Permission denied" "$TMP/ne.err"
+"$MTRUN" --standalone "$TMP" >"$TMP/dir.out" 2>"$TMP/dir.err"
+rc=$?
+check "a directory: exit 126 (got $rc)" test "$rc" = 126
+check "a directory: named" grep -qF "mtrun: cannot execute '$TMP' on node 0: Is a directory" "$TMP/dir.err"
+check "--log_dir that is a file: exit non-zero" bash -c "! '$MTRUN' --standalone --log_dir '$TMP/notexec' '$WORKER' 2>/dev/null"
+
+# A program that cannot start on one node of two stops the other node too.
+port=$(free_port)
+args=(--nnodes 2 --master_port "$port" --rdzv_id nf_$$)
+start_bg nf0 "$MTRUN" "${args[@]}" --node_rank 0 "$WORKER" --sleep 60 --marker "$MARKER"
+start_bg nf1 "$MTRUN" "${args[@]}" --node_rank 1 no_such_program_$$ --marker "$MARKER"
+wait_rc "$PID_nf1" 20
+rc1=$RC
+wait_rc "$PID_nf0" 20
+check "missing program on node 1: node 1 exits 127 (got $rc1)" test "$rc1" = 127
+check "missing program on node 1: node 0 exits 127 (got $RC)" test "$RC" = 127
+check "missing program on node 1: node 0 names it" has_line "$TMP/nf0.err" \
+    "mtrun: cannot execute 'no_such_program_$$' on node 1: not found in PATH; stopping the job"
+check "no leftovers" no_leftovers 10
+finish

@@ -1,0 +1,562 @@
+/* Threads: the heartbeat thread bumps this node's counter every second and watches the others'
+ * counters and exit keys; the watcher thread blocks in the store until mtrun/failure (or its own
+ * wake-up key, set when mtrun is done) exists, so that a failure anywhere reaches every node at
+ * once, without polling. Each has its own store connection so that a blocked wait never delays a
+ * heartbeat. They report to the main loop through a pipe. */
+#include "cluster.h"
+
+#include "mesh/store_proto.h" /* mt_store_wait_any */
+#include "msg.h"
+
+#include <meshtrain/store.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FAILURE_KEY "mtrun/failure"
+#define JOIN_SLICE_S 1.0      /* how often a rendezvous wait looks at signals and failures */
+#define WATCH_SLICE_S 3600.0  /* a watcher's get is simply re-issued after this long */
+
+struct mtrun_cluster {
+    int nnodes, node, nproc, port;
+    char addr[256], job[256];
+    double timeout;
+    mt_store *main_conn, *hb_conn, *watch_conn;
+    int notify_r, notify_w;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;              /* heartbeat thread: leave now */
+    bool closing;           /* connection errors from now on are expected */
+    double last_ok;         /* when the heartbeat last got an answer from the store */
+    bool have_event, event_taken;
+    mtrun_cluster_event event;
+    bool settled;
+
+    pthread_t hb_thread, watch_thread;
+    bool hb_started, watch_started;
+    bool watch_done;        /* the watcher thread has returned */
+    /* heartbeat thread only */
+    int64_t *hb_seen;
+    double *hb_changed;
+    unsigned char *left, *lost;
+};
+
+/* A watcher stuck in a store that stopped answering cannot be joined; mtrun then exits under it,
+ * and the cluster it uses stays allocated (reachable from here). */
+mtrun_cluster *volatile mtrun_abandoned_cluster;
+
+static void notify(mtrun_cluster *c) {
+    char b = 1;
+    (void)!write(c->notify_w, &b, 1);
+}
+
+/* Records the first cause that ends the job; later ones are dropped. Caller holds mu. */
+static void set_event_locked(mtrun_cluster *c, int code, bool publish, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void set_event_locked(mtrun_cluster *c, int code, bool publish, const char *fmt, ...) {
+    if (c->have_event || c->closing) return;
+    c->have_event = true;
+    c->event.code = code;
+    c->event.publish = publish;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->event.text, sizeof c->event.text, fmt, ap);
+    va_end(ap);
+    notify(c);
+}
+
+static void store_lost_locked(mtrun_cluster *c, const char *why) {
+    set_event_locked(c, 1, false, "lost the rendezvous store at %s:%d (node 0): %s", c->addr,
+                     c->port, why);
+}
+
+/* Copies a store value into a NUL-terminated buffer (values are bytes, not strings). */
+static void copy_value(const void *v, size_t len, char *buf, size_t cap) {
+    if (!v) len = 0;
+    if (len >= cap) len = cap - 1;
+    if (len) memcpy(buf, v, len);
+    buf[len] = '\0';
+}
+
+/* Parses "code\ntext" from mtrun/failure. */
+static void parse_failure(const void *raw, size_t len, int *code, char *text, size_t cap) {
+    char value[1200];
+    copy_value(raw, len, value, sizeof value);
+    char *end;
+    long v = strtol(value, &end, 10);
+    *code = (v > 0 && v < 256) ? (int)v : 1;
+    snprintf(text, cap, "%s", *end == '\n' ? end + 1 : value);
+}
+
+/* ---- joining ------------------------------------------------------------------------------- */
+
+/* Returns the INT/TERM signal waiting on sigfd, or 0. */
+static int pending_signal(int sigfd) {
+    struct pollfd p = {.fd = sigfd, .events = POLLIN};
+    while (poll(&p, 1, 0) > 0) {
+        struct signalfd_siginfo si;
+        if (read(sigfd, &si, sizeof si) != (ssize_t)sizeof si) return 0;
+        if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) return (int)si.ssi_signo;
+    }
+    return 0;
+}
+
+static int interrupted(int sig, const char *while_doing) {
+    char buf[32];
+    mtrun_msg("received %s while %s; stopping", mtrun_signal_name(sig, buf, sizeof buf),
+              while_doing);
+    return 128 + sig;
+}
+
+static int connect_until(mtrun_cluster *c, const char *host, double deadline, int sigfd,
+                         mt_store **out) {
+    for (;;) {
+        /* Short slices so that signals are noticed; never <= 0, which means the default. */
+        double left = deadline - mtrun_now();
+        double slice = left < JOIN_SLICE_S ? left : JOIN_SLICE_S;
+        mt_status st = mt_store_connect(host, c->port, c->job, slice > 0.05 ? slice : 0.05, out);
+        if (st == MT_OK) return -1;
+        /* Another job or another build: waiting will not help. */
+        if (st == MT_ERR_MISMATCH || st == MT_ERR_PROTOCOL || st == MT_ERR_INVALID_ARG) {
+            mtrun_msg("node %d cannot join the rendezvous store at %s:%d: %s", c->node, host,
+                      c->port, mt_last_error());
+            return 1;
+        }
+        int sig = pending_signal(sigfd);
+        if (sig) return interrupted(sig, "connecting to the rendezvous store");
+        if (mtrun_now() >= deadline) {
+            mtrun_msg("node %d could not reach the rendezvous store at %s:%d within %g s "
+                      "(is node 0's mtrun running with the same --master_port?): %s",
+                      c->node, host, c->port, c->timeout, mt_last_error());
+            return 1;
+        }
+    }
+}
+
+/* Publishes a failure found while joining, so that nodes already waiting stop now rather than
+ * at their own timeout. */
+static void publish_join_failure(mtrun_cluster *c, int code, const char *text) {
+    char value[1200];
+    int n = snprintf(value, sizeof value, "%d\n%s", code, text);
+    void *cur = NULL;
+    size_t cur_len = 0;
+    if (mt_store_compare_set(c->main_conn, FAILURE_KEY, "", 0, value, (size_t)n, &cur, &cur_len) ==
+        MT_OK)
+        free(cur);
+}
+
+static int check_config(mtrun_cluster *c) {
+    char mine[128], key[] = "mtrun/config";
+    int n = snprintf(mine, sizeof mine, "%d %d %d", c->nnodes, c->nproc, c->node);
+    void *cur = NULL;
+    size_t cur_len = 0;
+    if (mt_store_compare_set(c->main_conn, key, "", 0, mine, (size_t)n, &cur, &cur_len) != MT_OK) {
+        mtrun_msg("node %d cannot register with the rendezvous store at %s:%d: %s", c->node,
+                  c->addr, c->port, mt_last_error());
+        return 1;
+    }
+    char theirs[128];
+    copy_value(cur, cur_len, theirs, sizeof theirs);
+    int nn = 0, np = 0, who = -1;
+    int ok = sscanf(theirs, "%d %d %d", &nn, &np, &who) == 3;
+    free(cur);
+    if (ok && nn == c->nnodes && np == c->nproc) return -1;
+    char text[512];
+    snprintf(text, sizeof text,
+             "node %d was started with --nnodes %d --nproc_per_node %d but node %d with --nnodes %d "
+             "--nproc_per_node %d; every node of job '%s' needs the same values",
+             c->node, c->nnodes, c->nproc, who, nn, np, c->job);
+    mtrun_msg("%s; stopping the job", text);
+    publish_join_failure(c, 1, text);
+    return 1;
+}
+
+static int claim_node(mtrun_cluster *c) {
+    char key[64], mine[512], host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    snprintf(key, sizeof key, "mtrun/node/%d", c->node);
+    int n = snprintf(mine, sizeof mine, "%s %ld", host, (long)getpid());
+    void *cur = NULL;
+    size_t cur_len = 0;
+    if (mt_store_compare_set(c->main_conn, key, "", 0, mine, (size_t)n, &cur, &cur_len) != MT_OK) {
+        mtrun_msg("node %d cannot register with the rendezvous store at %s:%d: %s", c->node,
+                  c->addr, c->port, mt_last_error());
+        return 1;
+    }
+    int same = cur_len == (size_t)n && memcmp(cur, mine, (size_t)n) == 0;
+    if (!same) {
+        char other_host[256] = "?";
+        long other_pid = 0;
+        char theirs[512];
+        copy_value(cur, cur_len, theirs, sizeof theirs);
+        sscanf(theirs, "%255s %ld", other_host, &other_pid);
+        mtrun_msg("node rank %d of job '%s' is already taken by mtrun pid %ld on host %s; each "
+                  "mtrun of a job needs its own --node_rank", c->node, c->job, other_pid,
+                  other_host);
+    }
+    free(cur);
+    return same ? -1 : 1;
+}
+
+static int wait_for_nodes(mtrun_cluster *c, double deadline, int sigfd) {
+    char **keys = calloc((size_t)c->nnodes, sizeof *keys);
+    int code = 1;
+    for (int i = 0; keys && i < c->nnodes; i++) {
+        keys[i] = malloc(32);
+        if (!keys[i]) goto done;
+        snprintf(keys[i], 32, "mtrun/node/%d", i);
+    }
+    if (!keys) goto done;
+    for (;;) {
+        double left = deadline - mtrun_now();
+        if (left < 0.001) left = 0.001;
+        mt_status st = mt_store_wait(c->main_conn, (const char *const *)keys, c->nnodes,
+                                     left < JOIN_SLICE_S ? left : JOIN_SLICE_S);
+        if (st == MT_OK) {
+            code = -1;
+            goto done;
+        }
+        if (st != MT_ERR_TIMEOUT) {
+            mtrun_msg("lost the rendezvous store at %s:%d (node 0) while waiting for the other "
+                      "nodes: %s", c->addr, c->port, mt_last_error());
+            goto done;
+        }
+        void *fail = NULL;
+        size_t fail_len = 0;
+        bool found = false;
+        if (mt_store_try_get(c->main_conn, FAILURE_KEY, &fail, &fail_len, &found) == MT_OK &&
+            found) {
+            char text[1024];
+            parse_failure(fail, fail_len, &code, text, sizeof text);
+            free(fail);
+            mtrun_msg("%s; stopping the job", text);
+            goto done;
+        }
+        int sig = pending_signal(sigfd);
+        if (sig) {
+            code = interrupted(sig, "waiting for the other nodes");
+            goto done;
+        }
+        if (mtrun_now() >= deadline) break;
+    }
+    /* Name the nodes that never came. */
+    char missing[512] = "";
+    int nmissing = 0;
+    for (int i = 0; i < c->nnodes; i++) {
+        bool found = false;
+        void *v = NULL;
+        size_t len = 0;
+        if (mt_store_try_get(c->main_conn, keys[i], &v, &len, &found) == MT_OK && !found) {
+            size_t used = strlen(missing);
+            if (nmissing < 32)
+                snprintf(missing + used, sizeof missing - used, "%s%d", nmissing ? ", " : "", i);
+            else if (nmissing == 32)
+                snprintf(missing + used, sizeof missing - used, ", ...");
+            nmissing++;
+        }
+        free(v);
+    }
+    char text[1024];
+    snprintf(text, sizeof text, "node%s %s never joined job '%s' within %g s (MT_TIMEOUT_S); "
+             "check that every node runs mtrun with --master_addr %s --master_port %d",
+             nmissing == 1 ? "" : "s", nmissing ? missing : "?", c->job, c->timeout, c->addr,
+             c->port);
+    mtrun_msg("%s; stopping the job", text);
+    publish_join_failure(c, 1, text);
+done:
+    for (int i = 0; keys && i < c->nnodes; i++) free(keys[i]);
+    free(keys);
+    return code;
+}
+
+/* ---- running ------------------------------------------------------------------------------- */
+
+static bool hb_sleep(mtrun_cluster *c, double seconds) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long ns = ts.tv_nsec + (long)(seconds * 1e9);
+    ts.tv_sec += ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop && pthread_cond_timedwait(&c->cv, &c->mu, &ts) != ETIMEDOUT) {
+    }
+    bool stop = c->stop;
+    pthread_mutex_unlock(&c->mu);
+    return !stop;
+}
+
+/* Reads an integer key; a missing key reads as 0. Returns false on a store error. */
+static bool read_counter(mt_store *s, const char *key, int64_t *v, bool *found) {
+    void *val = NULL;
+    size_t len = 0;
+    *found = false;
+    if (mt_store_try_get(s, key, &val, &len, found) != MT_OK) return false;
+    char text[32];
+    copy_value(val, len, text, sizeof text);
+    *v = *found ? strtoll(text, NULL, 10) : 0;
+    free(val);
+    return true;
+}
+
+static void *heartbeat_main(void *arg) {
+    mtrun_cluster *c = arg;
+    char key[64];
+    snprintf(key, sizeof key, "mtrun/hb/%d", c->node);
+    do {
+        int64_t ignored;
+        if (mt_store_add(c->hb_conn, key, 1, &ignored) != MT_OK) goto lost;
+        double now = mtrun_now();
+        pthread_mutex_lock(&c->mu);
+        c->last_ok = now;
+        pthread_mutex_unlock(&c->mu);
+        bool settled = true;
+        for (int n = 0; n < c->nnodes; n++) {
+            if (n == c->node || c->left[n] || c->lost[n]) continue;
+            char k[64];
+            int64_t v;
+            bool found;
+            snprintf(k, sizeof k, "mtrun/exit/%d", n);
+            if (!read_counter(c->hb_conn, k, &v, &found)) goto lost;
+            if (found) {
+                c->left[n] = 1;
+                continue;
+            }
+            snprintf(k, sizeof k, "mtrun/hb/%d", n);
+            if (!read_counter(c->hb_conn, k, &v, &found)) goto lost;
+            now = mtrun_now();
+            if (v != c->hb_seen[n]) {
+                c->hb_seen[n] = v;
+                c->hb_changed[n] = now;
+            } else if (now - c->hb_changed[n] > c->timeout) {
+                c->lost[n] = 1;
+                pthread_mutex_lock(&c->mu);
+                set_event_locked(c, 1, true, "node %d stopped answering (no heartbeat for %g s)",
+                                 n, c->timeout);
+                pthread_mutex_unlock(&c->mu);
+                continue;
+            }
+            settled = false;
+        }
+        if (settled) {
+            pthread_mutex_lock(&c->mu);
+            if (!c->settled) {
+                c->settled = true;
+                notify(c);
+            }
+            pthread_mutex_unlock(&c->mu);
+        }
+    } while (hb_sleep(c, 1.0));
+    return NULL;
+lost:
+    pthread_mutex_lock(&c->mu);
+    store_lost_locked(c, mt_last_error());
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static void *watcher_main(void *arg) {
+    mtrun_cluster *c = arg;
+    char wake[64];
+    snprintf(wake, sizeof wake, "mtrun/wake/%d", c->node);
+    const char *keys[2] = {FAILURE_KEY, wake};
+    for (;;) {
+        void *v = NULL;
+        size_t len = 0;
+        int which = -1;
+        mt_status st = mt_store_wait_any(c->watch_conn, keys, 2, WATCH_SLICE_S, &which, &v, &len);
+        if (st == MT_ERR_TIMEOUT) continue;
+        pthread_mutex_lock(&c->mu);
+        if (st == MT_OK && which == 0) {
+            int code;
+            char text[1024];
+            parse_failure(v, len, &code, text, sizeof text);
+            set_event_locked(c, code, false, "%s", text);
+        } else if (st != MT_OK) {
+            store_lost_locked(c, mt_last_error());
+        }
+        c->watch_done = true;
+        pthread_mutex_unlock(&c->mu);
+        free(v);
+        return NULL;
+    }
+}
+
+int mtrun_cluster_join(const mtrun_options *o, int port, double timeout_s, int sigfd,
+                       mtrun_cluster **out) {
+    mtrun_cluster *c = calloc(1, sizeof *c);
+    if (!c) {
+        mtrun_msg("out of memory");
+        return 1;
+    }
+    c->nnodes = o->nnodes;
+    c->node = o->node_rank;
+    c->nproc = o->nproc_per_node;
+    c->port = port;
+    c->timeout = timeout_s;
+    snprintf(c->addr, sizeof c->addr, "%s", o->master_addr);
+    snprintf(c->job, sizeof c->job, "%s", o->rdzv_id);
+    c->notify_r = c->notify_w = -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+
+    /* Node 0 talks to its own server over loopback: the master address may name an interface
+     * that only other hosts route to. */
+    const char *host = c->node == 0 ? "127.0.0.1" : c->addr;
+    double deadline = mtrun_now() + timeout_s;
+    int code = connect_until(c, host, deadline, sigfd, &c->main_conn);
+    if (code < 0) code = check_config(c);
+    if (code < 0) code = claim_node(c);
+    if (code < 0) code = wait_for_nodes(c, deadline, sigfd);
+    /* The store is known to be up now: these connections need no long deadline. */
+    if (code < 0) code = connect_until(c, host, mtrun_now() + 10, sigfd, &c->hb_conn);
+    if (code < 0) code = connect_until(c, host, mtrun_now() + 10, sigfd, &c->watch_conn);
+    if (code >= 0) {
+        mtrun_cluster_close(c);
+        return code;
+    }
+
+    int p[2];
+    c->hb_seen = calloc((size_t)c->nnodes, sizeof *c->hb_seen);
+    c->hb_changed = calloc((size_t)c->nnodes, sizeof *c->hb_changed);
+    c->left = calloc((size_t)c->nnodes, 1);
+    c->lost = calloc((size_t)c->nnodes, 1);
+    if (!c->hb_seen || !c->hb_changed || !c->left || !c->lost || pipe2(p, O_CLOEXEC | O_NONBLOCK)) {
+        mtrun_msg("cannot set up the heartbeat: %s", strerror(errno ? errno : ENOMEM));
+        mtrun_cluster_close(c);
+        return 1;
+    }
+    c->notify_r = p[0];
+    c->notify_w = p[1];
+    double now = mtrun_now();
+    c->last_ok = now;
+    for (int n = 0; n < c->nnodes; n++) {
+        c->hb_seen[n] = -1;
+        c->hb_changed[n] = now;
+    }
+    if (pthread_create(&c->hb_thread, NULL, heartbeat_main, c) != 0) {
+        mtrun_msg("cannot start the heartbeat thread");
+        mtrun_cluster_close(c);
+        return 1;
+    }
+    c->hb_started = true;
+    if (pthread_create(&c->watch_thread, NULL, watcher_main, c) != 0) {
+        mtrun_msg("cannot start the failure watcher thread");
+        mtrun_cluster_close(c);
+        return 1;
+    }
+    c->watch_started = true;
+    *out = c;
+    return -1;
+}
+
+int mtrun_cluster_fd(const mtrun_cluster *c) { return c->notify_r; }
+
+bool mtrun_cluster_check(mtrun_cluster *c, mtrun_cluster_event *ev) {
+    char buf[64];
+    while (read(c->notify_r, buf, sizeof buf) > 0) {
+    }
+    pthread_mutex_lock(&c->mu);
+    /* A heartbeat stuck in a store call (no answer, connection not closed) counts as lost too. */
+    double silent = mtrun_now() - c->last_ok;
+    if (!c->have_event && silent > c->timeout + 1.0) {
+        char why[128];
+        snprintf(why, sizeof why, "no answer for %.0f s", silent);
+        store_lost_locked(c, why);
+    }
+    bool fresh = c->have_event && !c->event_taken;
+    if (fresh) {
+        c->event_taken = true;
+        *ev = c->event;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return fresh;
+}
+
+bool mtrun_cluster_settled(mtrun_cluster *c) {
+    pthread_mutex_lock(&c->mu);
+    bool s = c->settled;
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
+void mtrun_cluster_publish_failure(mtrun_cluster *c, int *code, char *text, size_t cap) {
+    char value[1200];
+    int n = snprintf(value, sizeof value, "%d\n%s", *code, text);
+    if (n >= (int)sizeof value) n = (int)sizeof value - 1;
+    void *cur = NULL;
+    size_t cur_len = 0;
+    if (mt_store_compare_set(c->main_conn, FAILURE_KEY, "", 0, value, (size_t)n, &cur, &cur_len) !=
+        MT_OK)
+        return;
+    if (cur_len != (size_t)n || memcmp(cur, value, (size_t)n) != 0)
+        parse_failure(cur, cur_len, code, text, cap);
+    free(cur);
+}
+
+void mtrun_cluster_leave(mtrun_cluster *c, int code) {
+    char key[64], value[16];
+    snprintf(key, sizeof key, "mtrun/exit/%d", c->node);
+    int n = snprintf(value, sizeof value, "%d", code);
+    (void)mt_store_set(c->main_conn, key, value, (size_t)n);
+}
+
+/* Wakes the watcher through its own key and joins it, giving up after a few seconds if the store
+ * no longer answers. Returns true when the watcher is gone. */
+static bool stop_watcher(mtrun_cluster *c) {
+    if (!c->watch_started) return true;
+    pthread_mutex_lock(&c->mu);
+    bool done = c->watch_done;
+    pthread_mutex_unlock(&c->mu);
+    if (!done && c->main_conn) {
+        char wake[64];
+        snprintf(wake, sizeof wake, "mtrun/wake/%d", c->node);
+        (void)mt_store_set(c->main_conn, wake, "1", 1);
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 3;
+    if (pthread_timedjoin_np(c->watch_thread, NULL, &until) != 0) return false;
+    c->watch_started = false;
+    return true;
+}
+
+void mtrun_cluster_close(mtrun_cluster *c) {
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = true;
+    c->closing = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (c->hb_started) pthread_join(c->hb_thread, NULL);
+    c->hb_started = false;
+    bool watcher_gone = stop_watcher(c);
+    if (c->hb_conn) mt_store_close(c->hb_conn);
+    if (c->main_conn) mt_store_close(c->main_conn);
+    c->hb_conn = c->main_conn = NULL;
+    if (!watcher_gone) {
+        mtrun_abandoned_cluster = c;
+        return;
+    }
+    if (c->watch_conn) mt_store_close(c->watch_conn);
+    if (c->notify_r >= 0) close(c->notify_r);
+    if (c->notify_w >= 0) close(c->notify_w);
+    free(c->hb_seen);
+    free(c->hb_changed);
+    free(c->left);
+    free(c->lost);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}

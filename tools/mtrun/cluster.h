@@ -1,0 +1,55 @@
+/* The nodes of a multi-node job, seen from one mtrun: joining through node 0's store, publishing
+ * and learning the job's first failure, heartbeats, and who has left.
+ *
+ * Store keys (all under "mtrun/", so they never meet the runtime's own keys):
+ *   mtrun/config      "nnodes nproc_per_node node" of the first node to arrive (compare_set)
+ *   mtrun/node/R      "host pid" of the mtrun that claimed node rank R (compare_set)
+ *   mtrun/failure     "code\ntext": the job's first failure (compare_set: the first one wins)
+ *   mtrun/hb/R        node R's heartbeat counter, bumped every second
+ *   mtrun/exit/R      node R's exit code, set when it leaves (its ranks all gone)
+ */
+#ifndef MTRUN_CLUSTER_H
+#define MTRUN_CLUSTER_H
+
+#include "options.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct mtrun_cluster mtrun_cluster;
+
+/* Something that ends the job, learned from the other nodes or the store. */
+typedef struct mtrun_cluster_event {
+    int code;        /* the exit code mtrun should end with */
+    bool publish;    /* this node found it (a lost node): tell the others */
+    char text[1024]; /* printed as "mtrun: <text>; stopping the job" */
+} mtrun_cluster_event;
+
+/* Connects to the store at master_addr:port, checks that this node agrees with the others on
+ * --nnodes and --nproc_per_node, claims the node rank and waits until every node has joined (at
+ * most timeout_s). Signals arriving on sigfd meanwhile abort the wait. Returns -1 on success,
+ * else the exit code after printing why. */
+int mtrun_cluster_join(const mtrun_options *o, int port, double timeout_s, int sigfd,
+                       mtrun_cluster **out);
+
+/* A descriptor that becomes readable when mtrun_cluster_check may have something new. */
+int mtrun_cluster_fd(const mtrun_cluster *c);
+
+/* Returns true and fills ev once the job must stop (remote failure, lost node, lost store); each
+ * cause is reported once. */
+bool mtrun_cluster_check(mtrun_cluster *c, mtrun_cluster_event *ev);
+
+/* True once every other node has left or been declared lost. */
+bool mtrun_cluster_settled(mtrun_cluster *c);
+
+/* Publishes this node's failure; the job's first failure (maybe another node's) is returned in
+ * *code and text. When the store cannot be reached, the local failure is kept. */
+void mtrun_cluster_publish_failure(mtrun_cluster *c, int *code, char *text, size_t cap);
+
+/* Records that this node leaves with exit code `code`. */
+void mtrun_cluster_leave(mtrun_cluster *c, int code);
+
+/* Stops the heartbeat and closes the connections it can close. */
+void mtrun_cluster_close(mtrun_cluster *c);
+
+#endif

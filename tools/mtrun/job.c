@@ -1,0 +1,345 @@
+/* One event loop, no busy waiting: poll() on the signalfd (SIGCHLD, SIGINT, SIGTERM), the
+ * cluster's notification pipe and the ranks' output pipes. Timeouts only tick while stopping
+ * (to escalate SIGTERM to SIGKILL) and, for multi-node jobs, once a second to notice a store that
+ * stopped answering.
+ *
+ * mtrun is a child subreaper: the children a rank leaves behind are re-parented to mtrun, so
+ * their deaths wake the loop and a rank's process group is known to be empty without polling. */
+#include "job.h"
+
+#include "msg.h"
+#include "output.h"
+#include "spawn.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define STOP_TICK_S 0.25       /* while stopping, how often groups are checked for leftovers */
+#define AFTER_KILL_S 5.0       /* after SIGKILL, how long to wait for processes to vanish */
+
+typedef enum { RUNNING, STOPPING, DRAINING, FINISHED } phase;
+
+typedef struct rank_slot {
+    pid_t pid;     /* also the process group id; 0 when never started */
+    bool alive;    /* not reaped yet */
+    int local, global;
+    mtrun_stream out, err;
+} rank_slot;
+
+typedef struct job {
+    const mtrun_options *o;
+    mtrun_cluster *cluster;
+    rank_slot *ranks;
+    int n;
+    phase ph;
+    bool failed;         /* the job's first failure is known */
+    int code;            /* mtrun's exit code */
+    int port;            /* the store's port: MASTER_PORT for the ranks */
+    double grace, timeout;
+    double deadline;     /* STOPPING: SIGKILL (then give-up) time; DRAINING: end of the wait */
+    bool killed;
+} job;
+
+/* Signals every rank's process group, exited ranks included: their children must go too. */
+static void stop_ranks(job *j, int sig) {
+    for (int i = 0; i < j->n; i++)
+        if (j->ranks[i].pid > 0) kill(-j->ranks[i].pid, sig);
+    if (j->ph == RUNNING) {
+        j->ph = STOPPING;
+        j->deadline = mtrun_now() + j->grace;
+    }
+}
+
+/* Records the job's first failure (later ones are ignored), agrees on it with the other nodes
+ * when publish is set, prints the line and stops the ranks with sig. */
+static void fail(job *j, int code, const char *text, bool publish, int sig) {
+    if (j->failed) return;
+    j->failed = true;
+    char line[1024];
+    snprintf(line, sizeof line, "%s", text);
+    if (j->cluster && publish) mtrun_cluster_publish_failure(j->cluster, &code, line, sizeof line);
+    j->code = code;
+    mtrun_msg("%s; stopping the job", line);
+    if (j->ph == RUNNING) stop_ranks(j, sig);
+    else if (j->ph == DRAINING) j->ph = FINISHED; /* nothing left to stop here */
+}
+
+static void describe_exit(const job *j, const rank_slot *r, int status, char *text, size_t cap,
+                          int *code) {
+    char sigbuf[32];
+    int n = snprintf(text, cap, "rank %d (node %d, local rank %d) ", r->global, j->o->node_rank,
+                     r->local);
+    if (n < 0 || (size_t)n >= cap) n = 0;
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        snprintf(text + n, cap - (size_t)n, "was killed by signal %d (%s)", sig,
+                 mtrun_signal_name(sig, sigbuf, sizeof sigbuf));
+        *code = 128 + sig;
+    } else {
+        *code = WEXITSTATUS(status);
+        snprintf(text + n, cap - (size_t)n, "exited with code %d", *code);
+    }
+}
+
+static void reap(job *j) {
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0) return; /* 0: nothing more now; -1: no children at all */
+        for (int i = 0; i < j->n; i++) {
+            rank_slot *r = &j->ranks[i];
+            if (r->pid != pid || !r->alive) continue;
+            r->alive = false;
+            mtrun_stream_close(&r->out);
+            mtrun_stream_close(&r->err);
+            bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            if (!ok && j->ph == RUNNING) {
+                char text[512];
+                int code;
+                describe_exit(j, r, status, text, sizeof text, &code);
+                fail(j, code, text, true, SIGTERM);
+            }
+        }
+        /* any other pid: a leftover child of a rank, re-parented to us */
+    }
+}
+
+static void on_signal(job *j, int sig) {
+    char buf[32];
+    if (j->ph == STOPPING) {
+        /* Asked while already stopping: do not make the user wait for the grace period. */
+        mtrun_msg("received %s while stopping the job; killing the ranks now",
+                  mtrun_signal_name(sig, buf, sizeof buf));
+        stop_ranks(j, SIGKILL);
+        j->killed = true;
+        j->deadline = mtrun_now() + AFTER_KILL_S;
+        return;
+    }
+    char text[256];
+    snprintf(text, sizeof text, "node %d received %s", j->o->node_rank,
+             mtrun_signal_name(sig, buf, sizeof buf));
+    /* The signal is forwarded as it is (a rank may treat SIGINT differently from SIGTERM). */
+    fail(j, 128 + sig, text, true, sig);
+    if (j->ph == DRAINING) j->ph = FINISHED;
+}
+
+static bool groups_empty(const job *j) {
+    for (int i = 0; i < j->n; i++) {
+        const rank_slot *r = &j->ranks[i];
+        if (r->alive) return false;
+        if (r->pid > 0 && (kill(-r->pid, 0) == 0 || errno != ESRCH)) return false;
+    }
+    return true;
+}
+
+static bool all_reaped(const job *j) {
+    for (int i = 0; i < j->n; i++)
+        if (j->ranks[i].alive) return false;
+    return true;
+}
+
+/* The local ranks are all gone: say so to the other nodes and decide what comes next. Node 0
+ * keeps the store up until the other nodes have left (or are lost), so that none of them takes a
+ * finished node 0 for a dead one, and each can still read the first failure. */
+static void ranks_done(job *j) {
+    for (int i = 0; i < j->n; i++) {
+        mtrun_stream_close(&j->ranks[i].out);
+        mtrun_stream_close(&j->ranks[i].err);
+    }
+    if (!j->cluster) {
+        j->ph = FINISHED;
+        return;
+    }
+    mtrun_cluster_leave(j->cluster, j->code);
+    if (j->o->node_rank == 0 && !mtrun_cluster_settled(j->cluster)) {
+        /* After a success, other nodes may legitimately run much longer: the heartbeat bounds
+         * the wait (a dead node is declared lost after MT_TIMEOUT_S). After a failure the others
+         * are only stopping, and MT_TIMEOUT_S bounds the wait as well. */
+        j->ph = DRAINING;
+        j->deadline = j->failed ? mtrun_now() + j->timeout : -1;
+    } else {
+        j->ph = FINISHED;
+    }
+}
+
+static void on_timer(job *j) {
+    double now = mtrun_now();
+    if (j->ph == STOPPING && now >= j->deadline) {
+        if (!j->killed) {
+            stop_ranks(j, SIGKILL);
+            j->killed = true;
+            j->deadline = now + AFTER_KILL_S;
+        } else if (all_reaped(j)) {
+            mtrun_msg("some processes of the job's ranks survived SIGKILL (left their process "
+                      "group?); giving up on them");
+            ranks_done(j);
+        }
+    }
+    if (j->ph == DRAINING && j->deadline >= 0 && now >= j->deadline) {
+        mtrun_msg("stopped waiting for the other nodes to finish after %g s (MT_TIMEOUT_S)",
+                  j->timeout);
+        j->ph = FINISHED;
+    }
+}
+
+static void on_cluster(job *j) {
+    mtrun_cluster_event ev;
+    if (mtrun_cluster_check(j->cluster, &ev)) {
+        if (j->ph == RUNNING || (j->ph == DRAINING && !j->failed))
+            fail(j, ev.code, ev.text, ev.publish, SIGTERM);
+    }
+    if (j->ph == DRAINING && mtrun_cluster_settled(j->cluster)) j->ph = FINISHED;
+}
+
+static void start_ranks(job *j) {
+    const mtrun_options *o = j->o;
+    int code = 0;
+    char why[256], text[640];
+    char *path = mtrun_resolve_program(o->program_argv[0], &code, why, sizeof why);
+    if (!path) {
+        snprintf(text, sizeof text, "cannot execute '%s' on node %d: %s", o->program_argv[0],
+                 o->node_rank, why);
+        fail(j, code, text, true, SIGTERM);
+        return;
+    }
+    mtrun_launch l = {.path = path, .argv = o->program_argv, .nnodes = o->nnodes,
+                      .nproc_per_node = o->nproc_per_node, .node_rank = o->node_rank,
+                      .master_addr = o->master_addr, .master_port = j->port,
+                      .job_id = o->rdzv_id};
+    for (int i = 0; i < j->n && j->ph == RUNNING; i++) {
+        rank_slot *r = &j->ranks[i];
+        int out_fd, err_fd;
+        pid_t pid = mtrun_spawn_rank(&l, i, &out_fd, &err_fd);
+        if (pid < 0) {
+            int e = errno;
+            snprintf(text, sizeof text, "cannot start rank %d (node %d, local rank %d): cannot "
+                     "execute '%s': %s", r->global, o->node_rank, i, o->program_argv[0],
+                     strerror(e));
+            fail(j, e == ENOENT ? 127 : e == EACCES || e == ENOEXEC ? 126 : 1, text, true,
+                 SIGTERM);
+            break;
+        }
+        r->pid = pid;
+        r->alive = true;
+        char log_out[4096], log_err[4096];
+        if (o->log_dir) {
+            snprintf(log_out, sizeof log_out, "%s/rank%d.stdout", o->log_dir, r->global);
+            snprintf(log_err, sizeof log_err, "%s/rank%d.stderr", o->log_dir, r->global);
+        }
+        int bad_out = mtrun_stream_open(&r->out, out_fd, STDOUT_FILENO, r->global,
+                                        o->log_dir ? log_out : NULL);
+        int bad_err = mtrun_stream_open(&r->err, err_fd, STDERR_FILENO, r->global,
+                                        o->log_dir ? log_err : NULL);
+        if (bad_out || bad_err) {
+            snprintf(text, sizeof text, "cannot open the log files of rank %d in %s: %s",
+                     r->global, o->log_dir, strerror(errno));
+            fail(j, 1, text, true, SIGTERM);
+        }
+    }
+    free(path);
+}
+
+/* Milliseconds poll() may sleep: forever unless a deadline or the store check is pending. */
+static int poll_timeout_ms(const job *j) {
+    double wait = -1;
+    if (j->ph == STOPPING) {
+        /* a short tick; once the deadline has passed (waiting for SIGKILLed processes to go),
+         * still a tick rather than a zero timeout that would spin */
+        double until = j->deadline - mtrun_now();
+        wait = until > 0 && until < STOP_TICK_S ? until : STOP_TICK_S;
+    } else if (j->ph == DRAINING && j->deadline >= 0) {
+        wait = j->deadline - mtrun_now();
+        if (wait < 0) wait = 0;
+    }
+    if (j->cluster && (wait < 0 || wait > 1.0)) wait = 1.0;
+    if (wait < 0) return -1;
+    return (int)(wait * 1000) + 1;
+}
+
+static void loop(job *j, int sigfd) {
+    struct pollfd *fds = calloc((size_t)(2 * j->n + 2), sizeof *fds);
+    mtrun_stream **streams = calloc((size_t)(2 * j->n + 2), sizeof *streams);
+    if (!fds || !streams) {
+        /* Cannot supervise: stop what runs rather than leave it unwatched. */
+        fail(j, 1, "out of memory in the supervision loop", true, SIGKILL);
+        free(fds);
+        free(streams);
+        for (int i = 0; i < j->n; i++)
+            if (j->ranks[i].pid > 0) kill(-j->ranks[i].pid, SIGKILL);
+        return;
+    }
+    while (j->ph != FINISHED) {
+        int nf = 0;
+        fds[nf++] = (struct pollfd){.fd = sigfd, .events = POLLIN};
+        if (j->cluster)
+            fds[nf++] = (struct pollfd){.fd = mtrun_cluster_fd(j->cluster), .events = POLLIN};
+        int first_stream = nf;
+        for (int i = 0; i < j->n; i++) {
+            mtrun_stream *pair[2] = {&j->ranks[i].out, &j->ranks[i].err};
+            for (int k = 0; k < 2; k++) {
+                if (pair[k]->fd < 0) continue;
+                streams[nf] = pair[k];
+                fds[nf++] = (struct pollfd){.fd = pair[k]->fd, .events = POLLIN};
+            }
+        }
+        int ready = poll(fds, (nfds_t)nf, poll_timeout_ms(j));
+        if (ready < 0 && errno != EINTR) {
+            mtrun_msg("poll failed: %s", strerror(errno));
+            fail(j, 1, "mtrun's supervision loop failed", true, SIGKILL);
+            break;
+        }
+        for (int k = first_stream; ready > 0 && k < nf; k++)
+            if (fds[k].revents) mtrun_stream_pump(streams[k]);
+        if (ready > 0 && (fds[0].revents & POLLIN)) {
+            struct signalfd_siginfo si;
+            while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                if (si.ssi_signo == SIGCHLD) reap(j);
+                else on_signal(j, (int)si.ssi_signo);
+            }
+        }
+        /* A SIGCHLD may have been merged with one already read: reaping again is cheap. */
+        reap(j);
+        if (j->cluster) on_cluster(j);
+        on_timer(j);
+        if (j->ph == RUNNING && all_reaped(j)) {
+            ranks_done(j);
+        } else if (j->ph == STOPPING && groups_empty(j)) {
+            ranks_done(j);
+        }
+    }
+    free(fds);
+    free(streams);
+}
+
+int mtrun_job_run(const mtrun_options *o, int store_port, mtrun_cluster *cluster, int sigfd,
+                  double timeout_s, double kill_grace_s) {
+    job j = {.o = o, .cluster = cluster, .n = o->nproc_per_node, .ph = RUNNING, .code = 0,
+             .port = store_port, .grace = kill_grace_s, .timeout = timeout_s};
+    j.ranks = calloc((size_t)j.n, sizeof *j.ranks);
+    if (!j.ranks) {
+        mtrun_msg("out of memory for %d ranks", j.n);
+        return 1;
+    }
+    for (int i = 0; i < j.n; i++) {
+        rank_slot *r = &j.ranks[i];
+        r->local = i;
+        r->global = o->node_rank * o->nproc_per_node + i;
+        r->out.fd = r->err.fd = r->out.log_fd = r->err.log_fd = -1;
+    }
+    start_ranks(&j);
+    loop(&j, sigfd);
+    for (int i = 0; i < j.n; i++) {
+        mtrun_stream_close(&j.ranks[i].out);
+        mtrun_stream_close(&j.ranks[i].err);
+    }
+    free(j.ranks);
+    return j.code;
+}

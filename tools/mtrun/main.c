@@ -1,0 +1,106 @@
+/* mtrun: starts and supervises the ranks of one node (like `torchrun --no-python`); node 0 also
+ * hosts the job's rendezvous store. See docs/mtrun.md. */
+#include "cluster.h"
+#include "job.h"
+#include "msg.h"
+#include "options.h"
+
+#include <meshtrain/store.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static double env_seconds(const char *name, double fallback) {
+    const char *v = getenv(name);
+    if (!v || !*v) return fallback;
+    char *end;
+    double s = strtod(v, &end);
+    if (*end || !(s >= 0) || s > 1e6) {
+        mtrun_msg("ignoring %s=%s: expected a number of seconds; using %g", name, v, fallback);
+        return fallback;
+    }
+    return s;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *dir) {
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) return -1;
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    mtrun_options o;
+    int r = mtrun_parse_options(argc, argv, &o);
+    if (r != MTRUN_PARSE_RUN) return r;
+
+    if (o.log_dir && make_dirs(o.log_dir) != 0) {
+        mtrun_msg("cannot create the log directory %s: %s", o.log_dir, strerror(errno));
+        return 1;
+    }
+    /* Signals are blocked before any thread exists (the store's included) so that only the
+     * signalfd sees them; a closed stdout must not kill mtrun and orphan the ranks. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sigfd < 0) {
+        mtrun_msg("signalfd failed: %s", strerror(errno));
+        return 1;
+    }
+    /* Orphans of a rank come back to us, so their process group can be watched to the end. */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        mtrun_msg("cannot become a child subreaper (%s); leftovers of ranks may escape",
+                  strerror(errno));
+
+    double timeout = mt_default_timeout();
+    double grace = env_seconds("MT_KILL_GRACE_S", 3.0);
+
+    mt_store_server *server = NULL;
+    int port = o.master_port;
+    if (o.node_rank == 0) {
+        if (mt_store_server_start(NULL, o.master_port, o.rdzv_id, &server) != MT_OK) {
+            mtrun_msg("cannot host the rendezvous store on port %d: %s", o.master_port,
+                      mt_last_error());
+            return 1;
+        }
+        port = mt_store_server_port(server);
+    }
+
+    mtrun_cluster *cluster = NULL;
+    int code = -1;
+    if (o.nnodes > 1) code = mtrun_cluster_join(&o, port, timeout, sigfd, &cluster);
+    if (code < 0) code = mtrun_job_run(&o, port, cluster, sigfd, timeout, grace);
+    mtrun_cluster_close(cluster);
+    if (server) mt_store_server_stop(server);
+    close(sigfd);
+    return code;
+}
