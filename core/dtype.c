@@ -1,5 +1,6 @@
 /* Element types and f32 <-> bf16 conversion. bf16 is the upper half of a binary32, so widening is
  * a shift and narrowing is a rounding of the lower 16 bits. */
+#include "core/bf16_inline.h"
 #include "core/error.h"
 
 #include <meshtrain/dtype.h>
@@ -40,37 +41,14 @@ mt_status mt_dtype_parse(const char *name, mt_dtype *out) {
                     "unknown dtype \"%s\" (expected f32, float32, float, bf16 or bfloat16)", name);
 }
 
-static inline uint32_t f32_bits(float value) {
-    uint32_t bits;
-    memcpy(&bits, &value, sizeof bits);
-    return bits;
-}
+mt_bf16 mt_f32_to_bf16(float value) { return mt_bf16_round(value); }
 
-mt_bf16 mt_f32_to_bf16(float value) {
-    uint32_t bits = f32_bits(value);
-    /* A NaN whose payload sits only in the dropped half would truncate (or round) to infinity:
-     * keep the sign and upper payload and set the quiet bit so it stays a NaN. */
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (mt_bf16)((bits >> 16) | 0x0040u);
-    /* Round to nearest, ties to even: adding 0x7fff plus the kept LSB carries into the upper half
-     * exactly when the dropped half is above one half, or equal to it with an odd kept part.
-     * The carry may ripple into the exponent, which is right: the largest finite values round up
-     * to infinity and the largest denormals to the smallest normal. */
-    uint32_t lsb = (bits >> 16) & 1u;
-    bits += 0x7fffu + lsb;
-    return (mt_bf16)(bits >> 16);
-}
-
-float mt_bf16_to_f32(mt_bf16 value) {
-    uint32_t bits = (uint32_t)value << 16;
-    float out;
-    memcpy(&out, &bits, sizeof out);
-    return out;
-}
+float mt_bf16_to_f32(mt_bf16 value) { return mt_bf16_widen(value); }
 
 void mt_f32_to_bf16_array(const float *src, mt_bf16 *dst, size_t count) {
-    for (size_t i = 0; i < count; i++) dst[i] = mt_f32_to_bf16(src[i]);
+    for (size_t i = 0; i < count; i++) dst[i] = mt_bf16_round(src[i]);
 }
 
 void mt_bf16_to_f32_array(const mt_bf16 *src, float *dst, size_t count) {
-    for (size_t i = 0; i < count; i++) dst[i] = mt_bf16_to_f32(src[i]);
+    for (size_t i = 0; i < count; i++) dst[i] = mt_bf16_widen(src[i]);
 }

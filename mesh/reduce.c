@@ -1,29 +1,12 @@
-/* Reduction kernels. The bf16 conversions are local inline copies of core/dtype.c's rule (round
- * to nearest even, NaN kept quiet) so that the hot loops vectorize; tests/unit/test_reduce.c
- * checks that both agree. */
-/* The library builds at -O2, where GCC 12 vectorizes only loops whose trip count is a known
- * multiple of the vector width; these loops carry the whole cost of reduce_scatter and all_reduce
- * (about 20% of their bandwidth at 64 MiB, see docs/benchmarks.md). */
-#pragma GCC optimize("O3")
+/* Reduction kernels. The bf16 rule comes inline from core/bf16_inline.h so that the hot loops
+ * vectorize; CMakeLists.txt builds this file at -O3 (at -O2 GCC 12 vectorizes only loops whose
+ * trip count is a known multiple of the vector width; these loops carry the whole cost of
+ * reduce_scatter and all_reduce: about 20% of their bandwidth at 64 MiB, docs/benchmarks.md). */
+#include "core/bf16_inline.h"
 #include "mesh/reduce.h"
 
 #include <stdint.h>
 #include <string.h>
-
-static inline float widen(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static inline uint16_t narrow(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x0040u);
-    uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-    return (uint16_t)((bits + rounding) >> 16);
-}
 
 static inline float combine(mt_reduce_op op, float x, float y) {
     if (op == MT_REDUCE_MAX) return x > y || x != x ? x : y;
@@ -44,11 +27,14 @@ static void pair_f32(mt_reduce_op op, float scale, float *dst, const float *a, c
 static void pair_bf16(mt_reduce_op op, float scale, uint16_t *dst, const uint16_t *a,
                       const uint16_t *b, size_t n) {
     if (op == MT_REDUCE_MAX) {
-        for (size_t i = 0; i < n; i++) dst[i] = narrow(combine(op, widen(a[i]), widen(b[i])));
+        for (size_t i = 0; i < n; i++)
+            dst[i] = mt_bf16_round(combine(op, mt_bf16_widen(a[i]), mt_bf16_widen(b[i])));
     } else if (scale != 1.0f) {
-        for (size_t i = 0; i < n; i++) dst[i] = narrow((widen(a[i]) + widen(b[i])) / scale);
+        for (size_t i = 0; i < n; i++)
+            dst[i] = mt_bf16_round((mt_bf16_widen(a[i]) + mt_bf16_widen(b[i])) / scale);
     } else {
-        for (size_t i = 0; i < n; i++) dst[i] = narrow(widen(a[i]) + widen(b[i]));
+        for (size_t i = 0; i < n; i++)
+            dst[i] = mt_bf16_round(mt_bf16_widen(a[i]) + mt_bf16_widen(b[i]));
     }
 }
 
@@ -77,13 +63,15 @@ void mt_reduce_many(mt_dtype dtype, mt_reduce_op op, int ninputs, const void *co
                 else for (size_t i = 0; i < n; i++) acc[i] = combine(op, acc[i], in[i]);
             } else {
                 const uint16_t *in = (const uint16_t *)inputs[j] + base;
-                if (j == 0) for (size_t i = 0; i < n; i++) acc[i] = widen(in[i]);
-                else for (size_t i = 0; i < n; i++) acc[i] = combine(op, acc[i], widen(in[i]));
+                if (j == 0)
+                    for (size_t i = 0; i < n; i++) acc[i] = mt_bf16_widen(in[i]);
+                else
+                    for (size_t i = 0; i < n; i++) acc[i] = combine(op, acc[i], mt_bf16_widen(in[i]));
             }
         }
         if (scale != 1.0f)
             for (size_t i = 0; i < n; i++) acc[i] /= scale;
         if (dtype == MT_F32) memcpy((float *)dst + base, acc, n * sizeof *acc);
-        else for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[base + i] = narrow(acc[i]);
+        else for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[base + i] = mt_bf16_round(acc[i]);
     }
 }

@@ -7,6 +7,7 @@
  * A process that fails a join check publishes why under ABORT_KEY, so the others stop at once with
  * its message instead of waiting MT_TIMEOUT_S for a rank that will never arrive.
  */
+#include "mesh/netif.h"
 #include "mesh/runtime_env.h"
 #include "mesh/store_proto.h"
 #include "mesh/transport.h"
@@ -85,14 +86,20 @@ static mt_status open_store(mt_runtime *rt) {
     const char *host = env->master_addr;
     bool hosting = env->source == MT_ENV_SINGLE || (rt->rank == 0 && !env->store_hosted);
     if (hosting) {
-        mt_status st = mt_store_server_start(NULL, port, env->job_id, &rt->server);
+        char ifaddr[64];
+        const char *bind_addr;
+        MT_TRY(mt_netif_store_bind(ifaddr, sizeof ifaddr, &bind_addr));
+        mt_status st = mt_store_server_start(bind_addr, port, env->job_id, &rt->server);
         if (st != MT_OK)
             return mt_error_wrap(st, "rank 0 hosts the rendezvous store (no MT_STORE_HOSTED=1 from "
                                  "a launcher)");
         port = mt_store_server_port(rt->server);
-        /* The server listens on every interface; talking to it over loopback avoids depending
-         * on how MASTER_ADDR resolves on the host itself. */
-        host = "127.0.0.1";
+        /* Without MT_SOCKET_IFNAME the server listens on every interface; talking to it over
+         * loopback avoids depending on how MASTER_ADDR resolves on the host itself. */
+        host = bind_addr ? bind_addr : "127.0.0.1";
+        st = mt_store_connect(host, port, env->job_id, rt->timeout, &rt->store);
+        snprintf(rt->store_addr, sizeof rt->store_addr, "%s:%d", env->master_addr, port);
+        return st;
     }
     snprintf(rt->store_addr, sizeof rt->store_addr, "%s:%d", env->master_addr, port);
     return mt_store_connect(host, port, env->job_id, rt->timeout, &rt->store);

@@ -11,4 +11,7 @@ if(TARGET mtrun)
   mt_add_mp_test(runtime_mtrun TIMEOUT 90 LABELS runtime
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_mtrun.sh $<TARGET_FILE:prog_init>
             $<TARGET_FILE:mtrun>)
+  mt_add_mp_test(runtime_socket_ifname TIMEOUT 90 LABELS runtime
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_socket_ifname.sh $<TARGET_FILE:prog_init>
+            $<TARGET_FILE:mtrun>)
 endif()

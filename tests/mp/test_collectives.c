@@ -290,7 +290,7 @@ static void run_errors(mt_runtime *rt, mt_group *world) {
 static void run_group(mt_group *g) {
     size_t sizes[] = {0, 1, 7, 1023, 3 * 5 * 7 * 11 + 1, 16383, 16384, 16385, 32767, 32768,
                       32769, (1u << 20) / 4 + 3, (1u << 20) / 2, (16u << 20) / 4 + 1,
-                      (64u << 20) / 4};
+                      (64u << 20) / 4, (64u << 20) / 2 /* 64 MiB of bf16 */};
     for (int d = 0; d < 2; d++) {
         mt_dtype dt = d == 0 ? MT_F32 : MT_BF16;
         size_t cap = dt == MT_F32 ? max_bytes : max_bytes_bf16;

@@ -5,6 +5,8 @@
 #include "msg.h"
 #include "options.h"
 
+#include "mesh/netif.h"
+
 #include <meshtrain/store.h>
 
 #include <errno.h>
@@ -87,7 +89,13 @@ int main(int argc, char **argv) {
     mt_store_server *server = NULL;
     int port = o.master_port;
     if (o.node_rank == 0) {
-        if (mt_store_server_start(NULL, o.master_port, o.rdzv_id, &server) != MT_OK) {
+        char ifaddr[64];
+        const char *bind_addr = NULL;
+        if (mt_netif_store_bind(ifaddr, sizeof ifaddr, &bind_addr) != MT_OK) {
+            mtrun_msg("%s", mt_last_error());
+            return 2;
+        }
+        if (mt_store_server_start(bind_addr, o.master_port, o.rdzv_id, &server) != MT_OK) {
             mtrun_msg("cannot host the rendezvous store on port %d: %s", o.master_port,
                       mt_last_error());
             return 1;
