@@ -4,13 +4,14 @@
  *         [--min-bytes B] [--max-bytes B] [--dtype f32|bf16] [--iters I] [--warmup W] [--json]
  *
  * size is the total buffer (the gathered output, the scattered input, the all-reduced buffer);
- * sizes double from --min-bytes to --max-bytes (suffixes K, M, G accepted). time is the mean over
+ * sizes double from --min-bytes to --max-bytes (KiB, MiB, GiB suffixes as in mt_parse_bytes). time is the mean over
  * iterations, the slowest rank's. algbw = size / time, busbw = algbw x (n-1)/n for all_gather and
  * reduce_scatter and x 2(n-1)/n for all_reduce; GB = 1e9 bytes. Rank 0 prints; with --json one
  * object per line and nothing else on stdout.
  */
 #include <meshtrain/meshtrain.h>
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,20 +20,78 @@
 typedef enum { OP_AG, OP_RS, OP_AR, OP_COUNT } bench_op;
 static const char *op_names[OP_COUNT] = {"all_gather", "reduce_scatter", "all_reduce"};
 
-static int parse_bytes(const char *s, size_t *out) {
+typedef struct bench_options {
+    size_t min_bytes, max_bytes;
+    int iters, warmup, json;
+    bool ops[OP_COUNT];
+    mt_dtype dtype;
+} bench_options;
+
+static int parse_count(const char *flag, const char *text, int min, int *out) {
     char *end;
-    double v = strtod(s, &end);
-    if (end == s || v < 0) return -1;
-    switch (*end) {
-    case 'k': case 'K': v *= 1024; end++; break;
-    case 'm': case 'M': v *= 1024 * 1024; end++; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; end++; break;
-    default: break;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end || v < min || v > 1000000) {
+        fprintf(stderr, "mt-bench-comm: %s %s: expected an integer >= %d\n", flag, text, min);
+        return -1;
     }
-    if (*end == 'i' || *end == 'B') end++;
-    if (*end == 'B') end++;
-    if (*end) return -1;
-    *out = (size_t)v;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_size(const char *flag, const char *text, size_t *out) {
+    if (mt_parse_bytes(text, out) != MT_OK || *out == 0) {
+        fprintf(stderr, "mt-bench-comm: %s %s: %s\n", flag, text,
+                *mt_last_error() ? mt_last_error() : "must be at least 1 byte");
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_op(const char *text, bool ops[OP_COUNT]) {
+    bool all = !strcmp(text, "all");
+    int matched = 0;
+    for (int o = 0; o < OP_COUNT; o++) {
+        ops[o] = all || !strcmp(text, op_names[o]);
+        matched += ops[o];
+    }
+    if (matched) return 0;
+    fprintf(stderr, "mt-bench-comm: unknown --op %s (all_gather, reduce_scatter, all_reduce or "
+                    "all)\n", text);
+    return -1;
+}
+
+/* Returns 0, or -1 after printing what is wrong. */
+static int parse_options(int argc, char **argv, bench_options *o) {
+    *o = (bench_options){.min_bytes = 1024, .max_bytes = 256u << 20, .iters = 20, .warmup = 5,
+                         .ops = {true, true, true}, .dtype = MT_F32};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        }
+        const char *v = i + 1 < argc ? argv[++i] : NULL;
+        int bad = !v;
+        if (bad) fprintf(stderr, "mt-bench-comm: %s needs a value\n", a);
+        else if (!strcmp(a, "--op")) bad = parse_op(v, o->ops);
+        else if (!strcmp(a, "--min-bytes")) bad = parse_size(a, v, &o->min_bytes);
+        else if (!strcmp(a, "--max-bytes")) bad = parse_size(a, v, &o->max_bytes);
+        else if (!strcmp(a, "--iters")) bad = parse_count(a, v, 1, &o->iters);
+        else if (!strcmp(a, "--warmup")) bad = parse_count(a, v, 0, &o->warmup);
+        else if (!strcmp(a, "--dtype")) {
+            bad = mt_dtype_parse(v, &o->dtype) != MT_OK;
+            if (bad) fprintf(stderr, "mt-bench-comm: %s\n", mt_last_error());
+        } else {
+            fprintf(stderr, "mt-bench-comm: unknown option %s\n", a);
+            bad = 1;
+        }
+        if (bad) return -1;
+    }
+    if (o->min_bytes > o->max_bytes) {
+        fprintf(stderr, "mt-bench-comm: --min-bytes %zu is above --max-bytes %zu\n", o->min_bytes,
+                o->max_bytes);
+        return -1;
+    }
     return 0;
 }
 
@@ -58,41 +117,15 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    size_t min_bytes = 1024, max_bytes = 256u << 20;
-    int iters = 20, warmup = 5, json = 0;
-    bool ops[OP_COUNT] = {true, true, true};
-    mt_dtype dt = MT_F32;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json")) { json = 1; continue; }
-        if (!v) { usage(); return 2; }
-        i++;
-        if (!strcmp(a, "--op")) {
-            if (strcmp(v, "all") != 0) {
-                int k = -1;
-                for (int o = 0; o < OP_COUNT; o++) if (!strcmp(v, op_names[o])) k = o;
-                if (k < 0) { fprintf(stderr, "mt-bench-comm: unknown --op %s\n", v); return 2; }
-                for (int o = 0; o < OP_COUNT; o++) ops[o] = o == k;
-            }
-        } else if (!strcmp(a, "--min-bytes")) {
-            if (parse_bytes(v, &min_bytes)) { usage(); return 2; }
-        } else if (!strcmp(a, "--max-bytes")) {
-            if (parse_bytes(v, &max_bytes)) { usage(); return 2; }
-        } else if (!strcmp(a, "--dtype")) {
-            if (mt_dtype_parse(v, &dt) != MT_OK) { fprintf(stderr, "%s\n", mt_last_error()); return 2; }
-        } else if (!strcmp(a, "--iters")) {
-            iters = atoi(v);
-        } else if (!strcmp(a, "--warmup")) {
-            warmup = atoi(v);
-        } else {
-            usage();
-            return 2;
-        }
-    }
-    if (iters < 1 || warmup < 0 || min_bytes == 0 || min_bytes > max_bytes) {
+    bench_options opt;
+    if (parse_options(argc, argv, &opt) != 0) {
         usage();
         return 2;
     }
+    size_t min_bytes = opt.min_bytes, max_bytes = opt.max_bytes;
+    int iters = opt.iters, warmup = opt.warmup, json = opt.json;
+    const bool *ops = opt.ops;
+    mt_dtype dt = opt.dtype;
     mt_runtime *rt;
     if (mt_init(&rt, &argc, &argv) != MT_OK) {
         fprintf(stderr, "mt-bench-comm: %s\n", mt_last_error());
@@ -126,7 +159,8 @@ int main(int argc, char **argv) {
             for (int i = 0; i < iters && rc == 0; i++)
                 if (run_op(world, (bench_op)o, in, out, count, dt) != MT_OK) rc = 1;
             float us = (float)((now() - t0) / iters * 1e6), slowest = us;
-            if (rc == 0 && mt_all_reduce(world, &us, &slowest, 1, MT_F32, MT_REDUCE_MAX, NULL) != MT_OK)
+            if (rc == 0 &&
+                mt_all_reduce(world, &us, &slowest, 1, MT_F32, MT_REDUCE_MAX, NULL) != MT_OK)
                 rc = 1;
             if (rc != 0) {
                 fprintf(stderr, "mt-bench-comm: %s of %zu bytes failed: %s\n", op_names[o], bytes,

@@ -200,24 +200,38 @@ mt_status mt_device_open(mt_device_kind kind, int index, mt_device **out) {
     }
 
     char why[256];
-#ifdef MT_HAVE_CUDA
-    int count = 0;
-    mt_cuda_device_count(&count, why, sizeof why);
+    int count = mt_device_cuda_count(why, sizeof why);
     if (count > 0) {
         if (index >= count)
             return mt_error(MT_ERR_NOT_FOUND,
                             "cannot open cuda:%d: the index is out of range, this machine has %d "
                             "GPU(s) (cuda:0 .. cuda:%d)", index, count, count - 1);
+#ifdef MT_HAVE_CUDA
         return open_cuda(index, out);
-    }
-#else
-    snprintf(why, sizeof why, "this meshtrain build has no CUDA support");
 #endif
+    }
     MT_TRY(capacity_from_env(&capacity));
     MT_TRY(open_cpu(capacity, out));
     (*out)->fallback = true;
     mt_log(MT_LOG_WARN, "no CUDA GPU found (%s); falling back to the CPU device", why);
     return MT_OK;
+}
+
+int mt_device_cuda_count(char *why, size_t why_cap) {
+    char scratch[256];
+    if (!why) {
+        why = scratch;
+        why_cap = sizeof scratch;
+    }
+    why[0] = '\0';
+#ifdef MT_HAVE_CUDA
+    int count = 0;
+    mt_cuda_device_count(&count, why, why_cap);
+    return count;
+#else
+    snprintf(why, why_cap, "this meshtrain build has no CUDA support");
+    return 0;
+#endif
 }
 
 void mt_device_close(mt_device *dev) {

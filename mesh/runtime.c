@@ -220,10 +220,13 @@ static mt_status open_device(mt_runtime *rt) {
     const char *want = getenv("MT_DEVICE");
     mt_device_kind kind;
     if (!want || !*want || !strcasecmp(want, "auto")) {
+        char why[256];
+        kind = mt_device_cuda_count(why, sizeof why) > 0 ? MT_DEVICE_CUDA : MT_DEVICE_CPU;
+        /* One notice per host rather than one per rank: they all fall back for the same reason. */
 #ifdef MT_HAVE_CUDA
-        kind = MT_DEVICE_CUDA; /* mt_device_open falls back to the CPU without a GPU */
-#else
-        kind = MT_DEVICE_CPU;
+        if (kind == MT_DEVICE_CPU && rt->local_rank == 0)
+            mt_log(MT_LOG_WARN, "no CUDA GPU found (%s); the ranks of this host use the CPU "
+                                "device", why);
 #endif
     } else if (!strcasecmp(want, "cpu")) {
         kind = MT_DEVICE_CPU;

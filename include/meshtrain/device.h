@@ -41,6 +41,10 @@ mt_status mt_device_open(mt_device_kind kind, int index, mt_device **out);
 /* Opens a CPU device with an explicit capacity in bytes (0 = unlimited), ignoring the env. */
 mt_status mt_device_open_cpu(size_t capacity, mt_device **out);
 
+/* The number of CUDA GPUs this process can use: 0 in a build without CUDA or on a machine without
+ * a GPU or driver, and then why (may be NULL) receives the reason. */
+int mt_device_cuda_count(char *why, size_t why_cap);
+
 /* Closes the device. Memory still allocated is reported as a leak at warn level (bytes per
  * category), then released. */
 void mt_device_close(mt_device *dev);

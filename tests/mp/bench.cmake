@@ -1,0 +1,4 @@
+# mt-bench-comm's report format (figures themselves live in docs/benchmarks.md, not in tests).
+mt_add_mp_test(bench_comm_json TIMEOUT 120 LABELS bench
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_comm_json.sh $<TARGET_FILE:mtrun>
+          $<TARGET_FILE:mt-bench-comm>)
