@@ -37,12 +37,6 @@ struct mt_store {
     mt_store_buf req;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void sleep_s(double s) {
     if (s <= 0) return;
     struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
@@ -71,7 +65,7 @@ static double resolve_timeout(double timeout_s) {
 }
 
 static int remaining_ms(double deadline) {
-    double left = deadline - now_s();
+    double left = deadline - mt_store_now_s();
     if (left <= 0) return 0;
     return left > 1e6 ? 1000000000 : (int)ceil(left * 1000.0);
 }
@@ -287,7 +281,7 @@ mt_status mt_store_connect_version(const char *host, int port, const char *job_i
     if (!st) return mt_error(MT_ERR_OUT_OF_MEMORY, "store: out of memory");
     snprintf(st->addr, sizeof st->addr, "%s:%d", host, port);
     timeout_s = resolve_timeout(timeout_s);
-    double start = now_s(), deadline = start + timeout_s, delay = 0.02;
+    double start = mt_store_now_s(), deadline = start + timeout_s, delay = 0.02;
     char why[256] = "no attempt made";
     for (;;) {
         int fd = try_connect(host, port, deadline, why, sizeof why);
@@ -295,7 +289,7 @@ mt_status mt_store_connect_version(const char *host, int port, const char *job_i
             bool retry;
             /* A live server answers the handshake at once; a few seconds even past a short
              * connect timeout, so that a loaded machine does not turn into a refusal. */
-            double hs_deadline = fmax(deadline, now_s() + 5.0);
+            double hs_deadline = fmax(deadline, mt_store_now_s() + 5.0);
             mt_status s = handshake(fd, st->addr, job_id, version, hs_deadline, &retry);
             if (s == MT_OK) {
                 st->fd = fd;
@@ -310,8 +304,8 @@ mt_status mt_store_connect_version(const char *host, int port, const char *job_i
             }
             snprintf(why, sizeof why, "%s", mt_last_error());
         }
-        if (now_s() >= deadline) break;
-        sleep_s(fmin(delay, deadline - now_s()));
+        if (mt_store_now_s() >= deadline) break;
+        sleep_s(fmin(delay, deadline - mt_store_now_s()));
         delay = fmin(delay * 2, 0.5);
     }
     mt_status s = mt_error(MT_ERR_TIMEOUT, "could not connect to the store at %s within %g s: %s "
@@ -367,7 +361,7 @@ static mt_status roundtrip(mt_store *s, const char *op, const char *key, double 
     if (!mt_store_buf_finish(&s->req))
         return mt_error(MT_ERR_OUT_OF_MEMORY, "%s '%s' on the store at %s: out of memory", op,
                         key, s->addr);
-    double deadline = now_s() + reply_wait_s;
+    double deadline = mt_store_now_s() + reply_wait_s;
     int err = 0;
     io_result r = send_all(s->fd, s->req.data, s->req.len, deadline, &err);
     if (r == IO_OK) r = read_frame(s->fd, deadline, reply, len, &err);

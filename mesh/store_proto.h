@@ -113,6 +113,9 @@ mt_store_bytes mt_store_read_bytes(mt_store_reader *r, size_t max);
 uint32_t mt_store_get_be32(const uint8_t *p);
 void mt_store_put_be32(uint8_t *p, uint32_t v);
 
+/* Seconds on the monotonic clock, for the deadlines of the store's client and server. */
+double mt_store_now_s(void);
+
 /* Client connect with an explicit meshtrain version string: the tests use it to play a client of
  * another build. mt_store_connect passes mt_version(). */
 mt_status mt_store_connect_version(const char *host, int port, const char *job_id,

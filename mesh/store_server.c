@@ -6,7 +6,9 @@
  * not yet written), so a client that floods requests or never reads replies only fills its own
  * kernel socket buffers. Blocking get/wait are answered by the server when the key appears or the
  * deadline passes; clients never poll. Any malformed input drops that client with a warning.
+ * The keys and values themselves live in the map of store_kv.c.
  */
+#include "mesh/store_kv.h"
 #include "mesh/store_proto.h"
 
 #include "core/error.h"
@@ -37,114 +39,6 @@
 #define HANDSHAKE_TIMEOUT_DEFAULT_S 30.0
 /* A timed-out wait names at most this many missing keys; the count says how many there were. */
 #define WAIT_TIMEOUT_KEYS_LISTED 32
-
-/* ---- the key-value map --------------------------------------------------------------------- */
-
-typedef struct entry {
-    struct entry *next;
-    uint64_t hash;
-    size_t klen, vlen;
-    uint8_t *key, *value;
-} entry;
-
-typedef struct map {
-    entry **buckets;
-    size_t nbuckets, count;
-} map;
-
-static uint64_t hash_bytes(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
-static entry **map_slot(map *m, mt_store_bytes key, uint64_t h) {
-    entry **slot = &m->buckets[h & (m->nbuckets - 1)];
-    while (*slot && !((*slot)->hash == h && (*slot)->klen == key.len &&
-                      memcmp((*slot)->key, key.data, key.len) == 0))
-        slot = &(*slot)->next;
-    return slot;
-}
-
-static entry *map_find(map *m, mt_store_bytes key) {
-    if (!m->nbuckets) return NULL;
-    return *map_slot(m, key, hash_bytes(key.data, key.len));
-}
-
-static bool map_grow(map *m) {
-    size_t n = m->nbuckets ? m->nbuckets * 2 : 64;
-    entry **b = calloc(n, sizeof *b);
-    if (!b) return false;
-    for (size_t i = 0; i < m->nbuckets; i++) {
-        for (entry *e = m->buckets[i], *next; e; e = next) {
-            next = e->next;
-            e->next = b[e->hash & (n - 1)];
-            b[e->hash & (n - 1)] = e;
-        }
-    }
-    free(m->buckets);
-    m->buckets = b;
-    m->nbuckets = n;
-    return true;
-}
-
-/* Replaces (or inserts) key's value with a copy of value. False when out of memory. */
-static bool map_put(map *m, mt_store_bytes key, const void *value, size_t vlen) {
-    if (m->count >= m->nbuckets && !map_grow(m) && !m->nbuckets) return false;
-    uint64_t h = hash_bytes(key.data, key.len);
-    entry **slot = map_slot(m, key, h);
-    uint8_t *copy = malloc(vlen ? vlen : 1);
-    if (!copy) return false;
-    if (vlen) memcpy(copy, value, vlen);
-    entry *e = *slot;
-    if (!e) {
-        e = calloc(1, sizeof *e);
-        uint8_t *k = malloc(key.len);
-        if (!e || !k) {
-            free(e);
-            free(k);
-            free(copy);
-            return false;
-        }
-        memcpy(k, key.data, key.len);
-        e->key = k;
-        e->klen = key.len;
-        e->hash = h;
-        *slot = e;
-        m->count++;
-    } else {
-        free(e->value);
-    }
-    e->value = copy;
-    e->vlen = vlen;
-    return true;
-}
-
-static bool map_delete(map *m, mt_store_bytes key) {
-    if (!m->nbuckets) return false;
-    entry **slot = map_slot(m, key, hash_bytes(key.data, key.len));
-    entry *e = *slot;
-    if (!e) return false;
-    *slot = e->next;
-    free(e->key);
-    free(e->value);
-    free(e);
-    m->count--;
-    return true;
-}
-
-static void map_free(map *m) {
-    for (size_t i = 0; i < m->nbuckets; i++) {
-        for (entry *e = m->buckets[i], *next; e; e = next) {
-            next = e->next;
-            free(e->key);
-            free(e->value);
-            free(e);
-        }
-    }
-    free(m->buckets);
-    memset(m, 0, sizeof *m);
-}
 
 /* ---- clients and the server ---------------------------------------------------------------- */
 
@@ -180,14 +74,8 @@ struct mt_store_server {
     client **clients;
     size_t nclients, cap;
     double listen_paused_until;
-    map kv;
+    mt_store_kv kv;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Printable form of a key for logs (keys are usually text, but a client chooses them). */
 static void printable(mt_store_bytes b, char *out, size_t cap) {
@@ -265,40 +153,24 @@ static void reply_error(client *c, const char *msg) {
     send_reply(c);
 }
 
-static void reply_value(client *c, const entry *e) {
+static void reply_value(client *c, mt_store_bytes value) {
     mt_store_buf_begin(&c->out, MT_STORE_R_OK);
-    mt_store_buf_bytes(&c->out, e->value, e->vlen);
+    mt_store_buf_bytes(&c->out, value.data, value.len);
     send_reply(c);
 }
 
 /* ---- serving requests ---------------------------------------------------------------------- */
 
-/* For WAIT: whether the request is satisfied; *index is the first present key (any mode). */
-static bool wait_done(mt_store_server *s, const mt_store_request *req, uint32_t *index) {
-    size_t pos = 0;
-    mt_store_bytes key;
-    for (uint32_t i = 0; mt_store_next_wait_key(req, &pos, &key); i++) {
-        bool present = map_find(&s->kv, key) != NULL;
-        if (req->any && present) {
-            *index = i;
-            return true;
-        }
-        if (!req->any && !present) return false;
-    }
-    *index = 0;
-    return !req->any;
-}
-
 /* Answers a pending get/wait if its keys are there; true when answered. */
 static bool try_answer(mt_store_server *s, client *c) {
     if (c->req.op == MT_STORE_OP_GET) {
-        entry *e = map_find(&s->kv, c->req.key);
-        if (!e) return false;
-        reply_value(c, e);
+        mt_store_bytes value;
+        if (!mt_store_kv_get(&s->kv, c->req.key, &value)) return false;
+        reply_value(c, value);
         return true;
     }
     uint32_t index;
-    if (!wait_done(s, &c->req, &index)) return false;
+    if (!mt_store_kv_wait_done(&s->kv, &c->req, &index)) return false;
     mt_store_buf_begin(&c->out, MT_STORE_R_OK);
     mt_store_buf_u32(&c->out, index);
     if (c->req.any) {
@@ -307,8 +179,9 @@ static bool try_answer(mt_store_server *s, client *c) {
         size_t pos = 0;
         mt_store_bytes key = {NULL, 0};
         for (uint32_t i = 0; i <= index; i++) mt_store_next_wait_key(&c->req, &pos, &key);
-        entry *e = map_find(&s->kv, key);
-        mt_store_buf_bytes(&c->out, e ? e->value : NULL, e ? e->vlen : 0);
+        mt_store_bytes value = {NULL, 0};
+        mt_store_kv_get(&s->kv, key, &value);
+        mt_store_buf_bytes(&c->out, value.data, value.len);
     }
     send_reply(c);
     return true;
@@ -328,13 +201,13 @@ static void answer_timeout(mt_store_server *s, client *c) {
         size_t pos = 0;
         mt_store_bytes key;
         while (mt_store_next_wait_key(&c->req, &pos, &key))
-            if (!map_find(&s->kv, key)) missing++;
+            if (!mt_store_kv_get(&s->kv, key, NULL)) missing++;
         mt_store_buf_u32(&c->out, missing);
         mt_store_buf_u32(&c->out, missing < WAIT_TIMEOUT_KEYS_LISTED ? missing
                                                                      : WAIT_TIMEOUT_KEYS_LISTED);
         pos = 0;
         while (listed < WAIT_TIMEOUT_KEYS_LISTED && mt_store_next_wait_key(&c->req, &pos, &key)) {
-            if (map_find(&s->kv, key)) continue;
+            if (mt_store_kv_get(&s->kv, key, NULL)) continue;
             mt_store_buf_bytes(&c->out, key.data, key.len);
             listed++;
         }
@@ -362,9 +235,9 @@ static bool parse_int(const uint8_t *p, size_t n, int64_t *out) {
 
 static void serve_add(mt_store_server *s, client *c) {
     char name[96];
-    entry *e = map_find(&s->kv, c->req.key);
+    mt_store_bytes cur;
     int64_t v = 0;
-    if (e && !parse_int(e->value, e->vlen, &v)) {
+    if (mt_store_kv_get(&s->kv, c->req.key, &cur) && !parse_int(cur.data, cur.len, &v)) {
         printable(c->req.key, name, sizeof name);
         char msg[160];
         snprintf(msg, sizeof msg, "the value of key '%s' is not an integer", name);
@@ -379,7 +252,7 @@ static void serve_add(mt_store_server *s, client *c) {
     v += d;
     char text[32];
     int n = snprintf(text, sizeof text, "%" PRId64, v);
-    if (!map_put(&s->kv, c->req.key, text, (size_t)n)) {
+    if (!mt_store_kv_put(&s->kv, c->req.key, text, (size_t)n)) {
         reply_error(c, "the store server is out of memory");
         return;
     }
@@ -390,20 +263,21 @@ static void serve_add(mt_store_server *s, client *c) {
 }
 
 static void serve_cas(mt_store_server *s, client *c) {
-    entry *e = map_find(&s->kv, c->req.key);
-    bool match = e ? (e->vlen == c->req.expected.len &&
-                      (e->vlen == 0 || memcmp(e->value, c->req.expected.data, e->vlen) == 0))
-                   : c->req.expected.len == 0;
+    mt_store_bytes cur = {NULL, 0};
+    bool have = mt_store_kv_get(&s->kv, c->req.key, &cur);
+    bool match = have ? (cur.len == c->req.expected.len &&
+                         (cur.len == 0 || memcmp(cur.data, c->req.expected.data, cur.len) == 0))
+                      : c->req.expected.len == 0;
     if (match) {
-        if (!map_put(&s->kv, c->req.key, c->req.value.data, c->req.value.len)) {
+        if (!mt_store_kv_put(&s->kv, c->req.key, c->req.value.data, c->req.value.len)) {
             reply_error(c, "the store server is out of memory");
             return;
         }
-        e = map_find(&s->kv, c->req.key);
+        have = mt_store_kv_get(&s->kv, c->req.key, &cur);
     }
     mt_store_buf_begin(&c->out, MT_STORE_R_OK);
-    mt_store_buf_u8(&c->out, e ? 1 : 0);
-    mt_store_buf_bytes(&c->out, e ? e->value : NULL, e ? e->vlen : 0);
+    mt_store_buf_u8(&c->out, have ? 1 : 0);
+    mt_store_buf_bytes(&c->out, cur.data, cur.len);
     send_reply(c);
     if (match) wake_waiters(s);
 }
@@ -456,13 +330,13 @@ static void serve(mt_store_server *s, client *c) {
         drop(c, "a second handshake on one connection");
         return;
     }
-    entry *e;
+    mt_store_bytes value;
     switch (c->req.op) {
     case MT_STORE_OP_HELLO:
         serve_hello(s, c);
         break;
     case MT_STORE_OP_SET:
-        if (!map_put(&s->kv, c->req.key, c->req.value.data, c->req.value.len)) {
+        if (!mt_store_kv_put(&s->kv, c->req.key, c->req.value.data, c->req.value.len)) {
             reply_error(c, "the store server is out of memory");
             break;
         }
@@ -470,9 +344,8 @@ static void serve(mt_store_server *s, client *c) {
         wake_waiters(s);
         break;
     case MT_STORE_OP_TRY_GET:
-        e = map_find(&s->kv, c->req.key);
-        if (e)
-            reply_value(c, e);
+        if (mt_store_kv_get(&s->kv, c->req.key, &value))
+            reply_value(c, value);
         else
             reply_code(c, MT_STORE_R_NOT_FOUND);
         break;
@@ -484,7 +357,7 @@ static void serve(mt_store_server *s, client *c) {
             break;
         }
         c->pending = true;
-        c->deadline = now_s() + (double)c->req.timeout_ms / 1000.0;
+        c->deadline = mt_store_now_s() + (double)c->req.timeout_ms / 1000.0;
         break;
     case MT_STORE_OP_ADD:
         serve_add(s, c);
@@ -493,7 +366,7 @@ static void serve(mt_store_server *s, client *c) {
         serve_cas(s, c);
         break;
     case MT_STORE_OP_DELETE: {
-        bool existed = map_delete(&s->kv, c->req.key);
+        bool existed = mt_store_kv_delete(&s->kv, c->req.key);
         mt_store_buf_begin(&c->out, MT_STORE_R_OK);
         mt_store_buf_u8(&c->out, existed ? 1 : 0);
         send_reply(c);
@@ -658,7 +531,7 @@ static void *server_main(void *arg) {
     struct pollfd *fds = NULL;
     size_t fds_cap = 0;
     while (!atomic_load(&s->stop)) {
-        double now = now_s();
+        double now = mt_store_now_s();
         double wait_s = expire(s, now);
         sweep(s);
         if (fds_cap < s->nclients + 2) {
@@ -709,7 +582,7 @@ static void *server_main(void *arg) {
             if (!c->dead && (re & (POLLERR | POLLHUP | POLLNVAL)) && !(re & POLLIN))
                 drop(c, NULL);
         }
-        if (listening && (fds[1].revents & POLLIN)) accept_clients(s, now_s());
+        if (listening && (fds[1].revents & POLLIN)) accept_clients(s, mt_store_now_s());
     }
     free(fds);
     return NULL;
@@ -845,7 +718,7 @@ void mt_store_server_stop(mt_store_server *s) {
     }
     for (size_t i = 0; i < s->nclients; i++) free_client(s->clients[i]);
     free(s->clients);
-    map_free(&s->kv);
+    mt_store_kv_free(&s->kv);
     if (s->listen_fd >= 0) close(s->listen_fd);
     if (s->wake[0] >= 0) close(s->wake[0]);
     if (s->wake[1] >= 0) close(s->wake[1]);

@@ -3,37 +3,32 @@
 # node 0's naming the remote rank; every process of the job is gone.
 . "$(dirname "$0")/mtrun_lib.sh"
 
-port=$(free_port)
-args=(--nnodes 2 --nproc_per_node 2 --master_port "$port" --rdzv_id cross_$$)
-prog=("$WORKER" --fail 3:3:1000 --sleep 60 --child --marker "$MARKER")
-start_bg node0 "$MTRUN" "${args[@]}" --node_rank 0 "${prog[@]}"
-start_bg node1 "$MTRUN" "${args[@]}" --node_rank 1 "${prog[@]}"
-wait_rc "$PID_node1" 40
-rc1=$RC
-wait_rc "$PID_node0" 40
-rc0=$RC
-line="mtrun: rank 3 (node 1, local rank 1) exited with code 3; stopping the job"
-check "node 1 exits 3 (got $rc1)" test "$rc1" = 3
-check "node 0 exits 3 too (got $rc0)" test "$rc0" = 3
-check "node 1 names the failure" has_line "$TMP/node1.err" "$line"
-check "node 0 names the remote failure" has_line "$TMP/node0.err" "$line"
-check "every process of the job is gone within 10 s" no_leftovers 10
-[ "$FAILURES" = 0 ] || { show node0; show node1; }
+# cross_failure JOB FIRST RANK CODE [WORKER_ARGS...]: a two-node job of two ranks per node, node
+# FIRST's mtrun started first, in which rank RANK exits with CODE after 1 s: both mtrun exit
+# CODE, both name the rank, and every process of the job is gone.
+cross_failure() {
+    local job=$1 first=$2 rank=$3 code=$4 port rc0 rc1 line
+    shift 4
+    local p0=PID_${job}_node0 p1=PID_${job}_node1
+    port=$(free_port)
+    local args=(--nnodes 2 --nproc_per_node 2 --master_port "$port" --rdzv_id "${job}_$$")
+    local prog=("$WORKER" --fail "$rank:$code:1000" --sleep 60 "$@" --marker "$MARKER")
+    start_bg "${job}_node$first" "$MTRUN" "${args[@]}" --node_rank "$first" "${prog[@]}"
+    start_bg "${job}_node$((1 - first))" "$MTRUN" "${args[@]}" --node_rank $((1 - first)) "${prog[@]}"
+    wait_rc "${!p1}" 40
+    rc1=$RC
+    wait_rc "${!p0}" 40
+    rc0=$RC
+    line="mtrun: rank $rank (node $((rank / 2)), local rank $((rank % 2))) exited with code $code; stopping the job"
+    check "rank $rank fails: node 0 exits $code (got $rc0)" test "$rc0" = "$code"
+    check "rank $rank fails: node 1 exits $code (got $rc1)" test "$rc1" = "$code"
+    check "rank $rank fails: node 0 names it" has_line "$TMP/${job}_node0.err" "$line"
+    check "rank $rank fails: node 1 names it" has_line "$TMP/${job}_node1.err" "$line"
+    check "rank $rank fails: every process of the job is gone within 10 s" no_leftovers 10
+    [ "$FAILURES" = 0 ] || { show "${job}_node0"; show "${job}_node1"; }
+}
 
-# The other way round: a rank of node 0 fails, node 1 follows.
-port=$(free_port)
-args=(--nnodes 2 --nproc_per_node 2 --master_port "$port" --rdzv_id cross2_$$)
-prog=("$WORKER" --fail 0:4:1000 --sleep 60 --marker "$MARKER")
-start_bg b_node1 "$MTRUN" "${args[@]}" --node_rank 1 "${prog[@]}"
-start_bg b_node0 "$MTRUN" "${args[@]}" --node_rank 0 "${prog[@]}"
-wait_rc "$PID_b_node1" 40
-rc1=$RC
-wait_rc "$PID_b_node0" 40
-rc0=$RC
-line="mtrun: rank 0 (node 0, local rank 0) exited with code 4; stopping the job"
-check "node 0 failure: node 0 exits 4 (got $rc0)" test "$rc0" = 4
-check "node 0 failure: node 1 exits 4 (got $rc1)" test "$rc1" = 4
-check "node 0 failure: node 1 names it" has_line "$TMP/b_node1.err" "$line"
-check "node 0 failure: everything gone" no_leftovers 10
-[ "$FAILURES" = 0 ] || { show b_node0; show b_node1; }
+cross_failure cross 0 3 3 --child
+# The other way round: a rank of node 0 fails, node 1 (started first) follows.
+cross_failure cross2 1 0 4
 finish

@@ -9,33 +9,35 @@ SLACK=6
 # seconds_since T0: whole seconds elapsed since the `date +%s.%N` value T0
 seconds_since() { awk -v t0="$1" -v t1="$(date +%s.%N)" 'BEGIN { printf "%d", t1 - t0 }'; }
 
-port=$(free_port)
-args=(--nnodes 2 --nproc_per_node 2 --master_port "$port" --rdzv_id lost0_$$)
-start_bg a_node0 "$MTRUN" "${args[@]}" --node_rank 0 "$WORKER" --sleep 60 --marker "$MARKER"
-start_bg a_node1 "$MTRUN" "${args[@]}" --node_rank 1 "$WORKER" --sleep 60 --marker "$MARKER"
-check "job A: node 1's ranks started" wait_for_text "$TMP/a_node1.out" "[rank3]:started" 20
-check "job A: node 0's ranks started" wait_for_text "$TMP/a_node0.out" "[rank1]:started" 20
-t0=$(date +%s.%N)
-kill -9 "$PID_a_node0"
-wait_rc "$PID_a_node1" $((MT_TIMEOUT_S + SLACK))
-check "node 0 killed: node 1 exits non-zero in time (got $RC after $(seconds_since "$t0") s)" \
-    bash -c "[ '$RC' != timeout ] && [ '$RC' != 0 ]"
+# lose_node JOB KILLED NPROC: a two-node job of NPROC sleeping ranks per node; once they have all
+# started, node KILLED's mtrun is SIGKILLed and the other one must exit non-zero within
+# MT_TIMEOUT_S + SLACK. Leaves the job's store port in $port.
+lose_node() {
+    local job=$1 killed=$2 nproc=$3 t0
+    local survivor=$((1 - killed))
+    local pk=PID_${job}_node$killed ps=PID_${job}_node$survivor
+    port=$(free_port)
+    local args=(--nnodes 2 --nproc_per_node "$nproc" --master_port "$port" --rdzv_id "lost${killed}_$$")
+    start_bg "${job}_node0" "$MTRUN" "${args[@]}" --node_rank 0 "$WORKER" --sleep 60 --marker "$MARKER"
+    start_bg "${job}_node1" "$MTRUN" "${args[@]}" --node_rank 1 "$WORKER" --sleep 60 --marker "$MARKER"
+    check "job ${job^^}: node 1's ranks started" \
+        wait_for_text "$TMP/${job}_node1.out" "[rank$((2 * nproc - 1))]:started" 20
+    check "job ${job^^}: node 0's ranks started" \
+        wait_for_text "$TMP/${job}_node0.out" "[rank$((nproc - 1))]:started" 20
+    t0=$(date +%s.%N)
+    kill -9 "${!pk}"
+    wait_rc "${!ps}" $((MT_TIMEOUT_S + SLACK))
+    check "node $killed killed: node $survivor exits non-zero in time (got $RC after $(seconds_since "$t0") s)" \
+        bash -c "[ '$RC' != timeout ] && [ '$RC' != 0 ]"
+}
+
+lose_node a 0 2
 check "node 0 killed: node 1 says it lost the store" \
     grep -qE "^mtrun: lost the rendezvous store at 127\.0\.0\.1:$port \(node 0\): .*; stopping the job$" "$TMP/a_node1.err"
 check "node 0 killed: every rank is gone (node 0's through the parent-death signal)" no_leftovers 10
 [ "$FAILURES" = 0 ] || { show a_node0; show a_node1; }
 
-port=$(free_port)
-args=(--nnodes 2 --nproc_per_node 1 --master_port "$port" --rdzv_id lost1_$$)
-start_bg b_node0 "$MTRUN" "${args[@]}" --node_rank 0 "$WORKER" --sleep 60 --marker "$MARKER"
-start_bg b_node1 "$MTRUN" "${args[@]}" --node_rank 1 "$WORKER" --sleep 60 --marker "$MARKER"
-check "job B: ranks started" wait_for_text "$TMP/b_node1.out" "[rank1]:started" 20
-check "job B: ranks started" wait_for_text "$TMP/b_node0.out" "[rank0]:started" 20
-t0=$(date +%s.%N)
-kill -9 "$PID_b_node1"
-wait_rc "$PID_b_node0" $((MT_TIMEOUT_S + SLACK))
-check "node 1 killed: node 0 exits non-zero in time (got $RC after $(seconds_since "$t0") s)" \
-    bash -c "[ '$RC' != timeout ] && [ '$RC' != 0 ]"
+lose_node b 1 1
 check "node 1 killed: node 0 names node 1" \
     has_line "$TMP/b_node0.err" "mtrun: node 1 stopped answering (no heartbeat for 5 s); stopping the job"
 check "node 1 killed: every rank is gone" no_leftovers 10

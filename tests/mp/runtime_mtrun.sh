@@ -4,16 +4,8 @@
 source "$(dirname "$0")/runtime_lib.sh"
 MTRUN=$2
 
-mtrun_bg() {
-    local name=$1
-    shift
-    "$MTRUN" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
-    PIDS+=("$!")
-    printf -v "PID_$name" '%s' "$!"
-}
-
 PORT=$(free_port)
-mtrun_bg one --nproc_per_node 3 --master_port "$PORT" --rdzv_id mtjob "$PROG"
+start_bg one "$MTRUN" --nproc_per_node 3 --master_port "$PORT" --rdzv_id mtjob "$PROG"
 expect_rc one 0 60
 for r in 0 1 2; do
     expect_text one out "rank=$r world=3 local_rank=$r local_world=3 node=0 nodes=1"
@@ -23,8 +15,8 @@ expect_text one out "job=mtjob"
 
 PORT=$(free_port)
 NODES=(--nnodes 2 --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$PORT" --rdzv_id two)
-mtrun_bg n1 "${NODES[@]}" --node_rank 1 "$PROG"
-mtrun_bg n0 "${NODES[@]}" --node_rank 0 "$PROG"
+start_bg n1 "$MTRUN" "${NODES[@]}" --node_rank 1 "$PROG"
+start_bg n0 "$MTRUN" "${NODES[@]}" --node_rank 0 "$PROG"
 expect_rc n0 0 60
 expect_rc n1 0 60
 HOST=$(hostname)

@@ -4,19 +4,11 @@
 source "$(dirname "$0")/runtime_lib.sh"
 MTRUN=$2
 
-mtrun_bg() {
-    local name=$1
-    shift
-    env "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
-    PIDS+=("$!")
-    printf -v "PID_$name" '%s' "$!"
-}
-
 # Through mtrun on the loopback interface, two nodes: store bound to 127.0.0.1, UCX over lo.
 PORT=$(free_port)
 NODES=(--nnodes 2 --nproc_per_node 1 --master_addr 127.0.0.1 --master_port "$PORT")
-mtrun_bg n0 MT_SOCKET_IFNAME=lo UCX_TLS=tcp,self "$MTRUN" "${NODES[@]}" --node_rank 0 "$PROG"
-mtrun_bg n1 MT_SOCKET_IFNAME=lo UCX_TLS=tcp,self "$MTRUN" "${NODES[@]}" --node_rank 1 "$PROG"
+start_bg n0 env MT_SOCKET_IFNAME=lo UCX_TLS=tcp,self "$MTRUN" "${NODES[@]}" --node_rank 0 "$PROG"
+start_bg n1 env MT_SOCKET_IFNAME=lo UCX_TLS=tcp,self "$MTRUN" "${NODES[@]}" --node_rank 1 "$PROG"
 expect_rc n0 0 60
 expect_rc n1 0 60
 expect_text n0 out "rank=0 allreduce ok"
@@ -24,7 +16,7 @@ expect_text n1 out "rank=1 allreduce ok"
 
 # An interface that does not exist: mtrun says so and exits 2 before starting anything.
 PORT=$(free_port)
-mtrun_bg bad MT_SOCKET_IFNAME=nosuch9 "$MTRUN" --nproc_per_node 1 --master_port "$PORT" "$PROG"
+start_bg bad env MT_SOCKET_IFNAME=nosuch9 "$MTRUN" --nproc_per_node 1 --master_port "$PORT" "$PROG"
 expect_rc bad nonzero 20
 expect_text bad err "MT_SOCKET_IFNAME=nosuch9: no such interface"
 expect_text bad err "lo"

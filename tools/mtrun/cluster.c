@@ -157,16 +157,25 @@ static void publish_join_failure(mtrun_cluster *c, int code, const char *text) {
         free(cur);
 }
 
+/* Registers value under key unless another node did first; *cur (malloc'ed, caller frees) is the
+ * value that stands: ours or the first node's. False, after saying why, when the store fails. */
+static bool register_first(mtrun_cluster *c, const char *key, const char *value, size_t len,
+                           void **cur, size_t *cur_len) {
+    *cur = NULL;
+    *cur_len = 0;
+    if (mt_store_compare_set(c->main_conn, key, "", 0, value, len, cur, cur_len) == MT_OK)
+        return true;
+    mtrun_msg("node %d cannot register with the rendezvous store at %s:%d: %s", c->node, c->addr,
+              c->port, mt_last_error());
+    return false;
+}
+
 static int check_config(mtrun_cluster *c) {
     char mine[128], key[] = "mtrun/config";
     int n = snprintf(mine, sizeof mine, "%d %d %d", c->nnodes, c->nproc, c->node);
-    void *cur = NULL;
-    size_t cur_len = 0;
-    if (mt_store_compare_set(c->main_conn, key, "", 0, mine, (size_t)n, &cur, &cur_len) != MT_OK) {
-        mtrun_msg("node %d cannot register with the rendezvous store at %s:%d: %s", c->node,
-                  c->addr, c->port, mt_last_error());
-        return 1;
-    }
+    void *cur;
+    size_t cur_len;
+    if (!register_first(c, key, mine, (size_t)n, &cur, &cur_len)) return 1;
     char theirs[128];
     copy_value(cur, cur_len, theirs, sizeof theirs);
     int nn = 0, np = 0, who = -1;
@@ -188,13 +197,9 @@ static int claim_node(mtrun_cluster *c) {
     gethostname(host, sizeof host - 1);
     snprintf(key, sizeof key, "mtrun/node/%d", c->node);
     int n = snprintf(mine, sizeof mine, "%s %ld", host, (long)getpid());
-    void *cur = NULL;
-    size_t cur_len = 0;
-    if (mt_store_compare_set(c->main_conn, key, "", 0, mine, (size_t)n, &cur, &cur_len) != MT_OK) {
-        mtrun_msg("node %d cannot register with the rendezvous store at %s:%d: %s", c->node,
-                  c->addr, c->port, mt_last_error());
-        return 1;
-    }
+    void *cur;
+    size_t cur_len;
+    if (!register_first(c, key, mine, (size_t)n, &cur, &cur_len)) return 1;
     int same = cur_len == (size_t)n && memcmp(cur, mine, (size_t)n) == 0;
     if (!same) {
         char other_host[256] = "?";
