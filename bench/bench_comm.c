@@ -134,11 +134,24 @@ int main(int argc, char **argv) {
     mt_group *world = mt_runtime_world(rt);
     int n = mt_group_size(world), me = mt_group_rank(world);
     size_t es = mt_dtype_size(dt);
-    char *in = calloc(max_bytes / es * es + es, 1), *out = calloc(max_bytes / es * es + es, 1);
-    if (!in || !out) {
-        fprintf(stderr, "mt-bench-comm: cannot allocate 2 x %zu bytes\n", max_bytes);
+    /* The buffers come from the rank's device, as a training step's would (comm category). */
+    mt_device *dev = mt_runtime_device(rt);
+    size_t cap = max_bytes / es * es + es;
+    char *in = NULL, *out = NULL;
+    if (mt_device_alloc(dev, cap, MT_MEM_COMM, (void **)&in) != MT_OK ||
+        mt_device_alloc(dev, cap, MT_MEM_COMM, (void **)&out) != MT_OK) {
+        fprintf(stderr, "mt-bench-comm: %s\n", mt_last_error());
+        mt_finalize(rt);
         return 1;
     }
+    /* Write every page: an untouched buffer maps the kernel's shared zero page, which reads
+     * from cache and would flatter every send. Small values keep sums finite. */
+    for (size_t i = 0; i < cap / es; i++) {
+        float v = (float)((i + (size_t)me) % 7);
+        if (dt == MT_F32) ((float *)in)[i] = v;
+        else ((mt_bf16 *)in)[i] = mt_f32_to_bf16(v);
+    }
+    memset(out, 0, cap);
     if (me == 0 && !json)
         printf("# mt-bench-comm: %d ranks, dtype %s, %d iterations (%d warm-up)\n"
                "# %-15s %12s %12s %12s %10s %10s\n", n, mt_dtype_name(dt), iters, warmup, "op",
@@ -182,8 +195,8 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
     }
-    free(in);
-    free(out);
+    mt_device_free(dev, in);
+    mt_device_free(dev, out);
     mt_finalize(rt);
     return rc;
 }

@@ -12,6 +12,7 @@
 #include "mesh/transport_internal.h"
 
 #include "core/error.h"
+#include "core/host_alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -45,12 +46,12 @@ static uint32_t sub_of(size_t step, size_t nchunks, size_t k) {
 }
 
 /* Scratch belongs to the group and is reused: collectives of a group run one at a time, and fresh
- * pages would cost a page fault each on every operation. */
+ * pages would cost a page fault each on every operation. Huge pages where large (host_alloc.h). */
 static void *scratch(mt_work *w, size_t bytes) {
     mt_group *g = w->group;
     if (g->scratch_bytes < bytes || !g->scratch) {
         free(g->scratch);
-        g->scratch = malloc(bytes ? bytes : 1);
+        g->scratch = mt_host_alloc(bytes, 64);
         g->scratch_bytes = g->scratch ? bytes : 0;
     }
     return g->scratch;

@@ -240,7 +240,7 @@ mt_status mt_transport_create(mt_runtime *rt, mt_transport **out) {
     /* Tuning knobs (bytes): pipeline chunk, chunks in flight per direction, small-message
      * threshold below which latency-friendly algorithms are used. */
     tr->chunk_bytes = 1u << 20;
-    size_t window = 4;
+    size_t window = 8;
     tr->small_bytes = 64u << 10;
     env_size("MT_COMM_CHUNK_BYTES", &tr->chunk_bytes);
     env_size("MT_COMM_WINDOW", &window);

@@ -2,18 +2,15 @@
  * events only keep the ordering API usable (device.c validates their use). */
 #include "core/device_internal.h"
 #include "core/error.h"
+#include "core/host_alloc.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 static mt_status cpu_alloc(mt_device *dev, size_t bytes, void **out) {
-    size_t rounded;
-    if (__builtin_add_overflow(bytes, (size_t)MT_DEVICE_ALIGNMENT - 1, &rounded))
-        return mt_error(MT_ERR_OUT_OF_MEMORY, "the size does not fit in the address space");
-    rounded &= ~((size_t)MT_DEVICE_ALIGNMENT - 1);
     errno = 0;
-    void *ptr = aligned_alloc(MT_DEVICE_ALIGNMENT, rounded);
+    void *ptr = mt_host_alloc(bytes, MT_DEVICE_ALIGNMENT);
     if (!ptr)
         return mt_error_errno(MT_ERR_OUT_OF_MEMORY, errno ? errno : ENOMEM,
                               "the host allocator refused it");
