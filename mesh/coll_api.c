@@ -1,4 +1,5 @@
-/* The public collective calls: argument checks, then a work item for the progress thread. */
+/* The public collective and point-to-point calls: argument checks, then a work item for the
+ * progress thread. */
 #include "mesh/transport_internal.h"
 
 #include "core/error.h"
@@ -73,4 +74,28 @@ mt_status mt_barrier(mt_group *g, mt_work **work) {
     if (work) *work = NULL;
     MT_TRY(mt_group_check_usable(g, "barrier"));
     return make(g, MT_OP_BARRIER, NULL, NULL, 0, MT_F32, MT_REDUCE_SUM, -1, work);
+}
+
+/* Point-to-point: each ordered pair numbers its messages (a sequence in the tag), so messages
+ * between a pair match in the order they were issued, independently of the group's collectives. */
+static mt_status p2p(mt_group *g, mt_op_kind kind, const void *send, void *recv, size_t count,
+                     mt_dtype dtype, int peer, mt_work **work) {
+    if (work) *work = NULL;
+    const char *op = mt_op_name(kind);
+    const void *buf = kind == MT_OP_SEND ? send : recv;
+    MT_TRY(check_common(g, op, count, dtype, buf, buf));
+    if (peer < 0 || peer >= g->size)
+        return mt_error(MT_ERR_INVALID_ARG, "%s on group '%s': peer %d is not a group rank (0..%d)",
+                        op, g->name, peer, g->size - 1);
+    return make(g, kind, send, recv, count, dtype, MT_REDUCE_SUM, peer, work);
+}
+
+mt_status mt_send(mt_group *g, const void *buf, size_t count, mt_dtype dtype, int peer,
+                  mt_work **work) {
+    return p2p(g, MT_OP_SEND, buf, NULL, count, dtype, peer, work);
+}
+
+mt_status mt_recv(mt_group *g, void *buf, size_t count, mt_dtype dtype, int peer,
+                  mt_work **work) {
+    return p2p(g, MT_OP_RECV, NULL, buf, count, dtype, peer, work);
 }
