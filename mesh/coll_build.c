@@ -46,15 +46,32 @@ static uint32_t sub_of(size_t step, size_t nchunks, size_t k) {
 }
 
 /* Scratch belongs to the group and is reused: collectives of a group run one at a time, and fresh
- * pages would cost a page fault each on every operation. Huge pages where large (host_alloc.h). */
+ * pages would cost a page fault each on every operation. It comes from the rank's CPU device
+ * (category comm), whose large blocks local peers read directly (transport_shm.c); with another
+ * device kind, from host memory. */
 static void *scratch(mt_work *w, size_t bytes) {
     mt_group *g = w->group;
     if (g->scratch_bytes < bytes || !g->scratch) {
-        free(g->scratch);
-        g->scratch = mt_host_alloc(bytes, 64);
+        mt_group_free_scratch(g);
+        mt_device *dev = mt_runtime_device(g->rt);
+        if (dev && mt_device_get_kind(dev) == MT_DEVICE_CPU) {
+            if (mt_device_alloc(dev, bytes, MT_MEM_COMM, &g->scratch) != MT_OK) g->scratch = NULL;
+            g->scratch_device = g->scratch ? dev : NULL;
+        } else {
+            g->scratch = mt_host_alloc(bytes, 64);
+            if (!g->scratch) mt_error(MT_ERR_OUT_OF_MEMORY, "the host refused %zu bytes", bytes);
+        }
         g->scratch_bytes = g->scratch ? bytes : 0;
     }
     return g->scratch;
+}
+
+void mt_group_free_scratch(mt_group *g) {
+    if (g->scratch_device) mt_device_free(g->scratch_device, g->scratch);
+    else free(g->scratch);
+    g->scratch = NULL;
+    g->scratch_device = NULL;
+    g->scratch_bytes = 0;
 }
 
 /* ---- all_gather ----------------------------------------------------------------------------- */
@@ -154,8 +171,8 @@ static mt_status build_direct_reduce(mt_work *w, ring *g, size_t block_count, bo
     /* The input pointers first (aligned by malloc), then one slot per member. */
     size_t table = ((size_t)g->n * sizeof(void *) + 63) / 64 * 64;
     char *base = scratch(w, table + (size_t)g->n * bytes);
-    if (!base) return mt_error(MT_ERR_OUT_OF_MEMORY, "%s: %zu bytes of scratch",
-                               mt_op_name(w->kind), (size_t)g->n * bytes);
+    if (!base) return mt_error_wrap(MT_ERR_OUT_OF_MEMORY, "%s: %zu bytes of scratch",
+                                    mt_op_name(w->kind), (size_t)g->n * bytes);
     const void **inputs = (const void **)base;
     char *buf = base + table;
     const char *in = w->send;
@@ -189,8 +206,8 @@ static mt_status build_reduce_scatter(mt_work *w) {
     if (bytes * (size_t)g.n <= w->tr->small_bytes) return build_direct_reduce(w, &g, w->count, true);
     size_t nch = chunks_of(w->count, g.chunk);
     char *buf = scratch(w, 2 * bytes);
-    if (!buf) return mt_error(MT_ERR_OUT_OF_MEMORY, "reduce_scatter: %zu bytes of scratch",
-                              2 * bytes);
+    if (!buf) return mt_error_wrap(MT_ERR_OUT_OF_MEMORY, "reduce_scatter: %zu bytes of scratch",
+                                   2 * bytes);
     mt_sched s;
     mt_sched_init(&s, w, 3 * (g.n - 1) * (int)nch);
     ring_reduce_scatter(&s, w, &g, w->send, rs_off, w->recv, buf, buf + bytes, nch);
@@ -211,8 +228,8 @@ static mt_status build_all_reduce(mt_work *w) {
     }
     size_t nch = chunks_of(maxblock, g.chunk);
     char *buf = scratch(w, 2 * maxblock * g.esize);
-    if (!buf) return mt_error(MT_ERR_OUT_OF_MEMORY, "all_reduce: %zu bytes of scratch",
-                              2 * maxblock * g.esize);
+    if (!buf) return mt_error_wrap(MT_ERR_OUT_OF_MEMORY, "all_reduce: %zu bytes of scratch",
+                                   2 * maxblock * g.esize);
     char *out = w->recv;
     mt_sched s;
     mt_sched_init(&s, w, 5 * (g.n - 1) * (int)nch + 1);

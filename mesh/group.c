@@ -38,7 +38,7 @@ mt_group *mt_group_alloc(mt_transport *tr, const int *ranks, int nranks, const c
 void mt_group_free(mt_group *g) {
     if (!g) return;
     free(g->ranks);
-    free(g->scratch);
+    mt_group_free_scratch(g);
     free(g->p2p_send_seq);
     free(g->p2p_recv_seq);
     free(g);

@@ -10,6 +10,8 @@
 
 #include "mesh/transport.h"
 
+#include "core/shm_block.h"
+
 #include <meshtrain/comm.h>
 
 #include <pthread.h>
@@ -18,15 +20,19 @@
 #include <stdint.h>
 #include <ucp/api/ucp.h>
 
-/* Tag layout (64 bits): group id 16 | p2p 1 | sequence 15 | sender group rank 12 | sub 20.
- * Different groups, operations, senders and chunks never match each other. */
+/* Tag layout (64 bits): group id 16 | p2p 1 | sequence 15 | sender group rank 12 | desc 1 |
+ * ack 1 | sub 18. Different groups, operations, senders and chunks never match each other. The
+ * desc bit marks a shared-memory descriptor sent instead of the data (transport_shm.c): receives
+ * ignore it so that either form matches; the ack bit marks the receiver's reply to one. */
 #define MT_TAG_GROUP_SHIFT 48
 #define MT_TAG_P2P_BIT (UINT64_C(1) << 47)
 #define MT_TAG_SEQ_SHIFT 32
 #define MT_TAG_SEQ_MASK 0x7fffu
 #define MT_TAG_SRC_SHIFT 20
 #define MT_TAG_SRC_MASK 0xfffu
-#define MT_TAG_SUB_MASK 0xfffffu
+#define MT_TAG_SUB_MASK 0x3ffffu
+#define MT_TAG_ACK_BIT (UINT64_C(1) << 18)
+#define MT_TAG_DESC_BIT (UINT64_C(1) << 19)
 #define MT_GROUP_MAX_RANKS 4096
 
 #define MT_ERRMSG_CAP 768
@@ -73,6 +79,13 @@ typedef struct mt_task {
     void *req;      /* UCX request while posted */
     struct mt_work *work;
     ucs_status_t ucs;
+    /* SEND through shared memory (transport_shm.c): the descriptor sent instead of the data, the
+     * receiver's ack, and the two requests (descriptor send, ack recv) still to complete. */
+    mt_shm_ref shm_desc;
+    void *ack_req;
+    uint8_t ack_byte;
+    uint8_t shm_parts;
+    ucs_status_t shm_status;
 } mt_task;
 
 typedef struct mt_transport mt_transport;
@@ -128,6 +141,7 @@ struct mt_group {
     struct mt_work *fifo_head, *fifo_tail; /* collectives not started yet */
     struct mt_work *running;               /* the collective that runs now */
     void *scratch; /* reused by the group's collectives */
+    mt_device *scratch_device; /* where scratch came from; NULL = host memory */
     size_t scratch_bytes;
     bool in_ready_list;
     struct mt_group *next_ready;
@@ -168,6 +182,15 @@ struct mt_transport {
     size_t chunk_bytes;
     int window;
     size_t small_bytes;
+
+    /* shared-memory path between ranks of one host (transport_shm.c) */
+    bool shm_enabled;       /* MT_COMM_SHM != 0 */
+    size_t shm_min_bytes;   /* messages at least this large may go through it */
+    bool *same_host;        /* per global rank */
+    int *shm_pidfds;        /* per global rank, -1 until needed (progress thread) */
+    struct mt_shm_map *shm_maps; /* peers' blocks mapped here (progress thread) */
+    int shm_nmaps;
+    uint64_t shm_clock;
 
     mt_membership_count *memberships; /* under mu */
     mt_group *world_group;
@@ -220,6 +243,24 @@ mt_status mt_transport_post(mt_transport *tr, mt_task *task);
 void mt_transport_cancel(mt_transport *tr, mt_task *task);
 /* Describes a global rank for messages: "rank 2 (host x/0)". */
 void mt_describe_rank(mt_transport *tr, int global_rank, char *out, size_t cap);
+
+/* Marks a SEND/RECV task finished (progress thread): counters, and the work's failure. */
+void mt_task_done(mt_task *task, ucs_status_t status);
+
+/* transport_shm.c */
+mt_status mt_shm_init(mt_transport *tr);
+void mt_shm_close(mt_transport *tr);
+/* Posts a SEND task as a descriptor + ack when its peer is on this host and its bytes lie in a
+ * shared block; returns false (nothing posted) when the task must go as plain data. */
+bool mt_shm_try_send(mt_transport *tr, mt_task *task, uint64_t tag, int peer_global);
+/* A RECV task received a descriptor of `length` bytes: map, copy, ack. Returns the status the
+ * task completes with. */
+ucs_status_t mt_shm_receive(mt_transport *tr, mt_task *task, size_t length);
+/* The receive mask of a RECV task: descriptors match too when one fits in its buffer. */
+uint64_t mt_shm_recv_mask(const mt_task *task);
+
+/* coll_build.c: releases a group's scratch. */
+void mt_group_free_scratch(mt_group *group);
 
 /* group.c */
 mt_status mt_group_check_usable(mt_group *group, const char *op);

@@ -46,7 +46,7 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status) {
     if (a->tr->ep_status[a->rank] == UCS_OK) a->tr->ep_status[a->rank] = status;
 }
 
-static void task_done(mt_task *task, ucs_status_t status) {
+void mt_task_done(mt_task *task, ucs_status_t status) {
     mt_work *w = task->work;
     task->state = MT_TASK_DONE;
     task->req = NULL;
@@ -66,15 +66,21 @@ static void task_done(mt_task *task, ucs_status_t status) {
 }
 
 static void send_cb(void *request, ucs_status_t status, void *user_data) {
-    task_done(user_data, status);
+    mt_task_done(user_data, status);
     ucp_request_free(request);
 }
 
+/* A shared-memory descriptor still has to be read (transport_shm.c); data must have the size the
+ * schedule expects. */
 static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
                     void *user_data) {
     mt_task *task = user_data;
-    if (status == UCS_OK && info->length != task->bytes) status = UCS_ERR_MESSAGE_TRUNCATED;
-    task_done(task, status);
+    task->req = NULL;
+    if (status == UCS_OK && (info->sender_tag & MT_TAG_DESC_BIT))
+        status = mt_shm_receive(task->work->tr, task, info->length);
+    else if (status == UCS_OK && info->length != task->bytes)
+        status = UCS_ERR_MESSAGE_TRUNCATED;
+    mt_task_done(task, status);
     ucp_request_free(request);
 }
 
@@ -100,19 +106,24 @@ mt_status mt_transport_post(mt_transport *tr, mt_task *task) {
     task->state = MT_TASK_POSTED;
     if (task->kind == MT_TASK_SEND) {
         uint64_t tag = mt_tag_make(g, p2p, w->seq, g->rank, task->sub);
-        param.cb.send = send_cb;
         w->inflight_send++;
+        if (mt_shm_try_send(tr, task, tag, peer_global)) return w->failing ? w->status : MT_OK;
+        param.cb.send = send_cb;
         req = ucp_tag_send_nbx(tr->eps[peer_global], task->src, task->bytes, tag, &param);
     } else {
         uint64_t tag = mt_tag_make(g, p2p, w->seq, task->peer, task->sub);
+        /* Always through the callback, which sees the sender's tag and the length (UCX 1.13
+         * leaves recv_info unfilled when a receive completes at once). */
+        param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv = recv_cb;
         w->inflight_recv++;
-        req = ucp_tag_recv_nbx(tr->worker, task->dst, task->bytes, tag, UINT64_MAX, &param);
+        req = ucp_tag_recv_nbx(tr->worker, task->dst, task->bytes, tag, mt_shm_recv_mask(task),
+                               &param);
     }
     if (req == NULL) {
-        task_done(task, UCS_OK);
+        mt_task_done(task, UCS_OK);
     } else if (UCS_PTR_IS_ERR(req)) {
-        task_done(task, UCS_PTR_STATUS(req));
+        mt_task_done(task, UCS_PTR_STATUS(req));
         return w->status;
     } else {
         task->req = req;
@@ -121,7 +132,9 @@ mt_status mt_transport_post(mt_transport *tr, mt_task *task) {
 }
 
 void mt_transport_cancel(mt_transport *tr, mt_task *task) {
-    if (task->state == MT_TASK_POSTED && task->req) ucp_request_cancel(tr->worker, task->req);
+    if (task->state != MT_TASK_POSTED) return;
+    if (task->req) ucp_request_cancel(tr->worker, task->req);
+    if (task->ack_req) ucp_request_cancel(tr->worker, task->ack_req);
 }
 
 static mt_status ucs_fail(ucs_status_t s, const char *what) {
@@ -239,7 +252,7 @@ mt_status mt_transport_create(mt_runtime *rt, mt_transport **out) {
     tr->efd = -1;
     /* Tuning knobs (bytes): pipeline chunk, chunks in flight per direction, small-message
      * threshold below which latency-friendly algorithms are used. */
-    tr->chunk_bytes = 1u << 20;
+    tr->chunk_bytes = 4u << 20;
     size_t window = 8;
     tr->small_bytes = 64u << 10;
     env_size("MT_COMM_CHUNK_BYTES", &tr->chunk_bytes);
@@ -251,6 +264,7 @@ mt_status mt_transport_create(mt_runtime *rt, mt_transport **out) {
 
     mt_status st = open_worker(tr);
     if (st == MT_OK) st = exchange_and_connect(tr);
+    if (st == MT_OK) st = mt_shm_init(tr);
     if (st == MT_OK) st = mt_progress_start(tr);
     if (st != MT_OK) {
         mt_transport_destroy(tr);
@@ -314,6 +328,7 @@ void mt_transport_destroy(mt_transport *tr) {
     if (tr->worker) close_endpoints(tr);
     if (tr->worker) ucp_worker_destroy(tr->worker);
     mt_progress_free_zombies(tr);
+    mt_shm_close(tr);
     if (tr->ctx) ucp_cleanup(tr->ctx);
     while (tr->memberships) {
         mt_membership_count *m = tr->memberships;

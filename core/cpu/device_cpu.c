@@ -3,14 +3,89 @@
 #include "core/device_internal.h"
 #include "core/error.h"
 #include "core/host_alloc.h"
+#include "core/shm_block.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* Blocks of at least this size live in shared memory (memfd) that local peers can map, so that
+ * collectives between ranks of one host copy with memcpy (core/shm_block.h). MT_CPU_SHARED_MEMORY=0
+ * turns it off. Smaller blocks are private: an fd per block would be wasted on them. */
+#define SHARED_MIN_BYTES ((size_t)1 << 20)
+
+typedef struct shared_block {
+    char *base;
+    size_t mapped;
+    int fd;
+    uint64_t serial;
+} shared_block;
+
+/* Shared blocks sorted by base, so that a range lookup is a binary search. */
+typedef struct cpu_backend {
+    pthread_mutex_t lock;
+    bool shared_enabled;
+    shared_block *blocks;
+    size_t count, cap;
+    uint64_t next_serial;
+} cpu_backend;
+
+/* Index of the last block whose base <= ptr, or -1. Caller holds the lock. */
+static long find_block(const cpu_backend *b, const void *ptr) {
+    long lo = 0, hi = (long)b->count - 1, found = -1;
+    while (lo <= hi) {
+        long mid = (lo + hi) / 2;
+        if ((const char *)b->blocks[mid].base <= (const char *)ptr) {
+            found = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return found;
+}
+
+static bool remember_block(cpu_backend *b, shared_block blk) {
+    if (b->count == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 16;
+        shared_block *grown = realloc(b->blocks, cap * sizeof *grown);
+        if (!grown) return false;
+        b->blocks = grown;
+        b->cap = cap;
+    }
+    long at = find_block(b, blk.base) + 1;
+    memmove(&b->blocks[at + 1], &b->blocks[at], (b->count - (size_t)at) * sizeof *b->blocks);
+    b->blocks[at] = blk;
+    b->count++;
+    return true;
+}
+
+static void *alloc_shared(cpu_backend *b, size_t bytes) {
+    shared_block blk = {.fd = -1};
+    blk.base = mt_shm_block_alloc(bytes, &blk.fd, &blk.mapped);
+    if (!blk.base) return NULL; /* e.g. out of file descriptors: the caller uses private memory */
+    pthread_mutex_lock(&b->lock);
+    blk.serial = ++b->next_serial;
+    bool kept = remember_block(b, blk);
+    pthread_mutex_unlock(&b->lock);
+    if (!kept) {
+        mt_shm_block_free(blk.base, blk.mapped, blk.fd);
+        return NULL;
+    }
+    return blk.base;
+}
 
 static mt_status cpu_alloc(mt_device *dev, size_t bytes, void **out) {
-    errno = 0;
-    void *ptr = mt_host_alloc(bytes, MT_DEVICE_ALIGNMENT);
+    cpu_backend *b = dev->backend;
+    void *ptr = NULL;
+    if (b->shared_enabled && bytes >= SHARED_MIN_BYTES) ptr = alloc_shared(b, bytes);
+    if (!ptr) {
+        errno = 0;
+        ptr = mt_host_alloc(bytes, MT_DEVICE_ALIGNMENT);
+    }
     if (!ptr)
         return mt_error_errno(MT_ERR_OUT_OF_MEMORY, errno ? errno : ENOMEM,
                               "the host allocator refused it");
@@ -18,7 +93,39 @@ static mt_status cpu_alloc(mt_device *dev, size_t bytes, void **out) {
     return MT_OK;
 }
 
-static void cpu_free(mt_device *dev, void *ptr) { free(ptr); }
+static void cpu_free(mt_device *dev, void *ptr) {
+    cpu_backend *b = dev->backend;
+    pthread_mutex_lock(&b->lock);
+    long i = find_block(b, ptr);
+    if (i >= 0 && b->blocks[i].base == ptr) {
+        shared_block blk = b->blocks[i];
+        memmove(&b->blocks[i], &b->blocks[i + 1], (b->count - (size_t)i - 1) * sizeof *b->blocks);
+        b->count--;
+        pthread_mutex_unlock(&b->lock);
+        mt_shm_block_free(blk.base, blk.mapped, blk.fd);
+        return;
+    }
+    pthread_mutex_unlock(&b->lock);
+    free(ptr);
+}
+
+bool mt_device_shared_range(mt_device *dev, const void *ptr, size_t bytes, mt_shm_ref *ref) {
+    if (!dev || dev->kind != MT_DEVICE_CPU || !dev->backend || !ptr) return false;
+    cpu_backend *b = dev->backend;
+    bool inside = false;
+    pthread_mutex_lock(&b->lock);
+    long i = find_block(b, ptr);
+    if (i >= 0) {
+        const shared_block *blk = &b->blocks[i];
+        size_t offset = (size_t)((const char *)ptr - blk->base);
+        inside = offset <= blk->mapped && bytes <= blk->mapped - offset;
+        if (inside)
+            *ref = (mt_shm_ref){.pid = (int32_t)getpid(), .fd = blk->fd, .serial = blk->serial,
+                                .block_size = blk->mapped, .offset = offset};
+    }
+    pthread_mutex_unlock(&b->lock);
+    return inside;
+}
 
 static mt_status cpu_copy(mt_device *dev, void *dst, const void *src, size_t bytes,
                           mt_copy_kind kind, mt_stream *stream) {
@@ -48,6 +155,8 @@ static mt_status cpu_event_query(mt_event *event, bool *done) {
     return MT_OK;
 }
 
+static void cpu_close(mt_device *dev);
+
 static const mt_device_ops cpu_ops = {
     .alloc = cpu_alloc,
     .free = cpu_free,
@@ -63,11 +172,25 @@ static const mt_device_ops cpu_ops = {
     .event_record = cpu_event_record,
     .event_synchronize = cpu_event_synchronize,
     .event_query = cpu_event_query,
-    .close = NULL,
+    .close = cpu_close,
 };
 
-mt_status mt_cpu_device_init(mt_device *dev) {
-    dev->ops = &cpu_ops;
+static void cpu_close(mt_device *dev) {
+    cpu_backend *b = dev->backend;
+    if (!b) return;
+    pthread_mutex_destroy(&b->lock);
+    free(b->blocks);
+    free(b);
     dev->backend = NULL;
+}
+
+mt_status mt_cpu_device_init(mt_device *dev) {
+    cpu_backend *b = calloc(1, sizeof *b);
+    if (!b) return mt_error(MT_ERR_OUT_OF_MEMORY, "allocating the CPU device's state");
+    pthread_mutex_init(&b->lock, NULL);
+    const char *env = getenv("MT_CPU_SHARED_MEMORY");
+    b->shared_enabled = !(env && !strcmp(env, "0"));
+    dev->ops = &cpu_ops;
+    dev->backend = b;
     return MT_OK;
 }

@@ -14,6 +14,19 @@ foreach(np 1 2 3 4 8)
             --max-bytes 67108864 --max-bytes-bf16 67108864)
 endforeach()
 
+# Buffers from the rank's CPU device: large ones are shared memory that local peers read directly
+# (mesh/transport_shm.c). Malloc'd buffers above go through UCX (cma) instead, except the
+# collectives' own scratch, which comes from the device too; MT_COMM_SHM=0 turns the path off.
+foreach(np 2 3 4)
+  mt_add_mp_test(comm_collectives_shm_np${np} TIMEOUT 300 LABELS comm ENV ${MT_COMM_ENV}
+    COMMAND ${MT_COMM_MTRUN} --standalone --nproc_per_node ${np} ${MT_COMM_PROG}
+            --device-buffers --max-bytes 67108864 --max-bytes-bf16 16777216)
+endforeach()
+mt_add_mp_test(comm_collectives_noshm_np3 TIMEOUT 300 LABELS comm
+  ENV ${MT_COMM_ENV} MT_COMM_SHM=0
+  COMMAND ${MT_COMM_MTRUN} --standalone --nproc_per_node 3 ${MT_COMM_PROG}
+          --device-buffers --max-bytes 16777216 --max-bytes-bf16 16777216)
+
 # Two mtrun "nodes" on 127.0.0.1 forming one job over UCX tcp, started in both orders.
 mt_add_mp_test(comm_two_nodes TIMEOUT 400 LABELS comm
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/comm_two_nodes.sh ${MT_COMM_MTRUN} ${MT_COMM_PROG})

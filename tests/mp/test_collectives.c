@@ -6,7 +6,7 @@
  * Inputs are small integers (value depends on group rank and index) so that f32 and bf16 sums over
  * up to 8 ranks are exact; avg is checked against sum / n computed the same way (one rounding).
  *
- *   test_collectives [--max-bytes N] [--max-bytes-bf16 N]
+ *   test_collectives [--max-bytes N] [--max-bytes-bf16 N] [--device-buffers]
  *   test_collectives --sleeper R      one rank stops answering; the others must time out naming R
  */
 #include "check.h"
@@ -14,6 +14,7 @@
 #include <meshtrain/meshtrain.h>
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,37 @@ static void *xmalloc(size_t bytes) {
         exit(2);
     }
     return p;
+}
+
+/* Communication buffers: malloc'd (UCX moves them), or with --device-buffers from the rank's CPU
+ * device, whose large blocks local peers read through shared memory (mesh/transport_shm.c). */
+static mt_device *buffer_device;
+
+static void *buf_alloc(size_t bytes) {
+    if (!buffer_device) return xmalloc(bytes);
+    void *p = NULL;
+    if (mt_device_alloc(buffer_device, bytes, MT_MEM_COMM, &p) != MT_OK) {
+        fprintf(stderr, "rank %d: %s\n", world_rank, mt_last_error());
+        exit(2);
+    }
+    return p;
+}
+
+/* Peers' CPU-device blocks mapped into this process: read-only shared mappings of their memfds. */
+static int peer_blocks_mapped(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return -1;
+    char line[512];
+    int count = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "meshtrain-cpu-block") && strstr(line, " r--s ")) count++;
+    fclose(f);
+    return count;
+}
+
+static void buf_free(void *p) {
+    if (buffer_device) mt_device_free(buffer_device, p);
+    else free(p);
 }
 
 /* Reports the first mismatching element only, to keep logs short. */
@@ -117,7 +149,7 @@ static void run_size(mt_group *g, mt_dtype dt, size_t total) {
     size_t count = total / (size_t)n;
     if (total > 0 && count == 0) count = 1;
     c.count = count;
-    void *in = xmalloc(count * (size_t)n * es), *out = xmalloc(count * (size_t)n * es);
+    void *in = buf_alloc(count * (size_t)n * es), *out = buf_alloc(count * (size_t)n * es);
 
     fill(in, dt, count, r, 0, c.salt);
     memset(out, 0xff, count * (size_t)n * es);
@@ -143,12 +175,12 @@ static void run_size(mt_group *g, mt_dtype dt, size_t total) {
         CHECK_OK(mt_reduce_scatter(g, in, out, count, dt, op, NULL));
         CHECK_MSG(compare(what, out, dt, count, exp_rs, &c), "%s", what);
     }
-    free(in);
-    free(out);
+    buf_free(in);
+    buf_free(out);
 
     /* all_reduce and broadcast on exactly `total` elements (any count). */
-    in = xmalloc(total * es);
-    out = xmalloc(total * es);
+    in = buf_alloc(total * es);
+    out = buf_alloc(total * es);
     for (mt_reduce_op op = MT_REDUCE_SUM; op <= MT_REDUCE_MAX; op++) {
         c.op = op;
         fill(in, dt, total, r, 0, c.salt);
@@ -175,8 +207,8 @@ static void run_size(mt_group *g, mt_dtype dt, size_t total) {
         CHECK_OK(mt_broadcast(g, out, total, dt, root, NULL));
         CHECK_MSG(compare(what, out, dt, total, exp_bcast, &c), "%s", what);
     }
-    free(in);
-    free(out);
+    buf_free(in);
+    buf_free(out);
 }
 
 static void run_p2p(mt_group *g) {
@@ -187,7 +219,7 @@ static void run_p2p(mt_group *g) {
         size_t count = counts[k];
         for (int dir = 1; dir >= -1; dir -= 2) {
             int to = ((r + dir) % n + n) % n, from = ((r - dir) % n + n) % n;
-            float *sb = xmalloc(count * 4), *rb = xmalloc(count * 4);
+            float *sb = buf_alloc(count * 4), *rb = buf_alloc(count * 4);
             fill(sb, MT_F32, count, r, 0, (int)k);
             memset(rb, 0xff, count * 4);
             mt_work *ws, *wr;
@@ -202,8 +234,8 @@ static void run_p2p(mt_group *g) {
             snprintf(what, sizeof what, "recv of %zu floats from group rank %d on '%s' (dir %d)",
                      count, from, mt_group_name(g), dir);
             CHECK_MSG(compare(what, rb, MT_F32, count, exp_bcast, &c), "%s", what);
-            free(sb);
-            free(rb);
+            buf_free(sb);
+            buf_free(rb);
         }
     }
     /* two messages to the same peer arrive in order */
@@ -232,8 +264,8 @@ static void run_inflight(mt_group *g) {
     float *in[K], *out[K];
     mt_work *w[K];
     for (int k = 0; k < K; k++) {
-        in[k] = xmalloc(count * 4);
-        out[k] = xmalloc(count * (size_t)n * 4);
+        in[k] = buf_alloc(count * 4);
+        out[k] = buf_alloc(count * (size_t)n * 4);
         fill(in[k], MT_F32, count, r, 0, k);
         CHECK_OK(mt_all_gather(g, in[k], out[k], count, MT_F32, &w[k]));
     }
@@ -244,12 +276,12 @@ static void run_inflight(mt_group *g) {
         char what[96];
         snprintf(what, sizeof what, "in-flight all_gather %d on '%s'", k, mt_group_name(g));
         CHECK_MSG(compare(what, out[k], MT_F32, count * (size_t)n, exp_gather, &c), "%s", what);
-        free(in[k]);
-        free(out[k]);
+        buf_free(in[k]);
+        buf_free(out[k]);
     }
 
     size_t big = (size_t)1 << 20;
-    float *a = xmalloc(big * 4), *b = xmalloc(big * 4);
+    float *a = buf_alloc(big * 4), *b = buf_alloc(big * 4);
     fill(a, MT_F32, big, r, 0, 5);
     mt_work *wa;
     CHECK_OK(mt_all_reduce(g, a, b, big, MT_F32, MT_REDUCE_SUM, &wa));
@@ -265,8 +297,8 @@ static void run_inflight(mt_group *g) {
     ctx c = {.n = n, .op = MT_REDUCE_SUM, .salt = 5, .dt = MT_F32};
     CHECK_MSG(compare("overlapped all_reduce", b, MT_F32, big, exp_ar, &c), "overlap");
     CHECK(isfinite(acc) && rounds > 0);
-    free(a);
-    free(b);
+    buf_free(a);
+    buf_free(b);
 }
 
 static void run_errors(mt_runtime *rt, mt_group *world) {
@@ -352,13 +384,16 @@ static int sleeper_test(mt_runtime *rt, int sleeper) {
 
 int main(int argc, char **argv) {
     int sleeper = -1;
+    bool device_buffers = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) max_bytes = strtoull(argv[++i], 0, 10);
         else if (!strcmp(argv[i], "--max-bytes-bf16") && i + 1 < argc)
             max_bytes_bf16 = strtoull(argv[++i], 0, 10);
         else if (!strcmp(argv[i], "--sleeper") && i + 1 < argc) sleeper = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--device-buffers")) device_buffers = true;
         else {
-            fprintf(stderr, "usage: %s [--max-bytes N] [--max-bytes-bf16 N] [--sleeper R]\n",
+            fprintf(stderr, "usage: %s [--max-bytes N] [--max-bytes-bf16 N] [--device-buffers] "
+                    "[--sleeper R]\n",
                     argv[0]);
             return 2;
         }
@@ -371,11 +406,20 @@ int main(int argc, char **argv) {
     }
     world_rank = mt_runtime_rank(rt);
     if (sleeper >= 0) return sleeper_test(rt, sleeper);
+    if (device_buffers) buffer_device = mt_runtime_device(rt);
 
     mt_group *world = mt_runtime_world(rt);
     int n = mt_runtime_world_size(rt), me = mt_runtime_rank(rt);
     run_errors(rt, world);
     run_group(world);
+    if (device_buffers && n >= 2) {
+        /* The shared-memory path maps peers' blocks read-only here; MT_COMM_SHM=0 must not. */
+        const char *env = getenv("MT_COMM_SHM");
+        bool want = !(env && !strcmp(env, "0"));
+        int mapped = peer_blocks_mapped();
+        CHECK_MSG((mapped > 0) == want, "rank %d maps %d peer block(s); MT_COMM_SHM=%s",
+                  world_rank, mapped, env ? env : "(unset)");
+    }
 
     /* subgroups: this rank alone; even and odd ranks; the world in reverse order */
     mt_group *self = NULL, *parity = NULL, *reverse = NULL;

@@ -1,0 +1,232 @@
+/* Shared-memory path between ranks of one host.
+ *
+ * UCX moves large messages between local processes with cma: the receiver's process_vm_readv
+ * pins every page of the sender's buffer on each transfer, and when two ranks copy towards each
+ * other at once (every 2-rank ring step) that caps each direction at about a third of what memcpy
+ * does (docs/benchmarks.md). Large CPU-device blocks are memfd-backed (core/shm_block.h), so for a
+ * send whose bytes lie in one, to a rank on the same host, the sender passes only a descriptor
+ * (pid, fd, serial, offset); the receiver maps the block once (pidfd_getfd + mmap, kept in a
+ * small cache), copies with memcpy and acks, and the send completes on the ack, so the sender
+ * never touches its buffer while a peer reads it. Receives accept either form (the descriptor
+ * carries a tag bit they ignore), so nothing else needs to agree in advance.
+ *
+ * Runs on the progress thread only. MT_COMM_SHM=0 turns the path off (sends go as data).
+ */
+#include "mesh/transport_internal.h"
+
+#include "core/error.h"
+
+#include <meshtrain/log.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Peers' blocks kept mapped; the least recently used is unmapped beyond this. A mapping keeps a
+ * freed block's memory alive until it is evicted or the transport closes. */
+#define SHM_MAP_SLOTS 64
+
+typedef struct mt_shm_map {
+    int peer;
+    uint64_t serial;
+    void *base;
+    size_t size;
+    uint64_t used;
+} mt_shm_map;
+
+static const uint8_t ACK_OK = 1, ACK_FAILED = 2;
+
+mt_status mt_shm_init(mt_transport *tr) {
+    const char *env = getenv("MT_COMM_SHM");
+    tr->shm_enabled = !(env && !strcmp(env, "0"));
+    tr->shm_min_bytes = 64u << 10;
+    tr->same_host = calloc((size_t)tr->world, sizeof *tr->same_host);
+    tr->shm_pidfds = malloc((size_t)tr->world * sizeof *tr->shm_pidfds);
+    tr->shm_maps = calloc(SHM_MAP_SLOTS, sizeof *tr->shm_maps);
+    if (!tr->same_host || !tr->shm_pidfds || !tr->shm_maps)
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "allocating the shared-memory path's tables");
+    const char *mine = mt_runtime_host_of(tr->rt, tr->rank);
+    for (int r = 0; r < tr->world; r++) {
+        const char *theirs = mt_runtime_host_of(tr->rt, r);
+        tr->same_host[r] = mine && theirs && strcmp(mine, theirs) == 0;
+        tr->shm_pidfds[r] = -1;
+    }
+    return MT_OK;
+}
+
+void mt_shm_close(mt_transport *tr) {
+    for (int i = 0; tr->shm_maps && i < tr->shm_nmaps; i++)
+        munmap(tr->shm_maps[i].base, tr->shm_maps[i].size);
+    for (int r = 0; tr->shm_pidfds && r < tr->world; r++)
+        if (tr->shm_pidfds[r] >= 0) close(tr->shm_pidfds[r]);
+    free(tr->shm_maps);
+    free(tr->shm_pidfds);
+    free(tr->same_host);
+    tr->shm_maps = NULL;
+    tr->shm_pidfds = NULL;
+    tr->same_host = NULL;
+}
+
+uint64_t mt_shm_recv_mask(const mt_task *task) {
+    return task->bytes >= sizeof(mt_shm_ref) ? ~MT_TAG_DESC_BIT : UINT64_MAX;
+}
+
+/* ---- sender ---------------------------------------------------------------------------------- */
+
+static void shm_part_done(mt_task *task, ucs_status_t status) {
+    if (status != UCS_OK && task->shm_status == UCS_OK) task->shm_status = status;
+    if (--task->shm_parts > 0) return;
+    ucs_status_t st = task->shm_status;
+    if (st == UCS_OK && task->ack_byte != ACK_OK) {
+        char who[160];
+        mt_work *w = task->work;
+        mt_describe_rank(w->tr, mt_group_global_rank(w->group, task->peer), who, sizeof who);
+        mt_work_fail(w, MT_ERR_COMM, "%s could not map this rank's shared memory to read %zu "
+                     "bytes (see its log; MT_COMM_SHM=0 sends the data through UCX instead)", who,
+                     task->bytes);
+        st = UCS_ERR_IO_ERROR;
+    }
+    mt_task_done(task, st);
+}
+
+static void desc_sent_cb(void *request, ucs_status_t status, void *user_data) {
+    shm_part_done(user_data, status);
+    ucp_request_free(request);
+}
+
+static void ack_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                   void *user_data) {
+    mt_task *task = user_data;
+    task->ack_req = NULL;
+    shm_part_done(task, status);
+    ucp_request_free(request);
+}
+
+/* Handles what ucp_*_nbx returned for one part of a shared-memory send. */
+static void part_posted(mt_task *task, void *req, void **slot) {
+    if (req == NULL) shm_part_done(task, UCS_OK);
+    else if (UCS_PTR_IS_ERR(req)) shm_part_done(task, UCS_PTR_STATUS(req));
+    else if (slot) *slot = req;
+}
+
+bool mt_shm_try_send(mt_transport *tr, mt_task *task, uint64_t tag, int peer_global) {
+    if (!tr->shm_enabled || !tr->same_host[peer_global] || peer_global == tr->rank ||
+        task->bytes < tr->shm_min_bytes)
+        return false;
+    if (!mt_device_shared_range(mt_runtime_device(tr->rt), task->src, task->bytes,
+                                &task->shm_desc))
+        return false;
+    task->shm_parts = 2;
+    task->shm_status = UCS_OK;
+    task->ack_byte = 0;
+    ucp_request_param_t param;
+    memset(&param, 0, sizeof param);
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_contig(1);
+    param.user_data = task;
+    /* The ack comes from the peer with its group rank as sender: the same tag as data it would
+     * send us, plus the ack bit, which no data or descriptor carries. */
+    mt_work *w = task->work;
+    uint64_t ack_tag = mt_tag_make(w->group, w->kind == MT_OP_SEND || w->kind == MT_OP_RECV,
+                                   w->seq, task->peer, task->sub) | MT_TAG_ACK_BIT;
+    param.cb.recv = ack_cb;
+    part_posted(task, ucp_tag_recv_nbx(tr->worker, &task->ack_byte, 1, ack_tag, UINT64_MAX, &param),
+                &task->ack_req);
+    param.cb.send = desc_sent_cb;
+    part_posted(task, ucp_tag_send_nbx(tr->eps[peer_global], &task->shm_desc, sizeof task->shm_desc,
+                                       tag | MT_TAG_DESC_BIT, &param), &task->req);
+    return true;
+}
+
+/* ---- receiver -------------------------------------------------------------------------------- */
+
+static void *map_block(mt_transport *tr, int peer, const mt_shm_ref *ref, char *why, size_t cap) {
+    mt_shm_map *maps = tr->shm_maps;
+    int victim = 0;
+    for (int i = 0; i < tr->shm_nmaps; i++) {
+        if (maps[i].peer == peer && maps[i].serial == ref->serial) {
+            maps[i].used = ++tr->shm_clock;
+            return maps[i].base;
+        }
+        if (maps[i].used < maps[victim].used) victim = i;
+    }
+    if (tr->shm_pidfds[peer] < 0) {
+        int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)ref->pid, 0);
+        if (pidfd < 0) {
+            snprintf(why, cap, "pidfd_open(%d): %s", (int)ref->pid, strerror(errno));
+            return NULL;
+        }
+        tr->shm_pidfds[peer] = pidfd;
+    }
+    int fd = (int)syscall(SYS_pidfd_getfd, tr->shm_pidfds[peer], ref->fd, 0);
+    if (fd < 0) {
+        snprintf(why, cap, "pidfd_getfd(pid %d, fd %d): %s (ptrace permission is needed, as for "
+                 "UCX's cma)", (int)ref->pid, (int)ref->fd, strerror(errno));
+        return NULL;
+    }
+    void *base = mmap(NULL, ref->block_size, PROT_READ, MAP_SHARED, fd, 0);
+    int saved = errno;
+    close(fd);
+    if (base == MAP_FAILED) {
+        snprintf(why, cap, "mmap of %llu bytes: %s", (unsigned long long)ref->block_size,
+                 strerror(saved));
+        return NULL;
+    }
+    int slot;
+    if (tr->shm_nmaps < SHM_MAP_SLOTS) {
+        slot = tr->shm_nmaps++;
+    } else {
+        slot = victim; /* copies are synchronous: nothing reads it now */
+        munmap(maps[slot].base, maps[slot].size);
+    }
+    maps[slot] = (mt_shm_map){.peer = peer, .serial = ref->serial, .base = base,
+                              .size = ref->block_size, .used = ++tr->shm_clock};
+    return base;
+}
+
+static void ack_sent_cb(void *request, ucs_status_t status, void *user_data) {
+    ucp_request_free(request);
+}
+
+ucs_status_t mt_shm_receive(mt_transport *tr, mt_task *task, size_t length) {
+    mt_work *w = task->work;
+    int peer = mt_group_global_rank(w->group, task->peer);
+    char who[160], why[256] = "";
+    mt_shm_ref ref;
+    const void *base = NULL;
+    if (length != sizeof ref) {
+        snprintf(why, sizeof why, "a descriptor of %zu bytes (expected %zu)", length, sizeof ref);
+    } else {
+        memcpy(&ref, task->dst, sizeof ref);
+        if (ref.offset > ref.block_size || task->bytes > ref.block_size - ref.offset)
+            snprintf(why, sizeof why, "%zu bytes at offset %llu do not fit its block of %llu",
+                     task->bytes, (unsigned long long)ref.offset,
+                     (unsigned long long)ref.block_size);
+        else
+            base = map_block(tr, peer, &ref, why, sizeof why);
+    }
+    if (base) memcpy(task->dst, (const char *)base + ref.offset, task->bytes);
+
+    /* Ack either way, so that the sender never waits for a reader that gave up. */
+    ucp_request_param_t param;
+    memset(&param, 0, sizeof param);
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_contig(1);
+    param.cb.send = ack_sent_cb;
+    uint64_t ack_tag = mt_tag_make(w->group, w->kind == MT_OP_SEND || w->kind == MT_OP_RECV,
+                                   w->seq, w->group->rank, task->sub) | MT_TAG_ACK_BIT;
+    void *req = ucp_tag_send_nbx(tr->eps[peer], base ? &ACK_OK : &ACK_FAILED, 1, ack_tag, &param);
+    if (UCS_PTR_IS_ERR(req))
+        mt_log(MT_LOG_WARN, "acknowledging a shared-memory read to rank %d failed: %s", peer,
+               ucs_status_string(UCS_PTR_STATUS(req)));
+    if (base) return UCS_OK;
+    mt_describe_rank(tr, peer, who, sizeof who);
+    mt_work_fail(w, MT_ERR_COMM, "reading %zu bytes from the shared memory of %s failed: %s "
+                 "(MT_COMM_SHM=0 sends the data through UCX instead)", task->bytes, who, why);
+    return UCS_ERR_IO_ERROR;
+}
