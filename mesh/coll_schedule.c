@@ -37,6 +37,7 @@ static mt_task *add(mt_sched *s, int *index) {
     mt_task *t = &w->tasks[w->ntasks++];
     memset(t, 0, sizeof *t);
     t->deps[0] = t->deps[1] = t->deps[2] = -1;
+    t->consumer = -1;
     t->work = w;
     return t;
 }
@@ -71,6 +72,26 @@ int mt_sched_recv(mt_sched *s, int peer, uint32_t sub, void *dst, size_t bytes, 
     return i;
 }
 
+/* A REDUCE whose second input is exactly what one of its RECV dependencies receives may read
+ * the peer's shared memory in place of that copy (transport_shm.c). Not when it also waits for a
+ * send: the peer's ack would then wait on our send, whose own ack waits on the next rank, around
+ * the ring. */
+static void mark_consumer(mt_sched *s, int index) {
+    mt_work *w = s->w;
+    mt_task *t = &w->tasks[index];
+    int recv = -1;
+    for (int d = 0; d < 3; d++) {
+        int dep = t->deps[d];
+        if (dep < 0) continue;
+        const mt_task *u = &w->tasks[dep];
+        if (u->kind == MT_TASK_SEND) return;
+        if (u->kind == MT_TASK_RECV && u->dst == t->src2 &&
+            u->bytes == t->count * mt_dtype_size(w->dtype))
+            recv = dep;
+    }
+    if (recv >= 0) w->tasks[recv].consumer = index;
+}
+
 int mt_sched_reduce(mt_sched *s, bool final, void *dst, const void *a, const void *b,
                     size_t count, int dep0, int dep1, int dep2) {
     int i;
@@ -85,6 +106,7 @@ int mt_sched_reduce(mt_sched *s, bool final, void *dst, const void *a, const voi
     t->deps[0] = dep0;
     t->deps[1] = dep1;
     t->deps[2] = dep2;
+    mark_consumer(s, i);
     return i;
 }
 
@@ -128,12 +150,26 @@ static bool ready(const mt_work *w, const mt_task *t, int index) {
     return true;
 }
 
-static void run_inline(mt_work *w, mt_task *t) {
+/* The RECV this REDUCE consumes in place (its data still in the peer's shared memory), or NULL. */
+static mt_task *fed_by_peer(mt_work *w, int index) {
+    const mt_task *t = &w->tasks[index];
+    for (int d = 0; d < 3; d++) {
+        if (t->deps[d] < 0) continue;
+        mt_task *u = &w->tasks[t->deps[d]];
+        if (u->kind == MT_TASK_RECV && u->consumer == index && u->shm_src) return u;
+    }
+    return NULL;
+}
+
+static void run_inline(mt_work *w, mt_task *t, int index) {
     switch (t->kind) {
-    case MT_TASK_REDUCE:
+    case MT_TASK_REDUCE: {
+        mt_task *fed = fed_by_peer(w, index);
         mt_reduce_pair(w->dtype, w->rop, t->mode == MT_REDUCE_MODE_FINAL, w->group->size, t->dst,
-                       t->src, t->src2, t->count);
+                       t->src, fed ? fed->shm_src : t->src2, t->count);
+        if (fed) mt_shm_release(w->tr, fed);
         break;
+    }
     case MT_TASK_REDUCE_MANY:
         mt_reduce_many(w->dtype, w->rop, t->peer, t->srcs, t->dst, t->count);
         break;
@@ -180,7 +216,7 @@ bool mt_schedule_advance(mt_work *w) {
                 else if (t->kind == MT_TASK_RECV && waiting_recv < 0) waiting_recv = t->peer;
                 else if (t->kind == MT_TASK_SEND && waiting_send < 0) waiting_send = t->peer;
             } else {
-                run_inline(w, t);
+                run_inline(w, t, i);
                 changed = true;
                 again = true;
             }

@@ -86,6 +86,11 @@ typedef struct mt_task {
     uint8_t ack_byte;
     uint8_t shm_parts;
     ucs_status_t shm_status;
+    /* RECV: the REDUCE task that alone reads dst (-1: none). When a descriptor arrives for such a
+     * receive, the reduction reads the peer's mapped bytes (shm_src) instead of a copy, and the
+     * ack waits until it ran (mt_shm_release). */
+    int consumer;
+    const void *shm_src;
 } mt_task;
 
 typedef struct mt_transport mt_transport;
@@ -256,6 +261,8 @@ bool mt_shm_try_send(mt_transport *tr, mt_task *task, uint64_t tag, int peer_glo
 /* A RECV task received a descriptor of `length` bytes: map, copy, ack. Returns the status the
  * task completes with. */
 ucs_status_t mt_shm_receive(mt_transport *tr, mt_task *task, size_t length);
+/* The consumer of a deferred receive ran: ack the peer (progress thread). */
+void mt_shm_release(mt_transport *tr, mt_task *recv_task);
 /* The receive mask of a RECV task: descriptors match too when one fits in its buffer. */
 uint64_t mt_shm_recv_mask(const mt_task *task);
 

@@ -193,12 +193,34 @@ static void ack_sent_cb(void *request, ucs_status_t status, void *user_data) {
     ucp_request_free(request);
 }
 
+/* Tells the sender of a descriptor that its bytes were read (or could not be). */
+static void send_ack(mt_transport *tr, mt_task *task, bool ok) {
+    mt_work *w = task->work;
+    int peer = mt_group_global_rank(w->group, task->peer);
+    ucp_request_param_t param;
+    memset(&param, 0, sizeof param);
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_contig(1);
+    param.cb.send = ack_sent_cb;
+    uint64_t ack_tag = mt_tag_make(w->group, w->kind == MT_OP_SEND || w->kind == MT_OP_RECV,
+                                   w->seq, w->group->rank, task->sub) | MT_TAG_ACK_BIT;
+    void *req = ucp_tag_send_nbx(tr->eps[peer], ok ? &ACK_OK : &ACK_FAILED, 1, ack_tag, &param);
+    if (UCS_PTR_IS_ERR(req))
+        mt_log(MT_LOG_WARN, "acknowledging a shared-memory read to rank %d failed: %s", peer,
+               ucs_status_string(UCS_PTR_STATUS(req)));
+}
+
+void mt_shm_release(mt_transport *tr, mt_task *recv_task) {
+    recv_task->shm_src = NULL;
+    send_ack(tr, recv_task, true);
+}
+
 ucs_status_t mt_shm_receive(mt_transport *tr, mt_task *task, size_t length) {
     mt_work *w = task->work;
     int peer = mt_group_global_rank(w->group, task->peer);
     char who[160], why[256] = "";
     mt_shm_ref ref;
-    const void *base = NULL;
+    const char *base = NULL;
     if (length != sizeof ref) {
         snprintf(why, sizeof why, "a descriptor of %zu bytes (expected %zu)", length, sizeof ref);
     } else {
@@ -210,20 +232,14 @@ ucs_status_t mt_shm_receive(mt_transport *tr, mt_task *task, size_t length) {
         else
             base = map_block(tr, peer, &ref, why, sizeof why);
     }
-    if (base) memcpy(task->dst, (const char *)base + ref.offset, task->bytes);
-
+    if (base && task->consumer >= 0 && !w->failing) {
+        /* The reduction reads the peer's bytes where they are; it acks when it ran. */
+        task->shm_src = base + ref.offset;
+        return UCS_OK;
+    }
+    if (base) memcpy(task->dst, base + ref.offset, task->bytes);
     /* Ack either way, so that the sender never waits for a reader that gave up. */
-    ucp_request_param_t param;
-    memset(&param, 0, sizeof param);
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_DATATYPE;
-    param.datatype = ucp_dt_make_contig(1);
-    param.cb.send = ack_sent_cb;
-    uint64_t ack_tag = mt_tag_make(w->group, w->kind == MT_OP_SEND || w->kind == MT_OP_RECV,
-                                   w->seq, w->group->rank, task->sub) | MT_TAG_ACK_BIT;
-    void *req = ucp_tag_send_nbx(tr->eps[peer], base ? &ACK_OK : &ACK_FAILED, 1, ack_tag, &param);
-    if (UCS_PTR_IS_ERR(req))
-        mt_log(MT_LOG_WARN, "acknowledging a shared-memory read to rank %d failed: %s", peer,
-               ucs_status_string(UCS_PTR_STATUS(req)));
+    send_ack(tr, task, base != NULL);
     if (base) return UCS_OK;
     mt_describe_rank(tr, peer, who, sizeof who);
     mt_work_fail(w, MT_ERR_COMM, "reading %zu bytes from the shared memory of %s failed: %s "

@@ -132,6 +132,8 @@ mt_status mt_transport_post(mt_transport *tr, mt_task *task) {
 }
 
 void mt_transport_cancel(mt_transport *tr, mt_task *task) {
+    /* A finished receive whose reduction never ran still owes its sender the ack. */
+    if (task->kind == MT_TASK_RECV && task->shm_src) mt_shm_release(tr, task);
     if (task->state != MT_TASK_POSTED) return;
     if (task->req) ucp_request_cancel(tr->worker, task->req);
     if (task->ack_req) ucp_request_cancel(tr->worker, task->ack_req);
