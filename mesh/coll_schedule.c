@@ -5,6 +5,7 @@
 #include "mesh/reduce.h"
 #include "mesh/transport_internal.h"
 
+#include "core/copy_stream.h"
 #include "core/error.h"
 
 #include <stdlib.h>
@@ -80,16 +81,19 @@ static void mark_consumer(mt_sched *s, int index) {
     mt_work *w = s->w;
     mt_task *t = &w->tasks[index];
     int recv = -1;
+    bool waits_for_send = false;
     for (int d = 0; d < 3; d++) {
         int dep = t->deps[d];
         if (dep < 0) continue;
-        const mt_task *u = &w->tasks[dep];
-        if (u->kind == MT_TASK_SEND) return;
+        mt_task *u = &w->tasks[dep];
+        if (u->kind == MT_TASK_SEND) waits_for_send = true;
         if (u->kind == MT_TASK_RECV && u->dst == t->src2 &&
             u->bytes == t->count * mt_dtype_size(w->dtype))
             recv = dep;
     }
-    if (recv >= 0) w->tasks[recv].consumer = index;
+    if (recv < 0) return;
+    w->tasks[recv].feeds_reduce = 1;
+    if (!waits_for_send) w->tasks[recv].consumer = index;
 }
 
 int mt_sched_reduce(mt_sched *s, bool final, void *dst, const void *a, const void *b,
@@ -173,9 +177,15 @@ static void run_inline(mt_work *w, mt_task *t, int index) {
     case MT_TASK_REDUCE_MANY:
         mt_reduce_many(w->dtype, w->rop, t->peer, t->srcs, t->dst, t->count);
         break;
-    case MT_TASK_COPY:
-        if (t->bytes && t->dst != t->src) memmove(t->dst, t->src, t->bytes);
+    case MT_TASK_COPY: {
+        const char *d = t->dst, *src = t->src;
+        bool overlap = d < src + t->bytes && src < d + t->bytes;
+        if (t->bytes && d != src) {
+            if (overlap) memmove(t->dst, t->src, t->bytes);
+            else mt_copy_stream(t->dst, t->src, t->bytes);
+        }
         break;
+    }
     default:
         break;
     }

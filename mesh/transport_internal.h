@@ -91,6 +91,7 @@ typedef struct mt_task {
      * ack waits until it ran (mt_shm_release). */
     int consumer;
     const void *shm_src;
+    uint8_t feeds_reduce; /* RECV: a REDUCE reads dst next (keep the copy in cache) */
 } mt_task;
 
 typedef struct mt_transport mt_transport;

@@ -14,6 +14,7 @@
  */
 #include "mesh/transport_internal.h"
 
+#include "core/copy_stream.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -237,7 +238,8 @@ ucs_status_t mt_shm_receive(mt_transport *tr, mt_task *task, size_t length) {
         task->shm_src = base + ref.offset;
         return UCS_OK;
     }
-    if (base) memcpy(task->dst, base + ref.offset, task->bytes);
+    if (base && task->feeds_reduce) memcpy(task->dst, base + ref.offset, task->bytes);
+    else if (base) mt_copy_stream(task->dst, base + ref.offset, task->bytes);
     /* Ack either way, so that the sender never waits for a reader that gave up. */
     send_ack(tr, task, base != NULL);
     if (base) return UCS_OK;
