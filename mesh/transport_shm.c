@@ -72,6 +72,13 @@ void mt_shm_close(mt_transport *tr) {
     tr->same_host = NULL;
 }
 
+/* An ack travels from the reader (group rank `reader`) to the sender: the tag the reader's own
+ * data would carry, plus the ack bit, which no data or descriptor has. */
+static uint64_t ack_tag_of(const mt_work *w, int reader, uint32_t sub) {
+    bool p2p = w->kind == MT_OP_SEND || w->kind == MT_OP_RECV;
+    return mt_tag_make(w->group, p2p, w->seq, reader, sub) | MT_TAG_ACK_BIT;
+}
+
 uint64_t mt_shm_recv_mask(const mt_task *task) {
     return task->bytes >= sizeof(mt_shm_ref) ? ~MT_TAG_DESC_BIT : UINT64_MAX;
 }
@@ -130,11 +137,7 @@ bool mt_shm_try_send(mt_transport *tr, mt_task *task, uint64_t tag, int peer_glo
                          UCP_OP_ATTR_FIELD_DATATYPE;
     param.datatype = ucp_dt_make_contig(1);
     param.user_data = task;
-    /* The ack comes from the peer with its group rank as sender: the same tag as data it would
-     * send us, plus the ack bit, which no data or descriptor carries. */
-    mt_work *w = task->work;
-    uint64_t ack_tag = mt_tag_make(w->group, w->kind == MT_OP_SEND || w->kind == MT_OP_RECV,
-                                   w->seq, task->peer, task->sub) | MT_TAG_ACK_BIT;
+    uint64_t ack_tag = ack_tag_of(task->work, task->peer, task->sub);
     param.cb.recv = ack_cb;
     part_posted(task, ucp_tag_recv_nbx(tr->worker, &task->ack_byte, 1, ack_tag, UINT64_MAX, &param),
                 &task->ack_req);
@@ -203,8 +206,7 @@ static void send_ack(mt_transport *tr, mt_task *task, bool ok) {
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_DATATYPE;
     param.datatype = ucp_dt_make_contig(1);
     param.cb.send = ack_sent_cb;
-    uint64_t ack_tag = mt_tag_make(w->group, w->kind == MT_OP_SEND || w->kind == MT_OP_RECV,
-                                   w->seq, w->group->rank, task->sub) | MT_TAG_ACK_BIT;
+    uint64_t ack_tag = ack_tag_of(w, w->group->rank, task->sub);
     void *req = ucp_tag_send_nbx(tr->eps[peer], ok ? &ACK_OK : &ACK_FAILED, 1, ack_tag, &param);
     if (UCS_PTR_IS_ERR(req))
         mt_log(MT_LOG_WARN, "acknowledging a shared-memory read to rank %d failed: %s", peer,
