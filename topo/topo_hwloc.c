@@ -1,0 +1,196 @@
+/* Loads an hwloc XML file (lstopo --of xml) through hwloc itself, keeping I/O objects: packages,
+ * NUMA nodes, the PCI tree, NVIDIA GPUs, NICs (PCI devices with network or OpenFabrics OS
+ * devices), NVSwitches and the "NVLinkBandwidth" distances matrix. */
+#include "core/error.h"
+#include "topo/topology.h"
+
+#include <hwloc.h>
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PCI_VENDOR_NVIDIA 0x10de
+
+typedef struct ctx {
+    const char *path;
+    mt_topo *t;
+    hwloc_topology_t h;
+} ctx;
+
+static void pci_busid(hwloc_obj_t o, char *buf, size_t size) {
+    if (o->type == HWLOC_OBJ_BRIDGE && o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST)
+        snprintf(buf, size, "%04x:%02x", (unsigned)o->attr->bridge.downstream.pci.domain,
+                 (unsigned)o->attr->bridge.downstream.pci.secondary_bus);
+    else
+        snprintf(buf, size, "%04x:%02x:%02x.%01x", (unsigned)o->attr->pcidev.domain,
+                 (unsigned)o->attr->pcidev.bus, (unsigned)o->attr->pcidev.dev,
+                 (unsigned)o->attr->pcidev.func);
+}
+
+/* The NUMA node id of the CPU-side object above an I/O object: -1 unless exactly one. */
+static int numa_of(hwloc_topology_t h, hwloc_obj_t o, char **cpus) {
+    hwloc_obj_t a = hwloc_get_non_io_ancestor_obj(h, o);
+    *cpus = NULL;
+    if (!a) return -1;
+    if (a->cpuset && !hwloc_bitmap_iszero(a->cpuset)) hwloc_bitmap_list_asprintf(cpus, a->cpuset);
+    if (!a->nodeset || hwloc_bitmap_weight(a->nodeset) != 1) return -1;
+    return hwloc_bitmap_first(a->nodeset);
+}
+
+static mt_status add_cpusets(ctx *c, hwloc_obj_type_t type) {
+    for (hwloc_obj_t o = hwloc_get_next_obj_by_type(c->h, type, NULL); o;
+         o = hwloc_get_next_obj_by_type(c->h, type, o)) {
+        char *cpus = NULL;
+        if (o->cpuset && hwloc_bitmap_list_asprintf(&cpus, o->cpuset) < 0)
+            return mt_error(MT_ERR_OUT_OF_MEMORY, "topology file %s: out of memory", c->path);
+        mt_status s = mt_topo_add_cpuset(c->t, type == HWLOC_OBJ_PACKAGE, (int)o->os_index,
+                                         cpus ? cpus : "");
+        free(cpus);
+        MT_TRY(s);
+    }
+    return MT_OK;
+}
+
+/* The GPU's model from its OS devices (GPUModel info), else its PCI ids. */
+static void gpu_name(hwloc_obj_t o, char *buf, size_t size) {
+    for (hwloc_obj_t k = o->io_first_child; k; k = k->next_sibling) {
+        const char *m = hwloc_obj_get_info_by_name(k, "GPUModel");
+        if (m) {
+            snprintf(buf, size, "%s", m);
+            return;
+        }
+    }
+    const char *m = hwloc_obj_get_info_by_name(o, "PCIDevice");
+    if (m)
+        snprintf(buf, size, "%s", m);
+    else
+        snprintf(buf, size, "PCI %04x:%04x", (unsigned)o->attr->pcidev.vendor_id,
+                 (unsigned)o->attr->pcidev.device_id);
+}
+
+/* A PCI device's NIC name: its OpenFabrics OS device (mlx5_0, rdmap79s0), else its network one. */
+static const char *nic_name(hwloc_obj_t o) {
+    const char *net = NULL;
+    for (hwloc_obj_t k = o->io_first_child; k; k = k->next_sibling) {
+        if (k->type != HWLOC_OBJ_OS_DEVICE) continue;
+        if (k->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS) return k->name;
+        if (k->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK && !net) net = k->name;
+    }
+    return net;
+}
+
+static mt_status add_pci_obj(ctx *c, hwloc_obj_t o, int parent, int *idx_out) {
+    char busid[MT_TOPO_BUSID_MAX];
+    pci_busid(o, busid, sizeof(busid));
+    char *cpus = NULL;
+    int numa = numa_of(c->h, o, &cpus);
+    int host = o->type == HWLOC_OBJ_BRIDGE && o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST;
+    mt_topo_pci_kind kind = host ? MT_TOPO_PCI_HOST_BRIDGE
+                            : o->type == HWLOC_OBJ_BRIDGE ? MT_TOPO_PCI_BRIDGE
+                                                          : MT_TOPO_PCI_DEVICE;
+    uint32_t cls = host ? 0x060000u : (uint32_t)o->attr->pcidev.class_id << 8;
+    mt_status s = mt_topo_add_pci(c->t, busid, kind, parent, cls, numa, idx_out);
+    if (s == MT_OK && !host) {
+        unsigned vendor = o->attr->pcidev.vendor_id, klass = o->attr->pcidev.class_id;
+        int nvswitch = (o->subtype && strcmp(o->subtype, "NVSwitch") == 0) ||
+                       (vendor == PCI_VENDOR_NVIDIA && klass == 0x0680);
+        const char *net = nic_name(o);
+        if (vendor == PCI_VENDOR_NVIDIA && (klass == 0x0300 || klass == 0x0302)) {
+            char name[128];
+            gpu_name(o, name, sizeof(name));
+            s = mt_topo_add_gpu(c->t, -1, busid, name, numa, cpus ? cpus : "", *idx_out, NULL);
+        } else if (nvswitch) {
+            s = mt_topo_add_switch(c->t, busid, *idx_out);
+        } else if (net) {
+            s = mt_topo_add_nic(c->t, net, busid, numa, -1, *idx_out);
+        }
+    }
+    free(cpus);
+    return s;
+}
+
+/* Depth-first over normal and I/O children so that each PCI entry knows its PCI parent. */
+static mt_status walk(ctx *c, hwloc_obj_t o, int parent, int depth) {
+    if (depth > 256)
+        return mt_error(MT_ERR_INVALID_ARG, "topology file %s: object tree deeper than 256",
+                        c->path);
+    int here = parent;
+    if (o->type == HWLOC_OBJ_BRIDGE || o->type == HWLOC_OBJ_PCI_DEVICE)
+        MT_TRY(add_pci_obj(c, o, parent, &here));
+    for (hwloc_obj_t k = o->first_child; k; k = k->next_sibling) MT_TRY(walk(c, k, here, depth + 1));
+    for (hwloc_obj_t k = o->io_first_child; k; k = k->next_sibling)
+        MT_TRY(walk(c, k, here, depth + 1));
+    return MT_OK;
+}
+
+/* Labels name what the rest of the model names: a GPU's or switch's OS device (nvml0) by the bus
+ * id of its PCI device, so that rows of the matrix match gpus[] and switches[]. */
+static void obj_label(hwloc_obj_t o, char *buf, size_t size) {
+    if (o->type == HWLOC_OBJ_OS_DEVICE && o->parent && o->parent->type == HWLOC_OBJ_PCI_DEVICE)
+        o = o->parent;
+    if (o->type == HWLOC_OBJ_PCI_DEVICE)
+        pci_busid(o, buf, size);
+    else if (o->type == HWLOC_OBJ_OS_DEVICE && o->name)
+        snprintf(buf, size, "%s", o->name);
+    else
+        snprintf(buf, size, "%s:%u", hwloc_obj_type_string(o->type), o->os_index);
+}
+
+static mt_status record_nvlink_bw(ctx *c) {
+    unsigned nr = 1;
+    struct hwloc_distances_s *d = NULL;
+    if (hwloc_distances_get_by_name(c->h, "NVLinkBandwidth", &nr, &d, 0) != 0 || nr == 0)
+        return MT_OK;
+    mt_topo *t = c->t;
+    size_t n = d->nbobjs;
+    mt_status s = MT_OK;
+    t->nvlink_bw = calloc(n > 0 ? n * n : 1, sizeof(*t->nvlink_bw));
+    t->nvlink_bw_labels = calloc(n ? n : 1, sizeof(*t->nvlink_bw_labels));
+    if (!t->nvlink_bw || !t->nvlink_bw_labels) {
+        s = mt_error(MT_ERR_OUT_OF_MEMORY, "topology file %s: out of memory", c->path);
+    } else {
+        memcpy(t->nvlink_bw, d->values, n * n * sizeof(*t->nvlink_bw));
+        for (size_t i = 0; i < n && s == MT_OK; i++) {
+            char label[64];
+            obj_label(d->objs[i], label, sizeof(label));
+            t->nvlink_bw_labels[i] = strdup(label);
+            if (!t->nvlink_bw_labels[i])
+                s = mt_error(MT_ERR_OUT_OF_MEMORY, "topology file %s: out of memory", c->path);
+            else
+                t->nvlink_bw_n = i + 1;
+        }
+    }
+    hwloc_distances_release(c->h, d);
+    return s;
+}
+
+mt_status mt_topo_load_hwloc_xml(const char *path, const char *buf, size_t len, mt_topo **out) {
+    *out = NULL;
+    ctx c = {.path = path};
+    if (len >= INT_MAX || buf[len] != '\0')
+        return mt_error(MT_ERR_INVALID_ARG, "topology file %s is too large or not terminated", path);
+    if (hwloc_topology_init(&c.h) != 0)
+        return mt_error(MT_ERR_SYSTEM, "topology file %s: hwloc cannot initialize", path);
+    mt_status s = MT_OK;
+    /* From the buffer already read and size-checked; hwloc's length counts the final NUL. */
+    if (hwloc_topology_set_xmlbuffer(c.h, buf, (int)len + 1) != 0 ||
+        hwloc_topology_set_io_types_filter(c.h, HWLOC_TYPE_FILTER_KEEP_ALL) != 0 ||
+        hwloc_topology_load(c.h) != 0)
+        s = mt_error(MT_ERR_INVALID_ARG, "topology file %s is not a topology hwloc can load",
+                     path);
+    if (s == MT_OK) s = mt_topo_create(path, &c.t);
+    if (s == MT_OK) s = add_cpusets(&c, HWLOC_OBJ_PACKAGE);
+    if (s == MT_OK) s = add_cpusets(&c, HWLOC_OBJ_NUMANODE);
+    if (s == MT_OK) s = walk(&c, hwloc_get_root_obj(c.h), -1, 0);
+    if (s == MT_OK) s = record_nvlink_bw(&c);
+    if (s == MT_OK) s = mt_topo_finish(c.t);
+    hwloc_topology_destroy(c.h);
+    if (s != MT_OK) {
+        mt_topo_destroy(c.t);
+        return s;
+    }
+    *out = c.t;
+    return MT_OK;
+}

@@ -1,0 +1,319 @@
+/* The topology model: growing arrays, the cpu list format, and loading a file of either format. */
+#include "topo/topology.h"
+
+#include "core/error.h"
+#include "topo/topo_xml.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Grows *arr (element size elem) so that it holds at least n+1 elements. */
+static mt_status grow(void **arr, size_t *cap, size_t n, size_t elem) {
+    if (n < *cap) return MT_OK;
+    size_t ncap = *cap ? *cap * 2 : 8;
+    void *p = realloc(*arr, ncap * elem);
+    if (!p) return mt_error(MT_ERR_OUT_OF_MEMORY, "topology: out of memory growing a table");
+    memset((char *)p + *cap * elem, 0, (ncap - *cap) * elem);
+    *arr = p;
+    *cap = ncap;
+    return MT_OK;
+}
+
+/* Capacities live beside the public struct so that mt_topo stays a plain description. */
+typedef struct topo_impl {
+    mt_topo pub;
+    size_t cap_packages, cap_numa, cap_pci, cap_gpus, cap_nics, cap_switches;
+} topo_impl;
+
+static mt_status dup_str(const char *s, char **out) {
+    *out = strdup(s ? s : "");
+    return *out ? MT_OK : mt_error(MT_ERR_OUT_OF_MEMORY, "topology: out of memory copying a string");
+}
+
+static mt_status copy_busid(char dst[MT_TOPO_BUSID_MAX], const char *src) {
+    size_t n = src ? strlen(src) : 0;
+    if (n >= MT_TOPO_BUSID_MAX)
+        return mt_error(MT_ERR_INVALID_ARG, "topology: PCI bus id '%.40s' is too long", src);
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (src[i] >= 'A' && src[i] <= 'Z') ? (char)(src[i] - 'A' + 'a') : src[i];
+    dst[n] = '\0';
+    return MT_OK;
+}
+
+mt_status mt_topo_create(const char *source, mt_topo **out) {
+    *out = NULL;
+    topo_impl *impl = calloc(1, sizeof(*impl));
+    if (!impl) return mt_error(MT_ERR_OUT_OF_MEMORY, "topology: out of memory");
+    mt_status s = dup_str(source, &impl->pub.source);
+    if (s != MT_OK) {
+        free(impl);
+        return s;
+    }
+    *out = &impl->pub;
+    return MT_OK;
+}
+
+void mt_topo_destroy(mt_topo *t) {
+    if (!t) return;
+    for (size_t i = 0; i < t->n_packages; i++) free(t->packages[i].cpus);
+    for (size_t i = 0; i < t->n_numa; i++) free(t->numa[i].cpus);
+    for (size_t i = 0; i < t->n_gpus; i++) {
+        free(t->gpus[i].name);
+        free(t->gpus[i].cpus);
+        free(t->gpus[i].links);
+    }
+    for (size_t i = 0; i < t->n_nics; i++) free(t->nics[i].name);
+    for (size_t i = 0; i < t->nvlink_bw_n; i++) free(t->nvlink_bw_labels[i]);
+    free(t->nvlink_bw_labels);
+    free(t->nvlink_bw);
+    free(t->packages);
+    free(t->numa);
+    free(t->pci);
+    free(t->gpus);
+    free(t->nics);
+    free(t->switches);
+    free(t->source);
+    free((topo_impl *)t);
+}
+
+mt_status mt_topo_add_cpuset(mt_topo *t, int is_package, int id, const char *cpus) {
+    topo_impl *impl = (topo_impl *)t;
+    mt_topo_cpuset **arr = is_package ? &t->packages : &t->numa;
+    size_t *n = is_package ? &t->n_packages : &t->n_numa;
+    MT_TRY(grow((void **)arr, is_package ? &impl->cap_packages : &impl->cap_numa, *n,
+                sizeof(**arr)));
+    mt_topo_cpuset *c = &(*arr)[*n];
+    c->id = id;
+    MT_TRY(dup_str(cpus, &c->cpus));
+    (*n)++;
+    return MT_OK;
+}
+
+mt_status mt_topo_add_pci(mt_topo *t, const char *bus_id, mt_topo_pci_kind kind, int parent,
+                          uint32_t pci_class, int numa, int *index_out) {
+    topo_impl *impl = (topo_impl *)t;
+    MT_TRY(grow((void **)&t->pci, &impl->cap_pci, t->n_pci, sizeof(*t->pci)));
+    mt_topo_pci *p = &t->pci[t->n_pci];
+    MT_TRY(copy_busid(p->bus_id, bus_id));
+    p->kind = kind;
+    p->parent = parent;
+    p->pci_class = pci_class;
+    p->numa = numa;
+    if (index_out) *index_out = (int)t->n_pci;
+    t->n_pci++;
+    return MT_OK;
+}
+
+mt_status mt_topo_add_gpu(mt_topo *t, int index, const char *bus_id, const char *name, int numa,
+                          const char *cpus, int pci, mt_topo_gpu **out) {
+    topo_impl *impl = (topo_impl *)t;
+    MT_TRY(grow((void **)&t->gpus, &impl->cap_gpus, t->n_gpus, sizeof(*t->gpus)));
+    mt_topo_gpu *g = &t->gpus[t->n_gpus];
+    memset(g, 0, sizeof(*g));
+    MT_TRY(copy_busid(g->bus_id, bus_id));
+    g->index = index;
+    g->numa = numa;
+    g->pci = pci;
+    mt_status s = dup_str(name, &g->name);
+    if (s == MT_OK) s = dup_str(cpus, &g->cpus);
+    if (s != MT_OK) {
+        free(g->name);
+        free(g->cpus);
+        memset(g, 0, sizeof(*g));
+        return s;
+    }
+    t->n_gpus++;
+    if (out) *out = g;
+    return MT_OK;
+}
+
+mt_status mt_topo_gpu_add_link(mt_topo *t, mt_topo_gpu *gpu, const char *target,
+                               mt_topo_link_kind kind, int count) {
+    (void)t;
+    mt_topo_nvlink *p = realloc(gpu->links, (gpu->n_links + 1) * sizeof(*p));
+    if (!p) return mt_error(MT_ERR_OUT_OF_MEMORY, "topology: out of memory adding an NVLink");
+    gpu->links = p;
+    mt_topo_nvlink *l = &p[gpu->n_links];
+    memset(l, 0, sizeof(*l));
+    MT_TRY(copy_busid(l->target, target));
+    l->kind = kind;
+    l->count = count;
+    gpu->n_links++;
+    gpu->nvlink_known = 1;
+    return MT_OK;
+}
+
+mt_status mt_topo_add_nic(mt_topo *t, const char *name, const char *bus_id, int numa,
+                          int64_t speed_mbps, int pci) {
+    topo_impl *impl = (topo_impl *)t;
+    MT_TRY(grow((void **)&t->nics, &impl->cap_nics, t->n_nics, sizeof(*t->nics)));
+    mt_topo_nic *n = &t->nics[t->n_nics];
+    memset(n, 0, sizeof(*n));
+    MT_TRY(copy_busid(n->bus_id, bus_id));
+    MT_TRY(dup_str(name, &n->name));
+    n->numa = numa;
+    n->speed_mbps = speed_mbps;
+    n->pci = pci;
+    t->n_nics++;
+    return MT_OK;
+}
+
+mt_status mt_topo_add_switch(mt_topo *t, const char *bus_id, int pci) {
+    topo_impl *impl = (topo_impl *)t;
+    MT_TRY(grow((void **)&t->switches, &impl->cap_switches, t->n_switches, sizeof(*t->switches)));
+    mt_topo_switch *w = &t->switches[t->n_switches];
+    MT_TRY(copy_busid(w->bus_id, bus_id));
+    w->pci = pci;
+    t->n_switches++;
+    return MT_OK;
+}
+
+static int cmp_busid(const void *a, const void *b) {
+    const mt_topo_gpu *x = a, *y = b;
+    return strcmp(x->bus_id, y->bus_id);
+}
+
+static int cmp_index(const void *a, const void *b) {
+    const mt_topo_gpu *x = a, *y = b;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+mt_status mt_topo_finish(mt_topo *t) {
+    /* Bus order first, so that unindexed GPUs take the free indices in that order. */
+    qsort(t->gpus, t->n_gpus, sizeof(*t->gpus), cmp_busid);
+    for (size_t i = 0; i < t->n_gpus; i++) {
+        if (t->gpus[i].index >= 0) continue;
+        for (int cand = 0;; cand++) {
+            int used = 0;
+            for (size_t j = 0; j < t->n_gpus && !used; j++) used = t->gpus[j].index == cand;
+            if (!used) {
+                t->gpus[i].index = cand;
+                break;
+            }
+        }
+    }
+    qsort(t->gpus, t->n_gpus, sizeof(*t->gpus), cmp_index);
+    for (size_t i = 1; i < t->n_gpus; i++) {
+        if (t->gpus[i].index == t->gpus[i - 1].index)
+            return mt_error(MT_ERR_INVALID_ARG, "topology %s: GPUs %s and %s both have index %d",
+                            t->source, t->gpus[i - 1].bus_id, t->gpus[i].bus_id, t->gpus[i].index);
+    }
+    for (size_t i = 0; i < t->n_gpus; i++) {
+        for (size_t j = i + 1; j < t->n_gpus; j++) {
+            if (strcmp(t->gpus[i].bus_id, t->gpus[j].bus_id) == 0)
+                return mt_error(MT_ERR_INVALID_ARG, "topology %s: two GPUs have bus id %s",
+                                t->source, t->gpus[i].bus_id);
+        }
+    }
+    return MT_OK;
+}
+
+mt_status mt_topo_cpulist(const uint32_t *words, size_t n_words, char **out) {
+    size_t nbits = n_words * 32, cap = 64, len = 0;
+    char *s = malloc(cap);
+    if (!s) return mt_error(MT_ERR_OUT_OF_MEMORY, "topology: out of memory formatting a cpu list");
+    s[0] = '\0';
+    for (size_t i = 0; i < nbits;) {
+        if (!(words[i / 32] >> (i % 32) & 1u)) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j + 1 < nbits && (words[(j + 1) / 32] >> ((j + 1) % 32) & 1u)) j++;
+        char item[48];
+        int k = j == i ? snprintf(item, sizeof(item), "%s%zu", len ? "," : "", i)
+                       : snprintf(item, sizeof(item), "%s%zu-%zu", len ? "," : "", i, j);
+        if (len + (size_t)k + 1 > cap) {
+            while (len + (size_t)k + 1 > cap) cap *= 2;
+            char *p = realloc(s, cap);
+            if (!p) {
+                free(s);
+                return mt_error(MT_ERR_OUT_OF_MEMORY, "topology: out of memory formatting a cpu list");
+            }
+            s = p;
+        }
+        memcpy(s + len, item, (size_t)k + 1);
+        len += (size_t)k;
+        i = j + 1;
+    }
+    *out = s;
+    return MT_OK;
+}
+
+/* Reads a whole regular file no larger than MT_TOPO_FILE_MAX into a NUL-terminated buffer. */
+static mt_status read_file(const char *path, char **buf_out, size_t *len_out) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return mt_error_errno(e == ENOENT ? MT_ERR_NOT_FOUND : MT_ERR_IO, e,
+                              "topology file %s cannot be opened", path);
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return mt_error_errno(MT_ERR_IO, e, "topology file %s cannot be examined", path);
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return mt_error(MT_ERR_INVALID_ARG, "topology file %s is a directory, not a file", path);
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > MT_TOPO_FILE_MAX) {
+        close(fd);
+        return mt_error(MT_ERR_INVALID_ARG,
+                        "topology file %s is not a regular file of at most %zu MiB", path,
+                        MT_TOPO_FILE_MAX >> 20);
+    }
+    size_t len = (size_t)st.st_size, got = 0;
+    char *buf = malloc(len + 1);
+    if (!buf) {
+        close(fd);
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "topology file %s: out of memory reading it", path);
+    }
+    while (got < len) {
+        ssize_t r = read(fd, buf + got, len - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : EIO;
+            free(buf);
+            close(fd);
+            return mt_error_errno(MT_ERR_IO, e, "topology file %s cannot be read", path);
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[len] = '\0';
+    *buf_out = buf;
+    *len_out = len;
+    return MT_OK;
+}
+
+mt_status mt_topo_load_file(const char *path, mt_topo **out) {
+    *out = NULL;
+    if (!path || !*path)
+        return mt_error(MT_ERR_INVALID_ARG, "topology: no file name given");
+    char *buf = NULL;
+    size_t len = 0;
+    MT_TRY(read_file(path, &buf, &len));
+    char root[32];
+    mt_status s = mt_topo_xml_root(path, buf, len, root, sizeof(root));
+    if (s == MT_OK) {
+        if (strcmp(root, "system") == 0) {
+            s = mt_topo_load_nccl_xml(path, buf, len, out);
+        } else if (strcmp(root, "topology") == 0) {
+            s = mt_topo_load_hwloc_xml(path, buf, len, out);
+        } else {
+            s = mt_error(MT_ERR_INVALID_ARG,
+                         "topology file %s: root element is <%s>, expected <topology> (hwloc XML) "
+                         "or <system> (NCCL topology XML)",
+                         path, root);
+        }
+    }
+    free(buf);
+    return s;
+}

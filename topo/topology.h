@@ -1,0 +1,129 @@
+/* Internal: the machine model every topology source (hwloc XML, NCCL XML, later live discovery)
+ * fills in, and that classification, reports and binding read. Plain arrays so that readers can
+ * walk them directly; indices (not pointers) link entries so that arrays may grow. */
+#ifndef MT_TOPO_TOPOLOGY_H
+#define MT_TOPO_TOPOLOGY_H
+
+#include <meshtrain/status.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Longest PCI bus id kept ("0000:83:00.0", or NCCL's 7-digit "fffffff:ff:ff.0"), with NUL. */
+#define MT_TOPO_BUSID_MAX 20
+/* The hard limit on a topology file, so that a runaway input fails early instead of ballooning. */
+#define MT_TOPO_FILE_MAX ((size_t)64 << 20)
+
+/* A package or NUMA node: its OS id and its CPUs as a cpu list ("0-47,96-143"). */
+typedef struct mt_topo_cpuset {
+    int id;
+    char *cpus;
+} mt_topo_cpuset;
+
+typedef enum mt_topo_pci_kind {
+    MT_TOPO_PCI_HOST_BRIDGE, /* bus_id is "dddd:bb", its domain and first downstream bus */
+    MT_TOPO_PCI_BRIDGE,
+    MT_TOPO_PCI_DEVICE,
+} mt_topo_pci_kind;
+
+typedef struct mt_topo_pci {
+    char bus_id[MT_TOPO_BUSID_MAX];
+    mt_topo_pci_kind kind;
+    int parent;         /* index into pci[], -1 at the top of a tree */
+    uint32_t pci_class; /* 24-bit class code (0x030200); hwloc's 16-bit class is shifted left 8 */
+    int numa;           /* NUMA node id, -1 when unknown */
+} mt_topo_pci;
+
+typedef enum mt_topo_link_kind {
+    MT_TOPO_LINK_GPU,    /* a direct link to another GPU of the topology */
+    MT_TOPO_LINK_SWITCH, /* into an NVSwitch, visible or not */
+    MT_TOPO_LINK_SELF,   /* a file naming the GPU itself: kept as written, flagged */
+    MT_TOPO_LINK_OTHER,  /* a CPU or another endpoint (POWER8/9 NVLink to the CPU) */
+} mt_topo_link_kind;
+
+typedef struct mt_topo_nvlink {
+    char target[MT_TOPO_BUSID_MAX]; /* the peer's bus id, or "switch" for an unnamed switch */
+    mt_topo_link_kind kind;
+    int count;
+} mt_topo_nvlink;
+
+typedef struct mt_topo_gpu {
+    int index; /* CUDA index where the source knows it, else PCI bus order */
+    char bus_id[MT_TOPO_BUSID_MAX];
+    char *name;
+    int numa;   /* -1 when unknown */
+    char *cpus; /* cpu list of the CPUs nearest the GPU; "" when unknown */
+    int pci;    /* index into pci[], -1 when the source has no PCI entry */
+    mt_topo_nvlink *links;
+    size_t n_links;
+    int nvlink_known; /* 0: the source says nothing about NVLink (not "no links") */
+} mt_topo_gpu;
+
+typedef struct mt_topo_nic {
+    char *name;                     /* "mlx5_0"; "" when the source gives only a PCI entry */
+    char bus_id[MT_TOPO_BUSID_MAX]; /* "" when unknown */
+    int numa;
+    int64_t speed_mbps; /* -1 when unknown */
+    int pci;
+} mt_topo_nic;
+
+typedef struct mt_topo_switch {
+    char bus_id[MT_TOPO_BUSID_MAX];
+    int pci;
+} mt_topo_switch;
+
+typedef struct mt_topo {
+    char *source; /* the file path, or "live" */
+    mt_topo_cpuset *packages;
+    size_t n_packages;
+    mt_topo_cpuset *numa;
+    size_t n_numa;
+    mt_topo_pci *pci;
+    size_t n_pci;
+    mt_topo_gpu *gpus; /* sorted by index after loading */
+    size_t n_gpus;
+    mt_topo_nic *nics;
+    size_t n_nics;
+    mt_topo_switch *switches;
+    size_t n_switches;
+    /* hwloc's "NVLinkBandwidth" distances, as recorded: n x n values (MB/s), row-major, and the
+     * label of each object (a PCI bus id, or "Package:N"). n is 0 when absent. */
+    size_t nvlink_bw_n;
+    uint64_t *nvlink_bw;
+    char **nvlink_bw_labels;
+} mt_topo;
+
+/* Loads a topology file, hwloc XML (root <topology>) or NCCL topology XML (root <system>),
+ * detected from its root element. Missing file: MT_ERR_NOT_FOUND; a directory, an oversized
+ * or malformed file: MT_ERR_INVALID_ARG; unreadable: MT_ERR_IO. */
+mt_status mt_topo_load_file(const char *path, mt_topo **out);
+
+/* Frees a topology and everything it owns; NULL is ignored. */
+void mt_topo_destroy(mt_topo *topo);
+
+/* ---- building blocks for the loaders -------------------------------------------------------- */
+
+mt_status mt_topo_create(const char *source, mt_topo **out);
+mt_status mt_topo_add_cpuset(mt_topo *t, int is_package, int id, const char *cpus);
+mt_status mt_topo_add_pci(mt_topo *t, const char *bus_id, mt_topo_pci_kind kind, int parent,
+                          uint32_t pci_class, int numa, int *index_out);
+mt_status mt_topo_add_gpu(mt_topo *t, int index, const char *bus_id, const char *name, int numa,
+                          const char *cpus, int pci, mt_topo_gpu **out);
+mt_status mt_topo_gpu_add_link(mt_topo *t, mt_topo_gpu *gpu, const char *target,
+                               mt_topo_link_kind kind, int count);
+mt_status mt_topo_add_nic(mt_topo *t, const char *name, const char *bus_id, int numa,
+                          int64_t speed_mbps, int pci);
+mt_status mt_topo_add_switch(mt_topo *t, const char *bus_id, int pci);
+/* Gives GPUs without a known index (-1) the next indices in PCI bus order, checks that indices
+ * are unique and sorts gpus[] by index. */
+mt_status mt_topo_finish(mt_topo *t);
+
+/* Writes a bitmap (32-bit words, least significant first) as a cpu list into a new string. */
+mt_status mt_topo_cpulist(const uint32_t *words, size_t n_words, char **out);
+
+/* The loaders behind mt_topo_load_file, from a buffer of len bytes plus a terminating NUL; path
+ * is only used in messages and as the source. */
+mt_status mt_topo_load_nccl_xml(const char *path, const char *buf, size_t len, mt_topo **out);
+mt_status mt_topo_load_hwloc_xml(const char *path, const char *buf, size_t len, mt_topo **out);
+
+#endif
