@@ -184,6 +184,7 @@ static int cmp_index(const void *a, const void *b) {
 }
 
 mt_status mt_topo_finish(mt_topo *t) {
+    if (t->n_gpus == 0) return MT_OK; /* gpus may be NULL, which qsort must not be given */
     /* Bus order first, so that unindexed GPUs take the free indices in that order. */
     qsort(t->gpus, t->n_gpus, sizeof(*t->gpus), cmp_busid);
     for (size_t i = 0; i < t->n_gpus; i++) {

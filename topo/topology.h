@@ -78,6 +78,8 @@ typedef struct mt_topo {
     size_t n_packages;
     mt_topo_cpuset *numa;
     size_t n_numa;
+    size_t n_cores; /* physical cores; 0 when the source does not say (NCCL XML) */
+    size_t n_pus;   /* hardware threads (hwloc PUs); 0 when the source does not say */
     mt_topo_pci *pci;
     size_t n_pci;
     mt_topo_gpu *gpus; /* sorted by index after loading */
@@ -97,6 +99,10 @@ typedef struct mt_topo {
  * detected from its root element. Missing file: MT_ERR_NOT_FOUND; a directory, an oversized
  * or malformed file: MT_ERR_INVALID_ARG; unreadable: MT_ERR_IO. */
 mt_status mt_topo_load_file(const char *path, mt_topo **out);
+
+/* Discovers this machine through hwloc (source "live"): packages, NUMA nodes, cores, PUs, the PCI
+ * tree, NICs and NVIDIA GPUs by PCI id (no CUDA or NVML: nvlink_known stays 0). */
+mt_status mt_topo_discover(mt_topo **out);
 
 /* Frees a topology and everything it owns; NULL is ignored. */
 void mt_topo_destroy(mt_topo *topo);
