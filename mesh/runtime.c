@@ -84,9 +84,9 @@ static mt_status open_store(mt_runtime *rt) {
     const mt_runtime_env *env = &rt->env;
     int port = env->master_port;
     const char *host = env->master_addr;
+    char ifaddr[64];
     bool hosting = env->source == MT_ENV_SINGLE || (rt->rank == 0 && !env->store_hosted);
     if (hosting) {
-        char ifaddr[64];
         const char *bind_addr;
         MT_TRY(mt_netif_store_bind(ifaddr, sizeof ifaddr, &bind_addr));
         mt_status st = mt_store_server_start(bind_addr, port, env->job_id, &rt->server);
@@ -97,9 +97,6 @@ static mt_status open_store(mt_runtime *rt) {
         /* Without MT_SOCKET_IFNAME the server listens on every interface; talking to it over
          * loopback avoids depending on how MASTER_ADDR resolves on the host itself. */
         host = bind_addr ? bind_addr : "127.0.0.1";
-        st = mt_store_connect(host, port, env->job_id, rt->timeout, &rt->store);
-        snprintf(rt->store_addr, sizeof rt->store_addr, "%s:%d", env->master_addr, port);
-        return st;
     }
     snprintf(rt->store_addr, sizeof rt->store_addr, "%s:%d", env->master_addr, port);
     return mt_store_connect(host, port, env->job_id, rt->timeout, &rt->store);

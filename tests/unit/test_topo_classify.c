@@ -2,6 +2,7 @@
  * Each expected code was read off the XML: the <pci> nesting and <cpu numaid> of NCCL files,
  * the Bridge/PCIDev nesting and NUMA nodes of hwloc files, the <nvlink> counts of each <gpu>. */
 #include "check.h"
+#include "topo_fixture.h"
 #include "topo/classify.h"
 
 #include <meshtrain/status.h>
@@ -9,18 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#ifndef MT_TOPO_FIXTURES
-#error "MT_TOPO_FIXTURES must name the fixture directory"
-#endif
-
-static mt_topo *load(const char *name) {
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", MT_TOPO_FIXTURES, name);
-    mt_topo *t = NULL;
-    mt_status s = mt_topo_load_file(path, &t);
-    CHECK_MSG(s == MT_OK && t, "%s: %s", name, mt_last_error());
-    return s == MT_OK ? t : NULL;
-}
 
 static int gpu_at(const mt_topo *t, const char *busid) {
     for (size_t i = 0; i < t->n_gpus; i++)
@@ -81,7 +70,7 @@ static const int consecutive[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
 /* IBM Cloud gx3d: every <gpu> has nvlinks into 4 NVSwitches with counts 4+4+5+5 = 18; each GPU
  * shares a bridge (0x060400) with one ConnectX-7; <cpu numaid=0> holds GPUs 0-3. */
 static void test_ibm_h100(void) {
-    mt_topo *t = load("nccl-ibmcloud-gx3d-h100x8-vsi-topo.xml");
+    mt_topo *t = load_fixture("nccl-ibmcloud-gx3d-h100x8-vsi-topo.xml");
     if (!t) return;
     for (size_t i = 0; i < t->n_gpus; i++) {
         CHECK_MSG(mt_topo_gpu_nvlinks(t, i) == 18, "GPU%zu has %d NVLinks", i,
@@ -108,7 +97,7 @@ static void test_ibm_h100(void) {
 /* NCCL issue 2397: two A100 PCIe, one per <cpu>; the ConnectX-6 Dx (mlx5_0, mlx5_1) is its own
  * top-level <pci> of <cpu numaid=0>; no <nvlink>. */
 static void test_2xa100_pcie(void) {
-    mt_topo *t = load("nccl-issue2397-2xA100pcie-cx6dx-icelake-hostA.xml");
+    mt_topo *t = load_fixture("nccl-issue2397-2xA100pcie-cx6dx-icelake-hostA.xml");
     if (!t) return;
     expect_code(t, "0000:69:00.0", "0000:b1:00.0", 0, "SYS");
     expect_code(t, "0000:69:00.0", "mlx5_0", 1, "NODE");
@@ -126,7 +115,7 @@ static void test_2xa100_pcie(void) {
  * 0001/0002 sit under <cpu numaid=1>, 0003/0004 under numaid=0. The file has no <gpu>/<nvlink>
  * (the NVSwitch fabric is not described), so the codes are PCIe ones. */
 static void test_ndv4(void) {
-    mt_topo *t = load("nccl-azure-ndv4-a100x8-topo.xml");
+    mt_topo *t = load_fixture("nccl-azure-ndv4-a100x8-topo.xml");
     if (!t) return;
     expect_code(t, "0001:00:00.0", "0002:00:00.0", 0, "PIX");
     expect_code(t, "0001:00:00.0", "0003:00:00.0", 0, "SYS");
@@ -138,7 +127,7 @@ static void test_ndv4(void) {
 
 /* Azure ND H100 v5: one GPU and one IB NIC per virtual bridge, four bridges per <cpu>. */
 static void test_ndv5(void) {
-    mt_topo *t = load("nccl-azure-ndv5-h100x8-topo.xml");
+    mt_topo *t = load_fixture("nccl-azure-ndv5-h100x8-topo.xml");
     if (!t) return;
     expect_code(t, "0001:00:00.0", "0101:00:00.0", 1, "PIX");
     expect_code(t, "0001:00:00.0", "0102:00:00.0", 1, "NODE");
@@ -150,7 +139,7 @@ static void test_ndv5(void) {
 /* Azure NC A100 v4: each <gpu> has one <nvlink> naming itself (count 12); one GPU per <cpu>;
  * eth0 hangs directly under <cpu numaid=0>. Self links reach no peer (see topo/classify.c). */
 static void test_ncv4_self_links(void) {
-    mt_topo *t = load("nccl-azure-ncv4-a100x4-topo.xml");
+    mt_topo *t = load_fixture("nccl-azure-ncv4-a100x4-topo.xml");
     if (!t) return;
     for (size_t i = 0; i < t->n_gpus; i++) CHECK(mt_topo_gpu_nvlinks(t, i) == 0);
     expect_code(t, "0001:00:00.0", "0002:00:00.0", 0, "SYS");
@@ -165,7 +154,7 @@ static void test_ncv4_self_links(void) {
  * switch (upstream 32:00.0); 39:00.0 is under the sibling switch 37:00.0, both below switch
  * 2c:00.0; 57:00.0 is under another host bridge of NUMA node 0; b7:00.0 is in NUMA node 1. */
 static void test_dgx2(void) {
-    mt_topo *t = load("hwloc-nvidia-dgx2-v100-nvswitch.v2.xml");
+    mt_topo *t = load_fixture("hwloc-nvidia-dgx2-v100-nvswitch.v2.xml");
     if (!t) return;
     if (t->gpus[0].nvlink_known) {
         /* a loader that turns NVLinkBandwidth into links: everything goes through switches */
@@ -190,7 +179,7 @@ static void test_dgx2(void) {
 /* AWS p4d (hwloc, no NVLink data): GPUs 10:1c.0 and 10:1d.0 and the EFA 10:1b.0 sit directly on
  * the host bridge of bus 10; bus 20 is another host bridge of the same package/NUMA node. */
 static void test_p4d(void) {
-    mt_topo *t = load("hwloc-aws-p4d.24xl-nixl.xml");
+    mt_topo *t = load_fixture("hwloc-aws-p4d.24xl-nixl.xml");
     if (!t) return;
     CHECK(t->gpus[0].nvlink_known == 0);
     expect_code(t, "0000:10:1c.0", "0000:10:1d.0", 0, "PHB");

@@ -1,6 +1,7 @@
 /* Loading topology files: every real machine file in tests/fixtures/topologies/ (the expected
  * facts below were read from the files themselves), and each kind of bad input. */
 #include "check.h"
+#include "topo_fixture.h"
 #include "topo/topology.h"
 
 #include <meshtrain/status.h>
@@ -12,9 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifndef MT_TOPO_FIXTURES
-#error "MT_TOPO_FIXTURES must name the fixture directory"
-#endif
 
 typedef struct expect {
     const char *file;
@@ -45,15 +43,6 @@ static const expect files[] = {
      "0000:b1:00.0", 0},
 };
 
-static mt_topo *load(const char *name) {
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", MT_TOPO_FIXTURES, name);
-    mt_topo *t = NULL;
-    mt_status s = mt_topo_load_file(path, &t);
-    CHECK_MSG(s == MT_OK && t, "%s: %s", name, mt_last_error());
-    return s == MT_OK ? t : NULL;
-}
-
 static const char *numa_cpus(const mt_topo *t, int id) {
     for (size_t i = 0; i < t->n_numa; i++)
         if (t->numa[i].id == id) return t->numa[i].cpus;
@@ -69,7 +58,7 @@ static const mt_topo_nic *nic_named(const mt_topo *t, const char *name) {
 static void test_fixture_counts(void) {
     for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
         const expect *e = &files[f];
-        mt_topo *t = load(e->file);
+        mt_topo *t = load_fixture(e->file);
         if (!t) continue;
         CHECK_MSG(t->n_numa == e->numa, "%s: %zu NUMA nodes", e->file, t->n_numa);
         CHECK_MSG(t->n_gpus == e->gpus, "%s: %zu GPUs", e->file, t->n_gpus);
@@ -95,7 +84,7 @@ static void test_fixture_counts(void) {
 
 /* Facts read from the NCCL files: affinity masks turned into cpu lists, NVLink entries, names. */
 static void test_nccl_facts(void) {
-    mt_topo *t = load("nccl-ibmcloud-gx3d-h100x8-vsi-topo.xml");
+    mt_topo *t = load_fixture("nccl-ibmcloud-gx3d-h100x8-vsi-topo.xml");
     if (t) {
         CHECK(strcmp(numa_cpus(t, 0), "0-79") == 0);
         CHECK(strcmp(numa_cpus(t, 1), "80-159") == 0);
@@ -127,7 +116,7 @@ static void test_nccl_facts(void) {
         mt_topo_destroy(t);
     }
 
-    t = load("nccl-azure-ncv4-a100x4-topo.xml");
+    t = load_fixture("nccl-azure-ncv4-a100x4-topo.xml");
     if (t) {
         CHECK(strcmp(numa_cpus(t, 0), "0-23") == 0 && strcmp(numa_cpus(t, 1), "24-47") == 0 &&
               strcmp(numa_cpus(t, 2), "48-71") == 0 && strcmp(numa_cpus(t, 3), "72-95") == 0);
@@ -144,7 +133,7 @@ static void test_nccl_facts(void) {
         mt_topo_destroy(t);
     }
 
-    t = load("nccl-issue2397-2xA100pcie-cx6dx-icelake-hostA.xml");
+    t = load_fixture("nccl-issue2397-2xA100pcie-cx6dx-icelake-hostA.xml");
     if (t) {
         CHECK(strcmp(numa_cpus(t, 0), "0-27,56-83") == 0);
         CHECK(strcmp(numa_cpus(t, 1), "28-55,84-111") == 0);
@@ -155,7 +144,7 @@ static void test_nccl_facts(void) {
         mt_topo_destroy(t);
     }
 
-    t = load("nccl-azure-ndv4-a100x8-topo.xml");
+    t = load_fixture("nccl-azure-ndv4-a100x8-topo.xml");
     if (t) {
         /* No <gpu dev>: indices follow bus order, so GPU0 (0001:00:00.0) sits on NUMA node 1. */
         CHECK(t->gpus[0].numa == 1 && strcmp(t->gpus[0].cpus, "24-47") == 0);
@@ -163,7 +152,7 @@ static void test_nccl_facts(void) {
         mt_topo_destroy(t);
     }
 
-    t = load("nccl-azure-ndv5-h100x8-topo.xml");
+    t = load_fixture("nccl-azure-ndv5-h100x8-topo.xml");
     if (t) {
         CHECK(strcmp(numa_cpus(t, 0), "0-47") == 0 && strcmp(numa_cpus(t, 1), "48-95") == 0);
         mt_topo_destroy(t);
@@ -171,7 +160,7 @@ static void test_nccl_facts(void) {
 }
 
 static void test_hwloc_facts(void) {
-    mt_topo *t = load("hwloc-nvidia-dgx2-v100-nvswitch.v2.xml");
+    mt_topo *t = load_fixture("hwloc-nvidia-dgx2-v100-nvswitch.v2.xml");
     if (t) {
         CHECK(t->n_packages == 2);
         for (size_t i = 0; i < t->n_gpus; i++) CHECK(!t->gpus[i].nvlink_known);
@@ -190,7 +179,7 @@ static void test_hwloc_facts(void) {
         }
         mt_topo_destroy(t);
     }
-    t = load("hwloc-ibm-power8-minsky-4xP100-nvlink.v2.xml");
+    t = load_fixture("hwloc-ibm-power8-minsky-4xP100-nvlink.v2.xml");
     if (t && t->nvlink_bw_n == 6) {
         /* First row of the file's matrix: 1000000 40000 0 0 40000 0 (GPU, GPU, .., Package). */
         const uint64_t *row = t->nvlink_bw;
@@ -201,7 +190,7 @@ static void test_hwloc_facts(void) {
         CHECK(strcmp(t->gpus[0].name, "Tesla P100-SXM2-16GB") == 0);
     }
     mt_topo_destroy(t);
-    t = load("hwloc-aws-p5.48xl-nixl.xml");
+    t = load_fixture("hwloc-aws-p5.48xl-nixl.xml");
     if (t) {
         CHECK(nic_named(t, "rdmap79s0") != NULL);
         CHECK(nic_named(t, "enp71s0") != NULL);
