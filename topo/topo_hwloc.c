@@ -69,12 +69,17 @@ static void gpu_name(hwloc_obj_t o, char *buf, size_t size) {
                  (unsigned)o->attr->pcidev.device_id);
 }
 
-/* A PCI device's NIC name: its OpenFabrics OS device (mlx5_0, rdmap79s0), else its network one. */
-static const char *nic_name(hwloc_obj_t o) {
+/* A PCI device's NIC name: its OpenFabrics OS device (mlx5_0, rdmap79s0; *fabric set), else its
+ * network one. */
+static const char *nic_name(hwloc_obj_t o, int *fabric) {
     const char *net = NULL;
+    *fabric = 0;
     for (hwloc_obj_t k = o->io_first_child; k; k = k->next_sibling) {
         if (k->type != HWLOC_OBJ_OS_DEVICE) continue;
-        if (k->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS) return k->name;
+        if (k->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS) {
+            *fabric = 1;
+            return k->name;
+        }
         if (k->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK && !net) net = k->name;
     }
     return net;
@@ -95,7 +100,8 @@ static mt_status add_pci_obj(ctx *c, hwloc_obj_t o, int parent, int *idx_out) {
         unsigned vendor = o->attr->pcidev.vendor_id, klass = o->attr->pcidev.class_id;
         int nvswitch = (o->subtype && strcmp(o->subtype, "NVSwitch") == 0) ||
                        (vendor == PCI_VENDOR_NVIDIA && klass == 0x0680);
-        const char *net = nic_name(o);
+        int fabric;
+        const char *net = nic_name(o, &fabric);
         if (vendor == PCI_VENDOR_NVIDIA && (klass == 0x0300 || klass == 0x0302)) {
             char name[128];
             gpu_name(o, name, sizeof(name));
@@ -103,7 +109,7 @@ static mt_status add_pci_obj(ctx *c, hwloc_obj_t o, int parent, int *idx_out) {
         } else if (nvswitch) {
             s = mt_topo_add_switch(c->t, busid, *idx_out);
         } else if (net) {
-            s = mt_topo_add_nic(c->t, net, busid, numa, -1, *idx_out);
+            s = mt_topo_add_nic(c->t, net, busid, numa, -1, *idx_out, fabric);
         }
     }
     free(cpus);

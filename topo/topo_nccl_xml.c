@@ -168,7 +168,7 @@ static mt_status add_nics(ctx *c, xmlNodePtr nic, const char *busid, int pci_idx
         long long speed;
         MT_TRY(int_attr(c, n, "speed", 0, NET_MAX_SPEED, -1, &speed));
         char *name = attr(n, "name");
-        mt_status s = mt_topo_add_nic(c->t, name ? name : "", busid, numa, speed, pci_idx);
+        mt_status s = mt_topo_add_nic(c->t, name ? name : "", busid, numa, speed, pci_idx, 1);
         xmlFree(name);
         MT_TRY(s);
     }
@@ -208,7 +208,7 @@ static mt_status walk(ctx *c, xmlNodePtr node, int parent, const char *parent_bu
         if (s == MT_OK && (gnode || (cls >> 16) == 0x03))
             s = add_gpu(c, n, gnode, busid, idx, numa, cpus);
         if (s == MT_OK && (cls >> 16) == 0x02 && !nicnode)
-            s = mt_topo_add_nic(c->t, "", busid, numa, -1, idx);
+            s = mt_topo_add_nic(c->t, "", busid, numa, -1, idx, (cls >> 8) == 0x0207);
         if (s == MT_OK && cls == CLASS_NVSWITCH) s = mt_topo_add_switch(c->t, busid, idx);
         if (s == MT_OK) s = walk(c, n, idx, busid, numa, cpus, depth + 1);
         xmlFree(busid);

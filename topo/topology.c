@@ -4,6 +4,8 @@
 #include "core/error.h"
 #include "topo/topo_xml.h"
 
+#include <meshtrain/log.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -149,7 +151,7 @@ mt_status mt_topo_gpu_add_link(mt_topo *t, mt_topo_gpu *gpu, const char *target,
 }
 
 mt_status mt_topo_add_nic(mt_topo *t, const char *name, const char *bus_id, int numa,
-                          int64_t speed_mbps, int pci) {
+                          int64_t speed_mbps, int pci, int fabric) {
     topo_impl *impl = (topo_impl *)t;
     MT_TRY(grow((void **)&t->nics, &impl->cap_nics, t->n_nics, sizeof(*t->nics)));
     mt_topo_nic *n = &t->nics[t->n_nics];
@@ -159,6 +161,7 @@ mt_status mt_topo_add_nic(mt_topo *t, const char *name, const char *bus_id, int 
     n->numa = numa;
     n->speed_mbps = speed_mbps;
     n->pci = pci;
+    n->fabric = fabric != 0;
     t->n_nics++;
     return MT_OK;
 }
@@ -183,7 +186,26 @@ static int cmp_index(const void *a, const void *b) {
     return (x->index > y->index) - (x->index < y->index);
 }
 
+/* Keeps only fabric NICs when there are any (see mt_topo_nic.fabric), in their original order. */
+static void keep_fabric_nics(mt_topo *t) {
+    size_t fabric = 0;
+    for (size_t i = 0; i < t->n_nics; i++) fabric += (size_t)t->nics[i].fabric;
+    if (fabric == 0 || fabric == t->n_nics) return;
+    size_t kept = 0;
+    for (size_t i = 0; i < t->n_nics; i++) {
+        if (t->nics[i].fabric) {
+            t->nics[kept++] = t->nics[i];
+        } else {
+            mt_log(MT_LOG_DEBUG, "topology %s: network interface %s (%s) is not an RDMA/fabric "
+                   "device; not listed as a NIC", t->source, t->nics[i].name, t->nics[i].bus_id);
+            free(t->nics[i].name);
+        }
+    }
+    t->n_nics = kept;
+}
+
 mt_status mt_topo_finish(mt_topo *t) {
+    keep_fabric_nics(t);
     if (t->n_gpus == 0) return MT_OK; /* gpus may be NULL, which qsort must not be given */
     /* Bus order first, so that unindexed GPUs take the free indices in that order. */
     qsort(t->gpus, t->n_gpus, sizeof(*t->gpus), cmp_busid);

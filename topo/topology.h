@@ -65,6 +65,12 @@ typedef struct mt_topo_nic {
     int numa;
     int64_t speed_mbps; /* -1 when unknown */
     int pci;
+    /* 1: a device collective libraries use for inter-host traffic (an OpenFabrics/RDMA device, an
+     * InfiniBand-class PCI function, or a network NCCL listed as <net>); 0: a plain network
+     * interface. When a machine has any of the former, mt_topo_finish drops the latter, so that
+     * NIC numbering, the matrix and "nearest NIC" speak of the devices traffic will use (an AWS
+     * p5 shows its 32 EFA devices, not also the 32 ENA interfaces next to them). */
+    int fabric;
 } mt_topo_nic;
 
 typedef struct mt_topo_switch {
@@ -118,10 +124,10 @@ mt_status mt_topo_add_gpu(mt_topo *t, int index, const char *bus_id, const char 
 mt_status mt_topo_gpu_add_link(mt_topo *t, mt_topo_gpu *gpu, const char *target,
                                mt_topo_link_kind kind, int count);
 mt_status mt_topo_add_nic(mt_topo *t, const char *name, const char *bus_id, int numa,
-                          int64_t speed_mbps, int pci);
+                          int64_t speed_mbps, int pci, int fabric);
 mt_status mt_topo_add_switch(mt_topo *t, const char *bus_id, int pci);
 /* Gives GPUs without a known index (-1) the next indices in PCI bus order, checks that indices
- * are unique and sorts gpus[] by index. */
+ * are unique and sorts gpus[] by index; drops plain network NICs when fabric NICs exist. */
 mt_status mt_topo_finish(mt_topo *t);
 
 /* Writes a bitmap (32-bit words, least significant first) as a cpu list into a new string. */
