@@ -170,12 +170,22 @@ static mt_status record_nvlink_bw(ctx *c) {
     return s;
 }
 
-/* Cores and PUs, counted rather than listed: binding needs how many, reports say how many. */
-static void count_cores(ctx *c) {
-    int n = hwloc_get_nbobjs_by_type(c->h, HWLOC_OBJ_CORE);
-    c->t->n_cores = n > 0 ? (size_t)n : 0;
-    n = hwloc_get_nbobjs_by_type(c->h, HWLOC_OBJ_PU);
+/* Each core with its PUs and NUMA node (binding hands out whole cores); PUs are only counted. */
+static mt_status add_cores(ctx *c) {
+    for (hwloc_obj_t o = hwloc_get_next_obj_by_type(c->h, HWLOC_OBJ_CORE, NULL); o;
+         o = hwloc_get_next_obj_by_type(c->h, HWLOC_OBJ_CORE, o)) {
+        char *cpus = NULL;
+        if (o->cpuset && hwloc_bitmap_list_asprintf(&cpus, o->cpuset) < 0)
+            return mt_error(MT_ERR_OUT_OF_MEMORY, "%s: out of memory", c->what);
+        int numa = o->nodeset && hwloc_bitmap_weight(o->nodeset) == 1
+                       ? hwloc_bitmap_first(o->nodeset) : -1;
+        mt_status s = mt_topo_add_core(c->t, numa, cpus ? cpus : "");
+        free(cpus);
+        MT_TRY(s);
+    }
+    int n = hwloc_get_nbobjs_by_type(c->h, HWLOC_OBJ_PU);
     c->t->n_pus = n > 0 ? (size_t)n : 0;
+    return MT_OK;
 }
 
 mt_status mt_topo_from_hwloc(hwloc_topology_t h, const char *source, const char *what,
@@ -185,7 +195,7 @@ mt_status mt_topo_from_hwloc(hwloc_topology_t h, const char *source, const char 
     MT_TRY(mt_topo_create(source, &c.t));
     mt_status s = add_cpusets(&c, HWLOC_OBJ_PACKAGE);
     if (s == MT_OK) s = add_cpusets(&c, HWLOC_OBJ_NUMANODE);
-    if (s == MT_OK) count_cores(&c);
+    if (s == MT_OK) s = add_cores(&c);
     if (s == MT_OK) s = walk(&c, hwloc_get_root_obj(h), -1, 0);
     if (s == MT_OK) s = record_nvlink_bw(&c);
     if (s == MT_OK) s = mt_topo_finish(c.t);

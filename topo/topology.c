@@ -29,7 +29,7 @@ static mt_status grow(void **arr, size_t *cap, size_t n, size_t elem) {
 /* Capacities live beside the public struct so that mt_topo stays a plain description. */
 typedef struct topo_impl {
     mt_topo pub;
-    size_t cap_packages, cap_numa, cap_pci, cap_gpus, cap_nics, cap_switches;
+    size_t cap_packages, cap_numa, cap_cores, cap_pci, cap_gpus, cap_nics, cap_switches;
 } topo_impl;
 
 static mt_status dup_str(const char *s, char **out) {
@@ -64,6 +64,8 @@ void mt_topo_destroy(mt_topo *t) {
     if (!t) return;
     for (size_t i = 0; i < t->n_packages; i++) free(t->packages[i].cpus);
     for (size_t i = 0; i < t->n_numa; i++) free(t->numa[i].cpus);
+    for (size_t i = 0; i < t->n_cores; i++) free(t->cores[i].cpus);
+    free(t->cores);
     for (size_t i = 0; i < t->n_gpus; i++) {
         free(t->gpus[i].name);
         free(t->gpus[i].cpus);
@@ -93,6 +95,16 @@ mt_status mt_topo_add_cpuset(mt_topo *t, int is_package, int id, const char *cpu
     c->id = id;
     MT_TRY(dup_str(cpus, &c->cpus));
     (*n)++;
+    return MT_OK;
+}
+
+mt_status mt_topo_add_core(mt_topo *t, int numa, const char *cpus) {
+    topo_impl *impl = (topo_impl *)t;
+    MT_TRY(grow((void **)&t->cores, &impl->cap_cores, t->n_cores, sizeof(*t->cores)));
+    mt_topo_cpuset *c = &t->cores[t->n_cores];
+    c->id = numa;
+    MT_TRY(dup_str(cpus, &c->cpus));
+    t->n_cores++;
     return MT_OK;
 }
 

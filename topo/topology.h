@@ -84,7 +84,8 @@ typedef struct mt_topo {
     size_t n_packages;
     mt_topo_cpuset *numa;
     size_t n_numa;
-    size_t n_cores; /* physical cores; 0 when the source does not say (NCCL XML) */
+    mt_topo_cpuset *cores; /* each physical core: id = its NUMA node (-1 unknown), cpus = its PUs */
+    size_t n_cores;        /* physical cores; 0 when the source does not say (NCCL XML) */
     size_t n_pus;   /* hardware threads (hwloc PUs); 0 when the source does not say */
     mt_topo_pci *pci;
     size_t n_pci;
@@ -117,6 +118,8 @@ void mt_topo_destroy(mt_topo *topo);
 
 mt_status mt_topo_create(const char *source, mt_topo **out);
 mt_status mt_topo_add_cpuset(mt_topo *t, int is_package, int id, const char *cpus);
+/* Adds a physical core: the NUMA node it belongs to (-1 unknown) and its PUs as a cpu list. */
+mt_status mt_topo_add_core(mt_topo *t, int numa, const char *cpus);
 mt_status mt_topo_add_pci(mt_topo *t, const char *bus_id, mt_topo_pci_kind kind, int parent,
                           uint32_t pci_class, int numa, int *index_out);
 mt_status mt_topo_add_gpu(mt_topo *t, int index, const char *bus_id, const char *name, int numa,

@@ -75,6 +75,11 @@ int main(void) {
     CHECK_MSG(t->n_cores >= t->n_packages && t->n_cores <= t->n_pus, "%zu cores", t->n_cores);
     for (size_t i = 0; i < t->n_packages; i++)
         CHECK(t->packages[i].cpus && t->packages[i].cpus[0]);
+    /* Every core has PUs and, on a machine with one NUMA node, belongs to it. */
+    for (size_t i = 0; i < t->n_cores; i++) {
+        CHECK(t->cores[i].cpus && t->cores[i].cpus[0]);
+        if (t->n_numa == 1) CHECK(t->cores[i].id == t->numa[0].id);
+    }
 
     for (size_t i = 0; i < t->n_pci; i++)
         CHECK(t->pci[i].parent >= -1 && t->pci[i].parent < (int)i);
