@@ -3,9 +3,8 @@
  * Property: parsing never reads out of bounds (ASan), and whatever parses re-encodes to exactly
  * the input bytes with every field within its bound, so nothing malformed is accepted.
  *
- * With libFuzzer (clang):
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -DMT_FUZZ_LIBFUZZER -I. -Iinclude \
- *     tests/fuzz/fuzz_store_frame.c mesh/store_proto.c -o fuzz_store_frame && ./fuzz_store_frame
+ * With libFuzzer (clang, ASan+UBSan), for as long as you like (docs/fuzzing.md):
+ *   scripts/fuzz 600 fuzz_store_frame
  * Without it (ctest), a built-in driver mutates valid requests of every opcode with a fixed seed.
  */
 #include "mesh/store_proto.h"
