@@ -8,6 +8,13 @@
  *
  * NVLink: direct GPU-GPU links count for the pair; all NVSwitches are taken as one fabric (as
  * NCCL does), so two GPUs that both reach switches get NV(min of their switch link totals).
+ * That holds for hwloc's NVLinkBandwidth matrix too, although it never links one switch to
+ * another: NVML, which hwloc builds the matrix from, reports the links of GPUs only, so a trunk
+ * between switches cannot appear and its absence says nothing. The DGX-2 file shows it: GPUs 0-7
+ * reach six switches of one baseboard, GPUs 8-15 six others, no switch-switch entry, yet the two
+ * baseboards are joined by NVSwitch trunks; nvidia-smi reports NV6 for every pair and so do we,
+ * and its 16 GPUs are one island. Links to a CPU (POWER8/9, kind OTHER) reach no GPU and count
+ * neither for a pair nor for a GPU's NVLink total.
  * Self links (the Azure NC A100 v4 file lists 12 per GPU, naming the GPU itself) reach no peer:
  * NCCL connects such an edge to the GPU itself, where its path search never uses it, so the file
  * gives no NVLink between peers and neither do we; those pairs get their PCIe/NUMA code. */

@@ -2,6 +2,7 @@
  * NUMA nodes, the PCI tree, NVIDIA GPUs, NICs (PCI devices with network or OpenFabrics OS
  * devices), NVSwitches and the "NVLinkBandwidth" distances matrix. */
 #include "core/error.h"
+#include "topo/nvlink_rate.h"
 #include "topo/topo_hwloc.h"
 #include "topo/topo_xml.h"
 
@@ -188,6 +189,20 @@ static mt_status add_cores(ctx *c) {
     return MT_OK;
 }
 
+/* NVLinks from the matrix; without one, the note says where the gap comes from (a file cannot
+ * tell "no NVLink" from "NVML did not run", so neither is assumed). */
+static mt_status nvlinks(ctx *c) {
+    MT_TRY(mt_topo_links_from_nvlink_bw(c->t));
+    if (c->t->n_gpus == 0 || c->t->nvlink_note) return MT_OK;
+    for (size_t i = 0; i < c->t->n_gpus; i++) {
+        if (c->t->gpus[i].nvlink_known) continue;
+        return mt_topo_set_nvlink_note(c->t, "NVLink unknown: %s has no NVLinkBandwidth matrix "
+                                       "(hwloc records one only when its NVML backend ran and "
+                                       "found active NVLinks)", c->what);
+    }
+    return MT_OK;
+}
+
 mt_status mt_topo_from_hwloc(hwloc_topology_t h, const char *source, const char *what,
                              mt_topo **out) {
     *out = NULL;
@@ -199,6 +214,7 @@ mt_status mt_topo_from_hwloc(hwloc_topology_t h, const char *source, const char 
     if (s == MT_OK) s = walk(&c, hwloc_get_root_obj(h), -1, 0);
     if (s == MT_OK) s = record_nvlink_bw(&c);
     if (s == MT_OK) s = mt_topo_finish(c.t);
+    if (s == MT_OK) s = nvlinks(&c);
     if (s != MT_OK) {
         mt_topo_destroy(c.t);
         return s;

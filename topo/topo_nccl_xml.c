@@ -1,9 +1,14 @@
 /* Loads an NCCL topology XML (NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE): <system> holding <cpu numaid
  * affinity> elements, each holding nested <pci busid class>, <gpu dev> with <nvlink target count
  * tclass>, and <nic><net name speed/></nic>. Vendor files (Azure) list GPUs and NICs as bare <pci>
- * entries by class, so a GPU- or network-class <pci> without <gpu> or <nic> is still one. */
+ * entries by class, so a GPU- or network-class <pci> without <gpu> or <nic> is still one.
+ *
+ * Attributes named mt_* carry what NCCL's format cannot hold; mt-topo's NCCL export writes them
+ * and NCCL ignores them (see topo/export_nccl.c, docs/mt-topo.md): <system mt_packages mt_cores
+ * mt_pus mt_nvlink_note>, <pci mt_host_bridge> on a top-level <pci>, <gpu mt_name mt_nvlink>. */
 #include "core/error.h"
 #include "topo/topo_xml.h"
+#include "topo/report.h"
 #include "topo/topology.h"
 
 #include <meshtrain/log.h>
@@ -23,6 +28,9 @@
 /* NCCL's name for an NVSwitch the host cannot see (in a VM). */
 #define HIDDEN_SWITCH "fffffff:ff:ff.0"
 #define CLASS_NVSWITCH 0x068000u
+#define CLASS_HOST_BRIDGE 0x060000u
+#define CPU_WORDS 1024 /* cpu lists in mt_* attributes: CPUs below 32768 */
+#define CORE_RUN_MAX 32768
 
 typedef struct ctx {
     const char *path;
@@ -151,15 +159,62 @@ static mt_status gpu_name(xmlNodePtr pci, char *name, size_t size) {
     return MT_OK;
 }
 
+/* <gpu mt_nvlink="unknown">: NVLink was unknown where the file was written (no NVLink child may
+ * follow); any other value is refused. */
+static mt_status nvlink_unknown(ctx *c, xmlNodePtr gnode, int *unknown) {
+    char *v = attr(gnode, "mt_nvlink");
+    *unknown = 0;
+    if (!v) return MT_OK;
+    mt_status s = MT_OK;
+    if (strcmp(v, "unknown") != 0) {
+        s = bad(c, gnode, "mt_nvlink is '%.40s', expected 'unknown'%s", v, "");
+    } else {
+        for (xmlNodePtr n = gnode->children; n && s == MT_OK; n = n->next)
+            if (is_elem(n, "nvlink")) s = bad(c, n, "the GPU says mt_nvlink=\"unknown\" but lists NVLinks%s%s", "", "");
+        *unknown = 1;
+    }
+    xmlFree(v);
+    return s;
+}
+
 static mt_status add_gpu(ctx *c, xmlNodePtr pci, xmlNodePtr gnode, const char *busid, int pci_idx,
                          int numa, const char *cpus) {
     long long dev = -1;
+    int unknown = 0;
     if (gnode) MT_TRY(int_attr(c, gnode, "dev", 0, GPU_MAX_DEV, -1, &dev));
+    if (gnode) MT_TRY(nvlink_unknown(c, gnode, &unknown));
     char name[64];
     gpu_name(pci, name, sizeof(name));
+    char *own = gnode ? attr(gnode, "mt_name") : NULL;
     mt_topo_gpu *gpu;
-    MT_TRY(mt_topo_add_gpu(c->t, (int)dev, busid, name, numa, cpus, pci_idx, &gpu));
-    return gnode ? read_nvlinks(c, gnode, gpu) : MT_OK;
+    mt_status s = mt_topo_add_gpu(c->t, (int)dev, busid, own ? own : name, numa, cpus, pci_idx, &gpu);
+    xmlFree(own);
+    MT_TRY(s);
+    if (!gnode) return MT_OK;
+    MT_TRY(read_nvlinks(c, gnode, gpu));
+    if (unknown) gpu->nvlink_known = 0;
+    return MT_OK;
+}
+
+/* The host bridge named by a top-level <pci mt_host_bridge="dddd:bb">, found or added, so that
+ * devices under one host bridge are PHB to each other again (not NODE). */
+static mt_status host_bridge(ctx *c, xmlNodePtr n, int numa, int *parent) {
+    char *hb = attr(n, "mt_host_bridge");
+    if (!hb) return MT_OK;
+    mt_status s = MT_OK;
+    int found = -1;
+    for (size_t i = 0; i < c->t->n_pci && found < 0; i++)
+        if (c->t->pci[i].kind == MT_TOPO_PCI_HOST_BRIDGE && strcmp(c->t->pci[i].bus_id, hb) == 0)
+            found = (int)i;
+    if (!*hb)
+        s = bad(c, n, "mt_host_bridge is empty%s%s", "", "");
+    else if (found < 0)
+        s = mt_topo_add_pci(c->t, hb, MT_TOPO_PCI_HOST_BRIDGE, -1, CLASS_HOST_BRIDGE, numa, &found);
+    else if (c->t->pci[found].numa != numa)
+        s = bad(c, n, "host bridge %s appears under two NUMA nodes%s", hb, "");
+    xmlFree(hb);
+    if (s == MT_OK) *parent = found;
+    return s;
 }
 
 static mt_status add_nics(ctx *c, xmlNodePtr nic, const char *busid, int pci_idx, int numa) {
@@ -197,9 +252,10 @@ static mt_status walk(ctx *c, xmlNodePtr node, int parent, const char *parent_bu
             xmlFree(busid);
             return bad(c, n, "busid is missing%s%s", "", "");
         }
-        int idx = -1;
+        int idx = -1, up = parent;
         mt_topo_pci_kind kind = ((cls >> 8) == 0x0604) ? MT_TOPO_PCI_BRIDGE : MT_TOPO_PCI_DEVICE;
-        mt_status s = mt_topo_add_pci(c->t, busid, kind, parent, (uint32_t)cls, numa, &idx);
+        mt_status s = depth == 0 ? host_bridge(c, n, numa, &up) : MT_OK;
+        if (s == MT_OK) s = mt_topo_add_pci(c->t, busid, kind, up, (uint32_t)cls, numa, &idx);
         xmlNodePtr gnode = NULL, nicnode = NULL;
         for (xmlNodePtr k = n->children; k; k = k->next) {
             if (is_elem(k, "gpu") && !gnode) gnode = k;
@@ -257,6 +313,86 @@ static mt_status check_links(ctx *c) {
     return MT_OK;
 }
 
+/* mt_packages="id:cpus;...". */
+static mt_status read_packages(ctx *c, xmlNodePtr root) {
+    char *v = attr(root, "mt_packages");
+    if (!v) return MT_OK;
+    mt_status s = MT_OK;
+    uint32_t *words = calloc(CPU_WORDS, sizeof(*words));
+    if (!words) s = mt_error(MT_ERR_OUT_OF_MEMORY, "topology file %s: out of memory", c->path);
+    for (char *item = v, *next; s == MT_OK && item && *item; item = next) {
+        next = strchr(item, ';');
+        if (next) *next++ = '\0';
+        char *colon = strchr(item, ':'), *end = NULL;
+        long id = colon ? strtol(item, &end, 10) : -1;
+        int max_cpu;
+        if (!colon || end != colon || id < 0 || id > NUMA_MAX_ID ||
+            mt_topo_cpulist_parse(colon + 1, words, CPU_WORDS, &max_cpu) != MT_OK)
+            s = bad(c, root, "mt_packages item '%.60s' is not <id>:<cpu list>%s", item, "");
+        else
+            s = mt_topo_add_cpuset(c->t, 1, (int)id, colon + 1);
+    }
+    free(words);
+    xmlFree(v);
+    return s;
+}
+
+/* mt_cores="numa:pus[*run];...": a run stands for cores whose PUs are the first's plus 0..run-1. */
+static mt_status read_cores(ctx *c, xmlNodePtr root) {
+    char *v = attr(root, "mt_cores");
+    if (!v) return MT_OK;
+    mt_status s = MT_OK;
+    char shifted[256];
+    for (char *item = v, *next; s == MT_OK && item && *item; item = next) {
+        next = strchr(item, ';');
+        if (next) *next++ = '\0';
+        char *colon = strchr(item, ':'), *star = strchr(item, '*'), *end = NULL;
+        long numa = colon ? strtol(item, &end, 10) : -2, run = 1;
+        if (star) {
+            *star = '\0';
+            char *rend;
+            run = strtol(star + 1, &rend, 10);
+            if (*rend || rend == star + 1) run = 0;
+        }
+        if (!colon || end != colon || numa < -1 || numa > NUMA_MAX_ID || run < 1 ||
+            run > CORE_RUN_MAX) {
+            s = bad(c, root, "mt_cores item '%.60s' is not <numa>:<cpu list>[*<count>]%s", item, "");
+            break;
+        }
+        for (long k = 0; k < run && s == MT_OK; k++) {
+            if (mt_topo_cpulist_shift(colon + 1, (int)k, shifted, sizeof(shifted)) != MT_OK)
+                s = bad(c, root, "mt_cores item '%.60s' has CPUs out of range%s", colon + 1, "");
+            else
+                s = mt_topo_add_core(c->t, (int)numa, shifted);
+        }
+    }
+    xmlFree(v);
+    return s;
+}
+
+static mt_status read_system(ctx *c, xmlNodePtr root) {
+    MT_TRY(read_packages(c, root));
+    MT_TRY(read_cores(c, root));
+    long long pus;
+    MT_TRY(int_attr(c, root, "mt_pus", 0, 1 << 20, 0, &pus));
+    c->t->n_pus = (size_t)pus;
+    return MT_OK;
+}
+
+/* The note a report prints when some GPU's NVLink is unknown: the exporter's, else this file's. */
+static mt_status nvlink_note(ctx *c, xmlNodePtr root) {
+    size_t unknown = 0;
+    for (size_t i = 0; i < c->t->n_gpus; i++) unknown += !c->t->gpus[i].nvlink_known;
+    if (unknown == 0) return MT_OK;
+    char *v = attr(root, "mt_nvlink_note");
+    mt_status s = v && *v ? mt_topo_set_nvlink_note(c->t, "%s", v)
+                          : mt_topo_set_nvlink_note(c->t, "NVLink unknown: topology file %s gives "
+                                                    "no <gpu>/<nvlink> data for %zu GPU(s)",
+                                                    c->path, unknown);
+    xmlFree(v);
+    return s;
+}
+
 static mt_status load_doc(ctx *c, xmlDocPtr doc) {
     xmlNodePtr root = xmlDocGetRootElement(doc);
     if (!is_elem(root, "system"))
@@ -264,6 +400,7 @@ static mt_status load_doc(ctx *c, xmlDocPtr doc) {
                         "topology file %s: root element is <%s>, expected <system> (NCCL topology "
                         "XML)",
                         c->path, (const char *)root->name);
+    MT_TRY(read_system(c, root));
     for (xmlNodePtr n = root->children; n; n = n->next) {
         if (!is_elem(n, "cpu")) continue;
         long long numa;
@@ -278,7 +415,8 @@ static mt_status load_doc(ctx *c, xmlDocPtr doc) {
         MT_TRY(s);
     }
     MT_TRY(check_links(c));
-    return mt_topo_finish(c->t);
+    MT_TRY(mt_topo_finish(c->t));
+    return nvlink_note(c, root);
 }
 
 mt_status mt_topo_load_nccl_xml(const char *path, const char *buf, size_t len, mt_topo **out) {

@@ -6,8 +6,10 @@
 
 #include <meshtrain/log.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +83,7 @@ void mt_topo_destroy(mt_topo *t) {
     free(t->gpus);
     free(t->nics);
     free(t->switches);
+    free(t->nvlink_note);
     free(t->source);
     free((topo_impl *)t);
 }
@@ -159,6 +162,74 @@ mt_status mt_topo_gpu_add_link(mt_topo *t, mt_topo_gpu *gpu, const char *target,
     l->count = count;
     gpu->n_links++;
     gpu->nvlink_known = 1;
+    return MT_OK;
+}
+
+void mt_topo_gpu_clear_links(mt_topo_gpu *gpu) {
+    free(gpu->links);
+    gpu->links = NULL;
+    gpu->n_links = 0;
+    gpu->nvlink_known = 0;
+}
+
+void mt_topo_drop_gpu(mt_topo *t, size_t pos) {
+    if (pos >= t->n_gpus) return;
+    mt_topo_gpu *g = &t->gpus[pos];
+    free(g->name);
+    free(g->cpus);
+    free(g->links);
+    memmove(g, g + 1, (t->n_gpus - pos - 1) * sizeof(*g));
+    t->n_gpus--;
+    memset(&t->gpus[t->n_gpus], 0, sizeof(*g));
+}
+
+mt_status mt_topo_set_nvlink_note(mt_topo *t, const char *fmt, ...) {
+    free(t->nvlink_note);
+    t->nvlink_note = NULL;
+    if (!fmt) return MT_OK;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&t->nvlink_note, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        t->nvlink_note = NULL;
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "topology: out of memory writing the NVLink note");
+    }
+    return MT_OK;
+}
+
+/* Reads up to max_digits hex digits; returns the number read (0: none). */
+static int hex_field(const char **p, unsigned max_digits, unsigned long *out) {
+    int n = 0;
+    unsigned long v = 0;
+    while (isxdigit((unsigned char)**p) && (unsigned)n < max_digits) {
+        int c = tolower((unsigned char)**p);
+        v = v * 16 + (unsigned long)(c <= '9' ? c - '0' : c - 'a' + 10);
+        (*p)++;
+        n++;
+    }
+    *out = v;
+    return n;
+}
+
+mt_status mt_topo_busid_canon(const char *in, char out[MT_TOPO_BUSID_MAX]) {
+    /* [domain:]bus:device.function, all hex; NVML pads the domain to 8 digits, CUDA to 4 */
+    unsigned long f[4] = {0, 0, 0, 0};
+    const char *p = in ? in : "";
+    int colons = 0;
+    for (const char *q = p; *q; q++) colons += *q == ':';
+    int first = colons == 2 ? 0 : 1; /* without a domain the first field is the bus */
+    mt_status bad = MT_OK;
+    for (int i = first; i < 4 && bad == MT_OK; i++) {
+        unsigned max = i == 0 ? 8 : i == 3 ? 1 : 2;
+        if (hex_field(&p, max, &f[i]) == 0) bad = MT_ERR_INVALID_ARG;
+        char sep = i < 2 ? ':' : i == 2 ? '.' : '\0';
+        if (bad == MT_OK && *p != sep) bad = MT_ERR_INVALID_ARG;
+        if (bad == MT_OK && sep) p++;
+    }
+    if (bad != MT_OK || (colons != 1 && colons != 2) || f[2] > 0x1f || f[3] > 7)
+        return mt_error(MT_ERR_INVALID_ARG, "topology: '%.40s' is not a PCI bus id", in ? in : "");
+    snprintf(out, MT_TOPO_BUSID_MAX, "%04lx:%02lx:%02lx.%lx", f[0], f[1], f[2], f[3]);
     return MT_OK;
 }
 

@@ -100,6 +100,10 @@ typedef struct mt_topo {
     size_t nvlink_bw_n;
     uint64_t *nvlink_bw;
     char **nvlink_bw_labels;
+    /* Why NVLink is unknown for some or all GPUs (gpus[].nvlink_known == 0), as one sentence
+     * starting "NVLink unknown", for reports; NULL when every GPU's NVLink is known or there is
+     * no GPU. Set with mt_topo_set_nvlink_note. */
+    char *nvlink_note;
 } mt_topo;
 
 /* Loads a topology file, hwloc XML (root <topology>) or NCCL topology XML (root <system>),
@@ -107,8 +111,10 @@ typedef struct mt_topo {
  * or malformed file: MT_ERR_INVALID_ARG; unreadable: MT_ERR_IO. */
 mt_status mt_topo_load_file(const char *path, mt_topo **out);
 
-/* Discovers this machine through hwloc (source "live"): packages, NUMA nodes, cores, PUs, the PCI
- * tree, NICs and NVIDIA GPUs by PCI id (no CUDA or NVML: nvlink_known stays 0). */
+/* Discovers this machine (source "live"): packages, NUMA nodes, cores, PUs, the PCI tree, NICs
+ * and NVIDIA GPUs through hwloc; where there are GPUs, numbers them by CUDA index (dropping those
+ * CUDA_VISIBLE_DEVICES hides) and reads their NVLinks from NVML, loaded at run time. Without
+ * NVML the GPUs' NVLink stays unknown and nvlink_note says why. */
 mt_status mt_topo_discover(mt_topo **out);
 
 /* Frees a topology and everything it owns; NULL is ignored. */
@@ -132,6 +138,18 @@ mt_status mt_topo_add_switch(mt_topo *t, const char *bus_id, int pci);
 /* Gives GPUs without a known index (-1) the next indices in PCI bus order, checks that indices
  * are unique and sorts gpus[] by index; drops plain network NICs when fabric NICs exist. */
 mt_status mt_topo_finish(mt_topo *t);
+
+/* Replaces t->nvlink_note with the formatted sentence; fmt NULL clears it. */
+mt_status mt_topo_set_nvlink_note(mt_topo *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Forgets a GPU's NVLinks (links freed, nvlink_known = 0), before a better source refills them. */
+void mt_topo_gpu_clear_links(mt_topo_gpu *gpu);
+/* Removes gpus[pos] (and what it owns) from the model, keeping the others in order. */
+void mt_topo_drop_gpu(mt_topo *t, size_t pos);
+/* Writes a PCI bus id in the model's spelling, "dddd:bb:dd.f" in lower case, whatever the source
+ * wrote: CUDA's "0000:3B:00.0", NVML's "00000000:3B:00.0", a domain-less "3b:00.0" (domain 0).
+ * A domain above 0xffff keeps its digits. MT_ERR_INVALID_ARG when in is not a bus id. */
+mt_status mt_topo_busid_canon(const char *in, char out[MT_TOPO_BUSID_MAX]);
 
 /* Writes a bitmap (32-bit words, least significant first) as a cpu list into a new string. */
 mt_status mt_topo_cpulist(const uint32_t *words, size_t n_words, char **out);

@@ -150,29 +150,58 @@ static void test_ncv4_self_links(void) {
     mt_topo_destroy(t);
 }
 
-/* DGX-2 (hwloc): GPUs 34:00.0 and 36:00.0 hang off downstream ports 33:00.0/33:10.0 of one PLX
- * switch (upstream 32:00.0); 39:00.0 is under the sibling switch 37:00.0, both below switch
- * 2c:00.0; 57:00.0 is under another host bridge of NUMA node 0; b7:00.0 is in NUMA node 1. */
+/* DGX-2 (hwloc): every V100 has 6 NVLinks, one into each of 6 NVSwitches of its baseboard (the
+ * NVLinkBandwidth matrix: 25000 MB/s per GPU-switch entry, NVLink 2.0), and the two baseboards'
+ * switches are joined, so every pair is NV6 and the 16 GPUs are one island. The PCIe paths below
+ * the NVLink codes are still read from the tree: GPUs 34:00.0 and 36:00.0 hang off downstream
+ * ports 33:00.0/33:10.0 of one PLX switch (upstream 32:00.0); 39:00.0 is under the sibling switch
+ * 37:00.0, both below switch 2c:00.0; 57:00.0 is under another host bridge of NUMA node 0;
+ * b7:00.0 is in NUMA node 1. */
 static void test_dgx2(void) {
     mt_topo *t = load_fixture("hwloc-nvidia-dgx2-v100-nvswitch.v2.xml");
     if (!t) return;
-    if (t->gpus[0].nvlink_known) {
-        /* a loader that turns NVLinkBandwidth into links: everything goes through switches */
-        int n = mt_topo_gpu_nvlinks(t, 0);
-        CHECK(n > 0);
-        for (size_t i = 1; i < t->n_gpus; i++) {
-            mt_topo_conn c = mt_topo_gpu_gpu(t, 0, i);
-            CHECK(c.code == MT_TOPO_NV && c.nvlinks > 0);
+    CHECK_MSG(t->n_gpus == 16, "DGX-2: %zu GPUs", t->n_gpus);
+    for (size_t i = 0; i < t->n_gpus; i++) {
+        CHECK_MSG(t->gpus[i].nvlink_known && mt_topo_gpu_nvlinks(t, i) == 6,
+                  "DGX-2 GPU%zu: known=%d, %d NVLinks, expected 6", i, t->gpus[i].nvlink_known,
+                  mt_topo_gpu_nvlinks(t, i));
+        for (size_t j = 0; j < t->n_gpus; j++) {
+            char got[16];
+            mt_topo_conn_str(mt_topo_gpu_gpu(t, i, j), got, sizeof(got));
+            CHECK_MSG(strcmp(got, i == j ? "X" : "NV6") == 0, "DGX-2 GPU%zu-GPU%zu is %s", i, j,
+                      got);
         }
-    } else {
-        expect_code(t, "0000:34:00.0", "0000:36:00.0", 0, "PIX");
-        expect_code(t, "0000:34:00.0", "0000:39:00.0", 0, "PXB");
-        expect_code(t, "0000:34:00.0", "0000:57:00.0", 0, "NODE");
-        expect_code(t, "0000:34:00.0", "0000:b7:00.0", 0, "SYS");
-        expect_tp(t, 2, consecutive, 8);
-        expect_tp(t, 4, consecutive, 4);
-        expect_tp(t, 8, consecutive, 2);
     }
+    const int one[16] = {0};
+    expect_islands(t, one, 1);
+    expect_tp(t, 2, consecutive, 8);
+    expect_tp(t, 4, consecutive, 4);
+    expect_tp(t, 8, consecutive, 2);
+    mt_topo_destroy(t);
+}
+
+/* IBM POWER8 Minsky (hwloc): NVLinkBandwidth gives 40000 MB/s (2 NVLink 1.0 links) between GPUs
+ * 0002:01 and 0003:01, and between 000a:01 and 000b:01, and as much from each GPU to its CPU
+ * package; the pairs are on different packages (NUMA nodes 0 and 1). */
+static void test_minsky(void) {
+    mt_topo *t = load_fixture("hwloc-ibm-power8-minsky-4xP100-nvlink.v2.xml");
+    if (!t) return;
+    expect_code(t, "0002:01:00.0", "0003:01:00.0", 0, "NV2");
+    expect_code(t, "000a:01:00.0", "000b:01:00.0", 0, "NV2");
+    expect_code(t, "0002:01:00.0", "000a:01:00.0", 0, "SYS");
+    expect_code(t, "0003:01:00.0", "000b:01:00.0", 0, "SYS");
+    for (size_t i = 0; i < t->n_gpus; i++) {
+        int cpu = 0;
+        for (size_t l = 0; l < t->gpus[i].n_links; l++)
+            if (t->gpus[i].links[l].kind == MT_TOPO_LINK_OTHER) cpu += t->gpus[i].links[l].count;
+        CHECK_MSG(cpu == 2, "Minsky GPU%zu has %d NVLinks to its CPU, expected 2", i, cpu);
+        /* CPU links are not GPU-to-GPU NVLinks */
+        CHECK_MSG(mt_topo_gpu_nvlinks(t, i) == 2, "Minsky GPU%zu: %d NVLinks", i,
+                  mt_topo_gpu_nvlinks(t, i));
+    }
+    const int pairs[4] = {0, 0, 1, 1};
+    expect_islands(t, pairs, 2);
+    expect_tp(t, 2, consecutive, 2);
     mt_topo_destroy(t);
 }
 
@@ -253,6 +282,7 @@ int main(void) {
     test_ndv5();
     test_ncv4_self_links();
     test_dgx2();
+    test_minsky();
     test_p4d();
     test_pairs_built();
     test_switch_min_built();

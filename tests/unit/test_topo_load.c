@@ -164,7 +164,7 @@ static void test_hwloc_facts(void) {
     mt_topo *t = load_fixture("hwloc-nvidia-dgx2-v100-nvswitch.v2.xml");
     if (t) {
         CHECK(t->n_packages == 2);
-        for (size_t i = 0; i < t->n_gpus; i++) CHECK(!t->gpus[i].nvlink_known);
+        for (size_t i = 0; i < t->n_gpus; i++) CHECK(t->gpus[i].nvlink_known); /* from its NVLinkBandwidth matrix */
         /* The matrix is GPU-NVSwitch: some entry is non-zero. */
         uint64_t sum = 0;
         for (size_t i = 0; i < t->nvlink_bw_n * t->nvlink_bw_n; i++) sum += t->nvlink_bw[i];
