@@ -9,16 +9,20 @@
  */
 #include "mesh/netif.h"
 #include "mesh/runtime_env.h"
+#include "mesh/runtime_topo.h"
 #include "mesh/store_proto.h"
 #include "mesh/transport.h"
 
 #include "core/error.h"
+#include "topo/topo_open.h"
 
 #include <meshtrain/log.h>
 #include <meshtrain/runtime.h>
 #include <meshtrain/version.h>
 
 #include <errno.h>
+#include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +47,7 @@ struct mt_runtime {
     mt_device *device;
     mt_transport *transport;
     mt_group *world_group;
+    mt_topo *topo; /* NULL until mt_runtime_topology loads it */
 };
 
 static double now_s(void) {
@@ -266,6 +271,31 @@ static void log_summary(const mt_runtime *rt) {
            mt_env_source_name(rt->env.source), mt_device_name(rt->device));
 }
 
+/* What the rank really runs on, whoever bound it (mtrun --bind, taskset, a batch system): the
+ * line that answers "is my rank where I think it is?". */
+static void log_affinity(const mt_runtime *rt) {
+    if (!mt_log_enabled(MT_LOG_INFO)) return;
+    enum { MAX_CPUS = 8192 };
+    cpu_set_t *set = CPU_ALLOC(MAX_CPUS);
+    size_t size = CPU_ALLOC_SIZE(MAX_CPUS);
+    uint32_t *words = calloc(MAX_CPUS / 32, sizeof *words);
+    char *list = NULL;
+    if (set && words && sched_getaffinity(0, size, set) == 0) {
+        for (int c = 0; c < MAX_CPUS; c++)
+            if (CPU_ISSET_S(c, size, set)) words[c / 32] |= 1u << (c % 32);
+        if (mt_topo_cpulist(words, MAX_CPUS / 32, &list) != MT_OK) list = NULL;
+    }
+    if (list)
+        mt_log(MT_LOG_INFO, "local rank %d of host %s runs on cpus %s (%d cpu(s))",
+               rt->local_rank, rt->host, list, CPU_COUNT_S(size, set));
+    else
+        mt_log(MT_LOG_INFO, "local rank %d: the CPU affinity cannot be read (%s)", rt->local_rank,
+               set && words ? strerror(errno) : "out of memory");
+    free(list);
+    free(words);
+    if (set) CPU_FREE(set);
+}
+
 /* linger_s bounds how long a store host waits for the others to leave its store. */
 static void teardown(mt_runtime *rt, double linger_s) {
     if (rt->transport) mt_transport_destroy(rt->transport);
@@ -276,6 +306,7 @@ static void teardown(mt_runtime *rt, double linger_s) {
         linger_for_clients(rt->server, linger_s);
         mt_store_server_stop(rt->server);
     }
+    mt_topo_destroy(rt->topo);
     if (rt->hosts)
         for (int r = 0; r < rt->world; r++) free(rt->hosts[r]);
     free(rt->hosts);
@@ -315,6 +346,7 @@ mt_status mt_init(mt_runtime **out, int *argc, char ***argv) {
         return restore_error(st, saved);
     }
     log_summary(rt);
+    log_affinity(rt);
     *out = rt;
     return MT_OK;
 }
@@ -342,6 +374,20 @@ mt_device *mt_runtime_device(mt_runtime *rt) { return rt->device; }
 mt_group *mt_runtime_world(mt_runtime *rt) { return rt->world_group; }
 double mt_runtime_timeout(const mt_runtime *rt) { return rt->timeout; }
 mt_transport *mt_runtime_transport(mt_runtime *rt) { return rt ? rt->transport : NULL; }
+
+mt_status mt_runtime_topology(mt_runtime *rt, const mt_topo **out) {
+    if (!rt || !out) return mt_error(MT_ERR_INVALID_ARG, "mt_runtime_topology: NULL argument");
+    *out = NULL;
+    if (!rt->topo) {
+        mt_status st = mt_topo_open(&rt->topo);
+        if (st != MT_OK) {
+            if (mt_topo_file_env()) return st; /* the message names MT_TOPO_FILE and the file */
+            return mt_error_wrap(st, "discovering the topology of host %s", rt->host);
+        }
+    }
+    *out = rt->topo;
+    return MT_OK;
+}
 
 const char *mt_runtime_host_of(const mt_runtime *rt, int rank) {
     if (!rt || !rt->hosts || rank < 0 || rank >= rt->world || !rt->hosts[rank]) return NULL;

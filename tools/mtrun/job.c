@@ -37,6 +37,7 @@ typedef struct rank_slot {
 typedef struct job {
     const mtrun_options *o;
     mtrun_cluster *cluster;
+    mtrun_binding *binding;
     rank_slot *ranks;
     int n;
     phase ph;
@@ -217,7 +218,18 @@ static void start_ranks(job *j) {
     for (int i = 0; i < j->n && j->ph == RUNNING; i++) {
         rank_slot *r = &j->ranks[i];
         int out_fd, err_fd;
+        char why_bind[512];
+        if (mtrun_binding_enter(j->binding, i, why_bind, sizeof why_bind) != 0) {
+            mtrun_binding_leave(j->binding);
+            snprintf(text, sizeof text, "cannot start rank %d (node %d): %s", r->global,
+                     o->node_rank, why_bind);
+            fail(j, 1, text, true, SIGTERM);
+            break;
+        }
         pid_t pid = mtrun_spawn_rank(&l, i, &out_fd, &err_fd);
+        int spawn_errno = errno;
+        mtrun_binding_leave(j->binding);
+        errno = spawn_errno;
         if (pid < 0) {
             int e = errno;
             snprintf(text, sizeof text, "cannot start rank %d (node %d, local rank %d): cannot "
@@ -229,6 +241,11 @@ static void start_ranks(job *j) {
         }
         r->pid = pid;
         r->alive = true;
+        /* Before any of the rank's own output, which is only read once all ranks are started. */
+        char line[2300];
+        int len = snprintf(line, sizeof line, "[rank%d]: %s\n", r->global,
+                           mtrun_binding_line(j->binding));
+        if (len > 0) mtrun_write_all(STDERR_FILENO, line, strnlen(line, sizeof line - 1));
         char log_out[4096], log_err[4096];
         if (o->log_dir) {
             snprintf(log_out, sizeof log_out, "%s/rank%d.stdout", o->log_dir, r->global);
@@ -319,9 +336,9 @@ static void loop(job *j, int sigfd) {
     free(streams);
 }
 
-int mtrun_job_run(const mtrun_options *o, int store_port, mtrun_cluster *cluster, int sigfd,
-                  double timeout_s, double kill_grace_s) {
-    job j = {.o = o, .cluster = cluster, .n = o->nproc_per_node, .ph = RUNNING, .code = 0,
+int mtrun_job_run(const mtrun_options *o, int store_port, mtrun_cluster *cluster,
+                  mtrun_binding *binding, int sigfd, double timeout_s, double kill_grace_s) {
+    job j = {.o = o, .cluster = cluster, .binding = binding, .n = o->nproc_per_node, .ph = RUNNING, .code = 0,
              .port = store_port, .grace = kill_grace_s, .timeout = timeout_s};
     j.ranks = calloc((size_t)j.n, sizeof *j.ranks);
     if (!j.ranks) {

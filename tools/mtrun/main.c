@@ -1,5 +1,6 @@
 /* mtrun: starts and supervises the ranks of one node (like `torchrun --no-python`); node 0 also
  * hosts the job's rendezvous store. See docs/mtrun.md. */
+#include "binding.h"
 #include "cluster.h"
 #include "job.h"
 #include "msg.h"
@@ -55,15 +56,8 @@ static int make_dirs(const char *dir) {
     return 0;
 }
 
-int main(int argc, char **argv) {
-    mtrun_options o;
-    int r = mtrun_parse_options(argc, argv, &o);
-    if (r != MTRUN_PARSE_RUN) return r;
-
-    if (o.log_dir && make_dirs(o.log_dir) != 0) {
-        mtrun_msg("cannot create the log directory %s: %s", o.log_dir, strerror(errno));
-        return 1;
-    }
+/* Everything after option parsing and binding plans: the store, the cluster and the job. */
+static int run(const mtrun_options *o, mtrun_binding *binding) {
     /* Signals are blocked before any thread exists (the store's included) so that only the
      * signalfd sees them; a closed stdout must not kill mtrun and orphan the ranks. */
     sigset_t set;
@@ -87,16 +81,16 @@ int main(int argc, char **argv) {
     double grace = env_seconds("MT_KILL_GRACE_S", 3.0);
 
     mt_store_server *server = NULL;
-    int port = o.master_port;
-    if (o.node_rank == 0) {
+    int port = o->master_port;
+    if (o->node_rank == 0) {
         char ifaddr[64];
         const char *bind_addr = NULL;
         if (mt_netif_store_bind(ifaddr, sizeof ifaddr, &bind_addr) != MT_OK) {
             mtrun_msg("%s", mt_last_error());
             return 2;
         }
-        if (mt_store_server_start(bind_addr, o.master_port, o.rdzv_id, &server) != MT_OK) {
-            mtrun_msg("cannot host the rendezvous store on port %d: %s", o.master_port,
+        if (mt_store_server_start(bind_addr, o->master_port, o->rdzv_id, &server) != MT_OK) {
+            mtrun_msg("cannot host the rendezvous store on port %d: %s", o->master_port,
                       mt_last_error());
             return 1;
         }
@@ -105,10 +99,29 @@ int main(int argc, char **argv) {
 
     mtrun_cluster *cluster = NULL;
     int code = -1;
-    if (o.nnodes > 1) code = mtrun_cluster_join(&o, port, timeout, sigfd, &cluster);
-    if (code < 0) code = mtrun_job_run(&o, port, cluster, sigfd, timeout, grace);
+    if (o->nnodes > 1) code = mtrun_cluster_join(o, port, timeout, sigfd, &cluster);
+    if (code < 0) code = mtrun_job_run(o, port, cluster, binding, sigfd, timeout, grace);
     mtrun_cluster_close(cluster);
     if (server) mt_store_server_stop(server);
     close(sigfd);
     return code;
+}
+
+int main(int argc, char **argv) {
+    mtrun_options o;
+    int r = mtrun_parse_options(argc, argv, &o);
+    if (r != MTRUN_PARSE_RUN) return r;
+
+    if (o.log_dir && make_dirs(o.log_dir) != 0) {
+        mtrun_msg("cannot create the log directory %s: %s", o.log_dir, strerror(errno));
+        return 1;
+    }
+    /* The topology is read before any thread exists, and a bad MT_TOPO_FILE stops this node
+     * before it joins the job. */
+    mtrun_binding *binding = NULL;
+    r = mtrun_binding_prepare(&o, &binding);
+    if (r != 0) return r;
+    r = run(&o, binding);
+    mtrun_binding_close(binding);
+    return r;
 }

@@ -5,6 +5,8 @@
 
 #include "msg.h"
 
+#include "topo/bind.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -29,15 +31,20 @@ static const char usage_text[] =
     "  --rdzv_id ID          job id; every node of one job passes the same (default none)\n"
     "  --log_dir DIR         also write each rank's output to DIR/rankN.stdout and rankN.stderr\n"
     "  --standalone          one node, the store on a free port\n"
+    "  --bind MODE           bind each rank's CPUs and memory: none, numa (the NUMA node of its\n"
+    "                        GPU) or core (a disjoint set of that node's cores); default MT_BIND,\n"
+    "                        else numa when the machine has GPUs and none otherwise\n"
     "  -h, --help            print this help\n"
     "  --                    end of options\n"
     "\n"
     "environment: MT_TIMEOUT_S (rendezvous and heartbeat timeout, default 300),\n"
-    "MT_KILL_GRACE_S (seconds between SIGTERM and SIGKILL when stopping ranks, default 3).\n"
+    "MT_KILL_GRACE_S (seconds between SIGTERM and SIGKILL when stopping ranks, default 3),\n"
+    "MT_BIND (default --bind), MT_TOPO_FILE (plan the binding for the machine that file\n"
+    "describes, and report it without applying it).\n"
     "See docs/mtrun.md.\n";
 
 typedef enum { OPT_NNODES, OPT_NPROC, OPT_NODE_RANK, OPT_ADDR, OPT_PORT, OPT_RDZV_ID,
-               OPT_LOG_DIR, OPT_STANDALONE, OPT_HELP } option_id;
+               OPT_LOG_DIR, OPT_STANDALONE, OPT_BIND, OPT_HELP } option_id;
 
 static const struct {
     const char *name; /* underscore spelling, without the leading "--" */
@@ -48,7 +55,7 @@ static const struct {
     {"node_rank", OPT_NODE_RANK, 1},    {"master_addr", OPT_ADDR, 1},
     {"master_port", OPT_PORT, 1},       {"rdzv_id", OPT_RDZV_ID, 1},
     {"log_dir", OPT_LOG_DIR, 1},        {"standalone", OPT_STANDALONE, 0},
-    {"help", OPT_HELP, 0},
+    {"bind", OPT_BIND, 1},              {"help", OPT_HELP, 0},
 };
 
 /* Compares an option name as typed (dashes or underscores, up to len bytes) with a known one. */
@@ -113,6 +120,14 @@ static int apply(option_id id, const char *name, const char *value, mtrun_option
         o->log_dir = value;
         break;
     case OPT_STANDALONE: o->standalone = true; break;
+    case OPT_BIND: {
+        mt_bind_mode mode;
+        if (mt_bind_mode_parse(value, &mode) != MT_OK)
+            return bad_value(name, value, "none, numa or core");
+        o->bind = value;
+        o->bind_from = "--bind";
+        break;
+    }
     case OPT_HELP: fputs(usage_text, stdout); return 0;
     }
     return MTRUN_PARSE_RUN;
@@ -172,6 +187,16 @@ int mtrun_parse_options(int argc, char **argv, mtrun_options *o) {
         return 2;
     }
     o->program_argv = argv + i;
+    const char *env_bind = getenv("MT_BIND");
+    if (!o->bind && env_bind && *env_bind) {
+        mt_bind_mode mode;
+        if (mt_bind_mode_parse(env_bind, &mode) != MT_OK) {
+            mtrun_msg("invalid MT_BIND='%s': expected none, numa or core", env_bind);
+            return 2;
+        }
+        o->bind = env_bind;
+        o->bind_from = "MT_BIND";
+    }
     if (o->standalone) {
         if (seen_nnodes && o->nnodes != 1) {
             mtrun_msg("--standalone runs a single node; it cannot be combined with --nnodes %d",

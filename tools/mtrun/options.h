@@ -13,6 +13,10 @@ typedef struct mtrun_options {
     const char *rdzv_id;  /* the job id */
     const char *log_dir;  /* NULL: no log files */
     bool standalone;
+    /* --bind, else MT_BIND: "none", "numa" or "core" (checked); NULL: the default, numa when the
+     * topology has GPUs and none otherwise. bind_from says which ("--bind" or "MT_BIND"). */
+    const char *bind;
+    const char *bind_from;
     char **program_argv;  /* PROGRAM ARGS..., NULL-terminated (points into argv) */
 } mtrun_options;
 
