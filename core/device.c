@@ -336,6 +336,22 @@ void mt_device_free(mt_device *dev, void *ptr) {
     dev->ops->free(dev, ptr);
 }
 
+void mt_device_charge_external(mt_device *dev, mt_mem_category category, size_t bytes) {
+    if (!dev || (unsigned)category >= MT_MEM_CATEGORY_COUNT) return;
+    pthread_mutex_lock(&dev->lock);
+    charge(dev, category, bytes);
+    commit_peaks(dev, category, dev->stats.current[category], dev->stats.total_current);
+    pthread_mutex_unlock(&dev->lock);
+}
+
+void mt_device_release_external(mt_device *dev, mt_mem_category category, size_t bytes) {
+    if (!dev || (unsigned)category >= MT_MEM_CATEGORY_COUNT) return;
+    pthread_mutex_lock(&dev->lock);
+    if (bytes > dev->stats.current[category]) bytes = dev->stats.current[category];
+    uncharge(dev, category, bytes);
+    pthread_mutex_unlock(&dev->lock);
+}
+
 void mt_device_mem_stats(const mt_device *dev, mt_mem_stats *out) {
     if (!out) return;
     if (!dev) {

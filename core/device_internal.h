@@ -84,4 +84,10 @@ void mt_cuda_device_count(int *count, char *why, size_t why_cap);
 mt_status mt_cuda_device_init(mt_device *dev, int index);
 #endif
 
+/* Charges (releases) memory the device's allocator did not hand out but that lives on the device,
+ * e.g. what NCCL allocates for its communicators (measured around their creation), so that the
+ * accounting and its peaks cover it. No capacity check: the memory is already taken. */
+void mt_device_charge_external(mt_device *dev, mt_mem_category category, size_t bytes);
+void mt_device_release_external(mt_device *dev, mt_mem_category category, size_t bytes);
+
 #endif

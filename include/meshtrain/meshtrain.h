@@ -8,6 +8,7 @@
 #include <meshtrain/dtype.h>
 #include <meshtrain/log.h>
 #include <meshtrain/memory.h>
+#include <meshtrain/mesh.h>
 #include <meshtrain/runtime.h>
 #include <meshtrain/status.h>
 #include <meshtrain/store.h>
