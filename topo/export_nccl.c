@@ -3,12 +3,15 @@
  * one space, values in double quotes of at most 253 characters, indentation with spaces.
  *
  * NCCL reads what it needs and fills the rest from the machine it runs on, so only what the model
- * knows is written (see docs/mt-topo.md, "The NCCL export"): PCI link speed and width are
- * written empty (NCCL's own value for "unknown"), <gpu> gets dev but not sm/rank/gdr, <net> gets
- * name and speed. Facts NCCL's format cannot hold travel in attributes NCCL ignores, all named
- * mt_*: packages, cores and PUs (<system>), the host bridge above a top-level <pci> (so that PHB
- * survives: NCCL's format makes devices under different top-level <pci> of a <cpu> NODE), a GPU's
- * name and "NVLink unknown" (<gpu>). topo/topo_nccl_xml.c reads them back. */
+ * knows is written (see docs/mt-topo.md, "The NCCL export"): a <cpu>'s arch/vendor/familyid/
+ * modelid where the source gave them (nothing is guessed: a <cpu> holding NICs without them draws
+ * a warning, since NCCL then may stop on it), PCI link speed and width as the source gave them or
+ * derived from hwloc's link rate, else empty (NCCL's own value for "unknown"), <gpu> gets dev but
+ * not sm/rank/gdr, <net> gets name and speed. Facts NCCL's format cannot hold travel in
+ * attributes NCCL ignores, all named mt_*: packages, cores and PUs (<system>), the host bridge
+ * above a top-level <pci> (so that PHB survives: NCCL's format makes devices under different
+ * top-level <pci> of a <cpu> NODE), hwloc's link rate (<pci>), a GPU's name and "NVLink unknown"
+ * (<gpu>). topo/topo_nccl_xml.c reads them back. */
 #include "topo/report.h"
 
 #include "core/error.h"
@@ -16,15 +19,12 @@
 #include <meshtrain/log.h>
 
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 #define NCCL_VALUE_MAX 253   /* NCCL's parser rejects longer attribute values */
 #define NCCL_NODES_MAX 256   /* NCCL_TOPO_XML_MAX_NODES: elements NCCL keeps in one topology */
@@ -65,6 +65,9 @@ typedef struct writer {
     size_t elements;
     char *keep;       /* pci[] entries written: ancestors of GPUs, NICs and switches */
     char *placed;     /* pci[] top-level entries already written under a <cpu> */
+    size_t nets;      /* <net> elements written so far */
+    char unknown_cpus[256]; /* "0 (arch), 1 (vendor)": <cpu>s with NICs NCCL cannot use as is */
+    const char *first_missing; /* the attribute NCCL's error would name for the first of them */
 } writer;
 
 static void indent(writer *w) {
@@ -153,31 +156,83 @@ static void attr_affinity(writer *w, const char *cpus) {
     free(words);
 }
 
-/* CPU identity as NCCL records it; known only for the machine mt-topo runs on. */
-static void attr_host_cpu(writer *w) {
-#if defined(__x86_64__)
-    attr(w, "arch", "x86_64");
-    unsigned a, b, c, d;
-    if (__get_cpuid(0, &a, &b, &c, &d)) {
-        char vendor[13];
-        memcpy(vendor, &b, 4);
-        memcpy(vendor + 4, &d, 4);
-        memcpy(vendor + 8, &c, 4);
-        vendor[12] = '\0';
-        attr(w, "vendor", vendor);
+/* The CPU identity the source gave; NCCL fills a missing attribute itself only from the machine it
+ * runs on, and only for a <cpu> it reaches through a GPU (see cpu_id_missing). */
+static void attr_cpu_id(writer *w, const mt_topo_cpu_id *id) {
+    if (!id) return;
+    if (*id->arch) attr(w, "arch", id->arch);
+    if (*id->vendor) attr(w, "vendor", id->vendor);
+    if (id->family >= 0) attr_int(w, "familyid", id->family);
+    if (id->model >= 0) attr_int(w, "modelid", id->model);
+}
+
+/* The first <cpu> attribute NCCL's topology builder requires that id lacks (arch; on x86 the
+ * vendor; for Intel and Zhaoxin also familyid and modelid), or NULL when none is missing. */
+static const char *cpu_id_missing(const mt_topo_cpu_id *id) {
+    if (!id || !*id->arch) return "arch";
+    if (strcmp(id->arch, "x86_64") != 0) return NULL;
+    if (!*id->vendor) return "vendor";
+    int by_model = strcmp(id->vendor, "GenuineIntel") == 0 ||
+                   strcmp(id->vendor, "CentaurHauls") == 0 ||
+                   strcmp(id->vendor, "  Shanghai  ") == 0;
+    if (by_model && id->family < 0) return "familyid";
+    if (by_model && id->model < 0) return "modelid";
+    return NULL;
+}
+
+static const mt_topo_cpu_id *numa_cpu_id(const mt_topo *t, int numa) {
+    for (size_t i = 0; i < t->n_numa; i++)
+        if (t->numa[i].id == numa) return &t->numa[i].cpu;
+    return NULL;
+}
+
+/* NCCL's PCIe rate names and each one's data rate per lane in GB/s, as hwloc computes it (8b/10b
+ * coding up to 5 GT/s, 128b/130b up to 32 GT/s, 242/256 FLIT at 64 GT/s). */
+static const struct {
+    const char *speed;
+    double lane_gbps;
+} pcie_rates[] = {
+    {"2.5 GT/s PCIe", 2.5 * 8 / 10 / 8},        {"5.0 GT/s PCIe", 5.0 * 8 / 10 / 8},
+    {"8.0 GT/s PCIe", 8.0 * 128 / 130 / 8},     {"16.0 GT/s PCIe", 16.0 * 128 / 130 / 8},
+    {"32.0 GT/s PCIe", 32.0 * 128 / 130 / 8},   {"64.0 GT/s PCIe", 64.0 * 242 / 256 / 8},
+};
+
+/* A rate x width pair giving hwloc's link rate, x16 tried first. Pairs with the same total give
+ * NCCL the same bandwidth (it multiplies the two), so the choice does not change its paths; the
+ * lane count itself is not claimed (mt_link_gbps marks the pair as derived). */
+static int link_from_rate(double gbps, const char **speed, int *width) {
+    static const int widths[] = {16, 8, 4, 2, 1, 32};
+    for (size_t i = 0; i < sizeof(widths) / sizeof(widths[0]); i++) {
+        for (size_t r = 0; r < sizeof(pcie_rates) / sizeof(pcie_rates[0]); r++) {
+            double lane = pcie_rates[r].lane_gbps;
+            if (fabs(gbps / widths[i] - lane) <= lane * 0.002) {
+                *speed = pcie_rates[r].speed;
+                *width = widths[i];
+                return 1;
+            }
+        }
     }
-    if (__get_cpuid(1, &a, &b, &c, &d)) {
-        /* NCCL's convention: base plus extended field shifted by 4, for family and model */
-        attr_int(w, "familyid", ((a >> 8) & 0xf) + (((a >> 20) & 0xff) << 4));
-        attr_int(w, "modelid", ((a >> 4) & 0xf) + (((a >> 16) & 0xf) << 4));
+    return 0;
+}
+
+/* link_speed and link_width, which NCCL requires on every <pci> it keeps ("" = unknown: NCCL then
+ * assumes 8 GT/s x16). */
+static void attr_link(writer *w, const mt_topo_pci *p) {
+    if (*p->link_speed || p->link_width >= 0 || p->link_gbps <= 0) {
+        attr(w, "link_speed", p->link_speed);
+        if (p->link_width >= 0) attr_int(w, "link_width", p->link_width);
+        else attr(w, "link_width", "");
+        return;
     }
-#elif defined(__aarch64__)
-    attr(w, "arch", "arm64");
-#elif defined(__powerpc64__)
-    attr(w, "arch", "ppc64");
-#else
-    (void)w;
-#endif
+    const char *speed = "";
+    int width = -1;
+    link_from_rate(p->link_gbps, &speed, &width);
+    attr(w, "link_speed", speed);
+    if (width >= 0) attr_int(w, "link_width", width);
+    else attr(w, "link_width", "");
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%.9g", (double)p->link_gbps); /* exact for a float */
+    attr(w, "mt_link_gbps", buf);
 }
 
 /* Marks each entry that is, or is above, a GPU, NIC or switch; bounded against loops. */
@@ -269,6 +324,7 @@ static void write_nets(writer *w, int pci) {
         attr(w, "name", c->name);
         if (c->speed_mbps >= 0) attr_int(w, "speed", c->speed_mbps);
         fputs("/>\n", w->out);
+        w->nets++;
     }
     if (opened) {
         w->depth--;
@@ -311,8 +367,7 @@ static void write_pci(writer *w, int pci, int depth_left) {
         snprintf(buf, sizeof(buf), "0x%04x", device);
         attr(w, "device", buf);
     }
-    attr(w, "link_speed", "");
-    attr(w, "link_width", "");
+    attr_link(w, p);
     if (is_host_bridge(t, p->parent)) attr(w, "mt_host_bridge", t->pci[p->parent].bus_id);
     if (!has_children(w, pci)) {
         fputs("/>\n", w->out);
@@ -350,13 +405,24 @@ static int same_place(const mt_topo *t, int top, int numa, const char *cpus) {
     return n == numa && (!c || strcmp(c, cpus) == 0);
 }
 
+/* Notes a <cpu> holding NICs whose identity lacks what NCCL needs, for one warning at the end. */
+static void note_unknown_cpu(writer *w, int numa, const char *missing) {
+    size_t len = strlen(w->unknown_cpus);
+    char item[64];
+    if (numa >= 0) snprintf(item, sizeof(item), "%s%d (%s)", len ? ", " : "", numa, missing);
+    else snprintf(item, sizeof(item), "%sunknown (%s)", len ? ", " : "", missing);
+    if (len + strlen(item) + 4 < sizeof(w->unknown_cpus)) strcat(w->unknown_cpus, item);
+    else if (!strstr(w->unknown_cpus, "...")) strcat(w->unknown_cpus, "...");
+}
+
 /* Writes one <cpu> with the top-level trees that belong there (and NICs without PCI). */
-static void write_cpu(writer *w, int numa, const char *cpus, int host) {
+static void write_cpu(writer *w, int numa, const char *cpus, const mt_topo_cpu_id *id) {
     const mt_topo *t = w->t;
+    size_t nets = w->nets;
     open_tag(w, "cpu");
     attr_int(w, "numaid", numa);
     attr_affinity(w, cpus);
-    if (host) attr_host_cpu(w);
+    attr_cpu_id(w, id);
     fputs(">\n", w->out);
     w->depth++;
     for (size_t i = 0; i < t->n_pci && w->err == MT_OK; i++) {
@@ -379,6 +445,7 @@ static void write_cpu(writer *w, int numa, const char *cpus, int host) {
         attr(w, "name", c->name);
         if (c->speed_mbps >= 0) attr_int(w, "speed", c->speed_mbps);
         fputs("/>\n", w->out);
+        w->nets++;
     }
     if (opened) {
         w->depth--;
@@ -388,6 +455,11 @@ static void write_cpu(writer *w, int numa, const char *cpus, int host) {
     w->depth--;
     indent(w);
     fputs("</cpu>\n", w->out);
+    const char *missing = cpu_id_missing(id);
+    if (w->nets > nets && missing) {
+        note_unknown_cpu(w, numa, missing);
+        if (!w->first_missing) w->first_missing = missing;
+    }
 }
 
 /* "id:cpus;..." for packages. */
@@ -471,10 +543,9 @@ static void write_system(writer *w) {
     free(co);
     fputs(">\n", w->out);
     w->depth++;
-    int host = strcmp(t->source, "live") == 0;
     /* one <cpu> per NUMA node, in the model's order, so that reading back lists the same nodes */
     for (size_t i = 0; i < t->n_numa && w->err == MT_OK; i++)
-        write_cpu(w, t->numa[i].id, t->numa[i].cpus, host);
+        write_cpu(w, t->numa[i].id, t->numa[i].cpus, &t->numa[i].cpu);
     /* trees whose GPUs sit on another CPU set (a package or the machine: NUMA unknown) */
     for (size_t i = 0; i < t->n_pci && w->err == MT_OK; i++) {
         if (!w->keep[i] || w->placed[i] || !is_top(t, i)) continue;
@@ -485,7 +556,7 @@ static void write_system(writer *w) {
             mt_log(MT_LOG_WARN, "NCCL export: PCI tree %s sits on NUMA node %d with CPUs %s, "
                    "which differ from the node's; it is written with CPUs of its own",
                    t->pci[i].bus_id, numa, cpus ? cpus : "");
-        write_cpu(w, numa, cpus ? cpus : "", host);
+        write_cpu(w, numa, cpus ? cpus : "", numa_cpu_id(t, numa));
     }
     w->depth--;
     fputs("</system>\n", w->out);
@@ -530,6 +601,14 @@ static mt_status render(const mt_topo *t, FILE *out) {
     free(w.keep);
     free(w.placed);
     if (w.err != MT_OK) return w.err;
+    if (w.first_missing)
+        mt_log(MT_LOG_WARN,
+               "NCCL export: %s gives no complete CPU identity for NUMA node(s) %s, whose <cpu> "
+               "holds NICs; it is written without the missing attributes (a guess would be "
+               "wrong on some machine). NCCL fills them only from the machine it runs on, and "
+               "only for a <cpu> it reaches through one of its GPUs: a job using such a NIC "
+               "without a GPU on that NUMA node stops with \"Attribute %s of node cpu not found\"",
+               t->source, w.unknown_cpus, w.first_missing);
     if (w.elements > NCCL_NODES_MAX)
         mt_log(MT_LOG_WARN, "NCCL export: the file has %zu elements; NCCL keeps at most %d per "
                "topology and may refuse it", w.elements, NCCL_NODES_MAX);

@@ -1,14 +1,34 @@
 /* The JSON report of `mt-topo --json`: the facts of the text report as one object. The fields
  * named by issue 3 (source, gpus, nics, matrix, nvlink_islands, tp_groups) keep their names and
- * shapes; the others (packages, numa_nodes, cores, pus, nvlink_note, nearest_nic) are additions. */
+ * shapes; the others (packages, numa_nodes with their CPU identity, cores, pus, nvlink_note,
+ * nearest_nic, the PCIe link of GPUs and NICs) are additions. */
 #include "topo/report.h"
 
 #include "core/error.h"
 #include "core/json_writer.h"
 
+#include <math.h>
 #include <stdlib.h>
 
-static void cpusets(mt_json *j, const char *key, const mt_topo_cpuset *sets, size_t n) {
+static void int_or_null(mt_json *j, int64_t v, int known) {
+    if (known) mt_json_int(j, v);
+    else mt_json_null(j);
+}
+
+/* A NUMA node's CPU as NCCL's <cpu> names it; null for what the source does not say. */
+static void cpu_id(mt_json *j, const mt_topo_cpu_id *id) {
+    mt_json_key(j, "arch");
+    mt_json_string(j, *id->arch ? id->arch : NULL);
+    mt_json_key(j, "vendor");
+    mt_json_string(j, *id->vendor ? id->vendor : NULL);
+    mt_json_key(j, "familyid");
+    int_or_null(j, id->family, id->family >= 0);
+    mt_json_key(j, "modelid");
+    int_or_null(j, id->model, id->model >= 0);
+}
+
+static void cpusets(mt_json *j, const char *key, const mt_topo_cpuset *sets, size_t n,
+                    int with_id) {
     mt_json_key(j, key);
     mt_json_begin_array(j);
     for (size_t i = 0; i < n; i++) {
@@ -17,14 +37,22 @@ static void cpusets(mt_json *j, const char *key, const mt_topo_cpuset *sets, siz
         mt_json_int(j, sets[i].id);
         mt_json_key(j, "cpus");
         mt_json_string(j, sets[i].cpus);
+        if (with_id) cpu_id(j, &sets[i].cpu);
         mt_json_end_object(j);
     }
     mt_json_end_array(j);
 }
 
-static void int_or_null(mt_json *j, int64_t v, int known) {
-    if (known) mt_json_int(j, v);
-    else mt_json_null(j);
+/* The PCIe link of a device (pci[] index, -1 none): NCCL's rate name and lane count where the
+ * source names them, the link's data rate in MB/s where it gives that (hwloc). */
+static void pcie_link(mt_json *j, const mt_topo *t, int pci) {
+    const mt_topo_pci *p = pci >= 0 && (size_t)pci < t->n_pci ? &t->pci[pci] : NULL;
+    mt_json_key(j, "pcie_link_speed");
+    mt_json_string(j, p && *p->link_speed ? p->link_speed : NULL);
+    mt_json_key(j, "pcie_link_width");
+    int_or_null(j, p ? p->link_width : 0, p && p->link_width >= 0);
+    mt_json_key(j, "pcie_link_mbytes_s");
+    int_or_null(j, p ? (int64_t)llround(p->link_gbps * 1000.0) : 0, p && p->link_gbps > 0);
 }
 
 static void gpus(mt_json *j, const mt_topo *t) {
@@ -48,6 +76,7 @@ static void gpus(mt_json *j, const mt_topo *t) {
         int nic = mt_topo_nearest_nic(t, i);
         mt_json_key(j, "nearest_nic");
         int_or_null(j, nic, nic >= 0);
+        pcie_link(j, t, g->pci);
         mt_json_end_object(j);
     }
     mt_json_end_array(j);
@@ -67,6 +96,7 @@ static void nics(mt_json *j, const mt_topo *t) {
         mt_json_string(j, *c->bus_id ? c->bus_id : NULL);
         mt_json_key(j, "numa_node");
         int_or_null(j, c->numa, c->numa >= 0);
+        pcie_link(j, t, c->pci);
         mt_json_end_object(j);
     }
     mt_json_end_array(j);
@@ -145,8 +175,8 @@ mt_status mt_topo_report_json(const mt_topo *t, FILE *out) {
     mt_json_begin_object(&j);
     mt_json_key(&j, "source");
     mt_json_string(&j, t->source);
-    cpusets(&j, "packages", t->packages, t->n_packages);
-    cpusets(&j, "numa_nodes", t->numa, t->n_numa);
+    cpusets(&j, "packages", t->packages, t->n_packages, 0);
+    cpusets(&j, "numa_nodes", t->numa, t->n_numa, 1);
     mt_json_key(&j, "cores");
     int_or_null(&j, (int64_t)t->n_cores, t->n_cores > 0);
     mt_json_key(&j, "pus");

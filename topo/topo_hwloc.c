@@ -1,12 +1,14 @@
 /* Loads an hwloc XML file (lstopo --of xml) through hwloc itself, keeping I/O objects: packages,
- * NUMA nodes, the PCI tree, NVIDIA GPUs, NICs (PCI devices with network or OpenFabrics OS
- * devices), NVSwitches and the "NVLinkBandwidth" distances matrix. */
+ * NUMA nodes with their CPU identity, the PCI tree with link rates, NVIDIA GPUs, NICs (PCI
+ * devices with network or OpenFabrics OS devices), NVSwitches and the "NVLinkBandwidth"
+ * distances matrix. */
 #include "core/error.h"
 #include "topo/nvlink_rate.h"
 #include "topo/topo_hwloc.h"
 #include "topo/topo_xml.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,43 @@ static int numa_of(hwloc_topology_t h, hwloc_obj_t o, char **cpus) {
     return hwloc_bitmap_first(a->nodeset);
 }
 
+/* A non-negative decimal info value of o, or -1. */
+static int info_int(hwloc_obj_t o, const char *name) {
+    const char *v = hwloc_obj_get_info_by_name(o, name);
+    if (!v || !*v) return -1;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return (*end || x < 0 || x > INT_MAX) ? -1 : (int)x;
+}
+
+/* The identity of the CPUs of one NUMA node: the machine's architecture (root "Architecture") and
+ * what every package sharing CPUs with the node agrees on (hwloc's x86 backend sets CPUVendor,
+ * CPUFamilyNumber, CPUModelNumber; captures stripped of their CPU side have none of it). hwloc
+ * counts an extended family the CPUID way (0xf + ext); NCCL's familyid is 0xf + (ext << 4). */
+static mt_status add_cpu_id(ctx *c, hwloc_obj_t numa, mt_topo_cpuset *set) {
+    const char *arch = hwloc_obj_get_info_by_name(hwloc_get_root_obj(c->h), "Architecture");
+    const char *vendor = NULL;
+    int family = -1, model = -1, first = 1, agree = 1;
+    for (hwloc_obj_t p = hwloc_get_next_obj_by_type(c->h, HWLOC_OBJ_PACKAGE, NULL); p;
+         p = hwloc_get_next_obj_by_type(c->h, HWLOC_OBJ_PACKAGE, p)) {
+        if (!numa->cpuset || !p->cpuset || !hwloc_bitmap_intersects(numa->cpuset, p->cpuset))
+            continue;
+        const char *v = hwloc_obj_get_info_by_name(p, "CPUVendor");
+        int f = info_int(p, "CPUFamilyNumber"), m = info_int(p, "CPUModelNumber");
+        if (first) {
+            vendor = v, family = f, model = m, first = 0;
+        } else {
+            agree &= (v && vendor && strcmp(v, vendor) == 0) && f == family && m == model;
+        }
+    }
+    if (!agree) vendor = NULL, family = model = -1;
+    if (family > 0xf + 0xff) family = -1; /* not a CPUID family: unknown */
+    else if (family > 0xf) family = 0xf + ((family - 0xf) << 4);
+    mt_status s = mt_topo_set_cpu_id(set, arch && *arch ? arch : NULL,
+                                     vendor && *vendor ? vendor : NULL, family, model);
+    return s == MT_OK ? MT_OK : mt_error_wrap(s, "%s: NUMA node %d", c->what, set->id);
+}
+
 static mt_status add_cpusets(ctx *c, hwloc_obj_type_t type) {
     for (hwloc_obj_t o = hwloc_get_next_obj_by_type(c->h, type, NULL); o;
          o = hwloc_get_next_obj_by_type(c->h, type, o)) {
@@ -49,6 +88,7 @@ static mt_status add_cpusets(ctx *c, hwloc_obj_type_t type) {
                                          cpus ? cpus : "");
         free(cpus);
         MT_TRY(s);
+        if (type == HWLOC_OBJ_NUMANODE) MT_TRY(add_cpu_id(c, o, &c->t->numa[c->t->n_numa - 1]));
     }
     return MT_OK;
 }
@@ -97,6 +137,10 @@ static mt_status add_pci_obj(ctx *c, hwloc_obj_t o, int parent, int *idx_out) {
                                                           : MT_TOPO_PCI_DEVICE;
     uint32_t cls = host ? 0x060000u : (uint32_t)o->attr->pcidev.class_id << 8;
     mt_status s = mt_topo_add_pci(c->t, busid, kind, parent, cls, numa, idx_out);
+    /* hwloc's linkspeed: the whole link's data rate in GB/s, 0 when unknown */
+    float gbps = host ? 0.0f : o->attr->pcidev.linkspeed;
+    if (s == MT_OK && isfinite(gbps) && gbps > 0 && gbps < 1e6f)
+        s = mt_topo_pci_set_link(c->t, *idx_out, NULL, -1, gbps);
     if (s == MT_OK && !host) {
         unsigned vendor = o->attr->pcidev.vendor_id, klass = o->attr->pcidev.class_id;
         int nvswitch = (o->subtype && strcmp(o->subtype, "NVSwitch") == 0) ||

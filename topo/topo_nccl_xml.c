@@ -3,9 +3,13 @@
  * tclass>, and <nic><net name speed/></nic>. Vendor files (Azure) list GPUs and NICs as bare <pci>
  * entries by class, so a GPU- or network-class <pci> without <gpu> or <nic> is still one.
  *
+ * <cpu arch vendor familyid modelid> and <pci link_speed link_width> are kept as written.
+ *
  * Attributes named mt_* carry what NCCL's format cannot hold; mt-topo's NCCL export writes them
  * and NCCL ignores them (see topo/export_nccl.c, docs/mt-topo.md): <system mt_packages mt_cores
- * mt_pus mt_nvlink_note>, <pci mt_host_bridge> on a top-level <pci>, <gpu mt_name mt_nvlink>. */
+ * mt_pus mt_nvlink_note>, <pci mt_host_bridge> on a top-level <pci>, <pci mt_link_gbps> (the
+ * link's total rate as hwloc gave it; link_speed/link_width beside it are only NCCL's reading of
+ * it and are not kept), <gpu mt_name mt_nvlink>. */
 #include "core/error.h"
 #include "topo/topo_xml.h"
 #include "topo/report.h"
@@ -14,6 +18,7 @@
 #include <meshtrain/log.h>
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +36,8 @@
 #define CLASS_HOST_BRIDGE 0x060000u
 #define CPU_WORDS 1024 /* cpu lists in mt_* attributes: CPUs below 32768 */
 #define CORE_RUN_MAX 32768
+#define LINK_WIDTH_MAX 1024 /* lanes; NCCL adds up the widths of virtual NICs' parents */
+#define CPU_ID_MAX 65535     /* familyid, modelid */
 
 typedef struct ctx {
     const char *path;
@@ -230,6 +237,50 @@ static mt_status add_nics(ctx *c, xmlNodePtr nic, const char *busid, int pci_idx
     return MT_OK;
 }
 
+/* <pci link_speed link_width>, or mt_link_gbps where mt-topo wrote an hwloc link rate. */
+static mt_status read_link(ctx *c, xmlNodePtr n, int idx) {
+    char *gbps = attr(n, "mt_link_gbps");
+    if (gbps) {
+        char *end;
+        errno = 0;
+        double g = strtod(gbps, &end);
+        mt_status s = (!*gbps || *end || errno || !isfinite(g) || g <= 0 || g >= 1e6)
+                          ? bad(c, n, "mt_link_gbps is '%.40s', not a rate in GB/s%s", gbps, "")
+                          : mt_topo_pci_set_link(c->t, idx, NULL, -1, (float)g);
+        xmlFree(gbps);
+        return s;
+    }
+    long long width = -1;
+    char *w = attr(n, "link_width");
+    mt_status s = w && *w ? int_attr(c, n, "link_width", 0, LINK_WIDTH_MAX, -1, &width) : MT_OK;
+    xmlFree(w);
+    MT_TRY(s);
+    char *speed = attr(n, "link_speed");
+    if (speed && strlen(speed) >= MT_TOPO_LINK_SPEED_MAX)
+        s = bad(c, n, "link_speed '%.40s' is longer than 31 characters%s", speed, "");
+    else
+        s = mt_topo_pci_set_link(c->t, idx, speed, (int)width, 0);
+    xmlFree(speed);
+    return s;
+}
+
+/* <cpu arch vendor familyid modelid>, as NCCL wrote them, for NUMA node set. */
+static mt_status read_cpu_id(ctx *c, xmlNodePtr n, mt_topo_cpuset *set) {
+    long long family, model;
+    MT_TRY(int_attr(c, n, "familyid", 0, CPU_ID_MAX, -1, &family));
+    MT_TRY(int_attr(c, n, "modelid", 0, CPU_ID_MAX, -1, &model));
+    char *arch = attr(n, "arch"), *vendor = attr(n, "vendor");
+    mt_status s = MT_OK;
+    if ((arch && strlen(arch) >= MT_TOPO_CPU_STR_MAX) ||
+        (vendor && strlen(vendor) >= MT_TOPO_CPU_STR_MAX))
+        s = bad(c, n, "arch '%.40s' or vendor '%.40s' is longer than 31 characters", arch, vendor);
+    else
+        s = mt_topo_set_cpu_id(set, arch, vendor, (int)family, (int)model);
+    xmlFree(arch);
+    xmlFree(vendor);
+    return s;
+}
+
 /* Walks the children of a <cpu> or <pci>; parent is the enclosing <pci>'s index or -1. */
 static mt_status walk(ctx *c, xmlNodePtr node, int parent, const char *parent_busid, int numa,
                       const char *cpus, int depth) {
@@ -256,6 +307,7 @@ static mt_status walk(ctx *c, xmlNodePtr node, int parent, const char *parent_bu
         mt_topo_pci_kind kind = ((cls >> 8) == 0x0604) ? MT_TOPO_PCI_BRIDGE : MT_TOPO_PCI_DEVICE;
         mt_status s = depth == 0 ? host_bridge(c, n, numa, &up) : MT_OK;
         if (s == MT_OK) s = mt_topo_add_pci(c->t, busid, kind, up, (uint32_t)cls, numa, &idx);
+        if (s == MT_OK) s = read_link(c, n, idx);
         xmlNodePtr gnode = NULL, nicnode = NULL;
         for (xmlNodePtr k = n->children; k; k = k->next) {
             if (is_elem(k, "gpu") && !gnode) gnode = k;
@@ -410,6 +462,7 @@ static mt_status load_doc(ctx *c, xmlDocPtr doc) {
         mt_status s = mask ? parse_affinity(c, n, mask, &cpus) : MT_OK;
         xmlFree(mask);
         if (s == MT_OK && numa >= 0) s = mt_topo_add_cpuset(c->t, 0, (int)numa, cpus ? cpus : "");
+        if (s == MT_OK && numa >= 0) s = read_cpu_id(c, n, &c->t->numa[c->t->n_numa - 1]);
         if (s == MT_OK) s = walk(c, n, -1, "", (int)numa, cpus ? cpus : "", 0);
         free(cpus);
         MT_TRY(s);

@@ -95,9 +95,39 @@ mt_status mt_topo_add_cpuset(mt_topo *t, int is_package, int id, const char *cpu
     MT_TRY(grow((void **)arr, is_package ? &impl->cap_packages : &impl->cap_numa, *n,
                 sizeof(**arr)));
     mt_topo_cpuset *c = &(*arr)[*n];
+    memset(c, 0, sizeof(*c));
     c->id = id;
+    c->cpu.family = c->cpu.model = -1;
     MT_TRY(dup_str(cpus, &c->cpus));
     (*n)++;
+    return MT_OK;
+}
+
+const char *mt_topo_arch_nccl(const char *arch) {
+    static const char *const names[][2] = {
+        {"aarch64", "arm64"}, {"arm64", "arm64"},   {"ppc64le", "ppc64"},
+        {"ppc64", "ppc64"},   {"x86_64", "x86_64"}, {"amd64", "x86_64"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(arch, names[i][0]) == 0) return names[i][1];
+    return arch;
+}
+
+static mt_status copy_cpu_str(char dst[MT_TOPO_CPU_STR_MAX], const char *src, const char *what) {
+    if (!src) return MT_OK;
+    if (strlen(src) >= MT_TOPO_CPU_STR_MAX)
+        return mt_error(MT_ERR_INVALID_ARG, "topology: CPU %s '%.40s' is longer than %d characters",
+                        what, src, MT_TOPO_CPU_STR_MAX - 1);
+    strcpy(dst, src);
+    return MT_OK;
+}
+
+mt_status mt_topo_set_cpu_id(mt_topo_cpuset *set, const char *arch, const char *vendor, int family,
+                             int model) {
+    MT_TRY(copy_cpu_str(set->cpu.arch, arch ? mt_topo_arch_nccl(arch) : NULL, "architecture"));
+    MT_TRY(copy_cpu_str(set->cpu.vendor, vendor, "vendor"));
+    if (family >= 0) set->cpu.family = family;
+    if (model >= 0) set->cpu.model = model;
     return MT_OK;
 }
 
@@ -105,7 +135,9 @@ mt_status mt_topo_add_core(mt_topo *t, int numa, const char *cpus) {
     topo_impl *impl = (topo_impl *)t;
     MT_TRY(grow((void **)&t->cores, &impl->cap_cores, t->n_cores, sizeof(*t->cores)));
     mt_topo_cpuset *c = &t->cores[t->n_cores];
+    memset(c, 0, sizeof(*c));
     c->id = numa;
+    c->cpu.family = c->cpu.model = -1;
     MT_TRY(dup_str(cpus, &c->cpus));
     t->n_cores++;
     return MT_OK;
@@ -121,8 +153,25 @@ mt_status mt_topo_add_pci(mt_topo *t, const char *bus_id, mt_topo_pci_kind kind,
     p->parent = parent;
     p->pci_class = pci_class;
     p->numa = numa;
+    p->link_speed[0] = '\0';
+    p->link_width = -1;
+    p->link_gbps = 0;
     if (index_out) *index_out = (int)t->n_pci;
     t->n_pci++;
+    return MT_OK;
+}
+
+mt_status mt_topo_pci_set_link(mt_topo *t, int pci, const char *speed, int width, float gbps) {
+    if (pci < 0 || (size_t)pci >= t->n_pci)
+        return mt_error(MT_ERR_INVALID_ARG, "topology: no PCI entry %d to give a link", pci);
+    mt_topo_pci *p = &t->pci[pci];
+    if (speed && strlen(speed) >= MT_TOPO_LINK_SPEED_MAX)
+        return mt_error(MT_ERR_INVALID_ARG,
+                        "topology: PCI %s: link speed '%.40s' is longer than %d characters",
+                        p->bus_id, speed, MT_TOPO_LINK_SPEED_MAX - 1);
+    if (speed) strcpy(p->link_speed, speed);
+    p->link_width = width;
+    p->link_gbps = gbps;
     return MT_OK;
 }
 

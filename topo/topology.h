@@ -14,10 +14,26 @@
 /* The hard limit on a topology file, so that a runaway input fails early instead of ballooning. */
 #define MT_TOPO_FILE_MAX ((size_t)64 << 20)
 
+/* Longest CPU architecture or vendor string kept, with NUL. */
+#define MT_TOPO_CPU_STR_MAX 32
+/* Longest PCIe link speed string kept ("32.0 GT/s PCIe"), with NUL. */
+#define MT_TOPO_LINK_SPEED_MAX 32
+
+/* A CPU's identity as NCCL's <cpu arch vendor familyid modelid> records it, which NCCL needs for
+ * every <cpu> it uses (arch; on x86 the vendor; on Intel also family and model). "" and -1 where
+ * the source does not say: nothing is guessed. */
+typedef struct mt_topo_cpu_id {
+    char arch[MT_TOPO_CPU_STR_MAX];   /* NCCL's spelling: "x86_64", "arm64", "ppc64" */
+    char vendor[MT_TOPO_CPU_STR_MAX]; /* the CPUID vendor string: "GenuineIntel", "AuthenticAMD" */
+    int family; /* NCCL's convention: CPUID base family + (extended family << 4) */
+    int model;  /* CPUID base model + (extended model << 4) */
+} mt_topo_cpu_id;
+
 /* A package or NUMA node: its OS id and its CPUs as a cpu list ("0-47,96-143"). */
 typedef struct mt_topo_cpuset {
     int id;
     char *cpus;
+    mt_topo_cpu_id cpu; /* set on NUMA nodes (what an NCCL <cpu> describes); unknown elsewhere */
 } mt_topo_cpuset;
 
 typedef enum mt_topo_pci_kind {
@@ -32,6 +48,13 @@ typedef struct mt_topo_pci {
     int parent;         /* index into pci[], -1 at the top of a tree */
     uint32_t pci_class; /* 24-bit class code (0x030200); hwloc's 16-bit class is shifted left 8 */
     int numa;           /* NUMA node id, -1 when unknown */
+    /* The PCIe link above the entry, as the source gives it. NCCL files name the per-lane rate and
+     * the lane count (link_speed "16.0 GT/s PCIe" as NCCL wrote it, "" unknown; link_width -1
+     * unknown or empty); hwloc records only the link's total data rate (link_gbps, GB/s, 0
+     * unknown), which several rate x width pairs give, so it is kept as such. */
+    char link_speed[MT_TOPO_LINK_SPEED_MAX];
+    int link_width;
+    float link_gbps;
 } mt_topo_pci;
 
 typedef enum mt_topo_link_kind {
@@ -128,6 +151,17 @@ mt_status mt_topo_add_cpuset(mt_topo *t, int is_package, int id, const char *cpu
 mt_status mt_topo_add_core(mt_topo *t, int numa, const char *cpus);
 mt_status mt_topo_add_pci(mt_topo *t, const char *bus_id, mt_topo_pci_kind kind, int parent,
                           uint32_t pci_class, int numa, int *index_out);
+/* Sets the PCIe link of pci[pci] (see mt_topo_pci): speed NULL leaves it unknown, width -1 and
+ * gbps 0 likewise. MT_ERR_INVALID_ARG when speed is longer than MT_TOPO_LINK_SPEED_MAX - 1. */
+mt_status mt_topo_pci_set_link(mt_topo *t, int pci, const char *speed, int width, float gbps);
+/* Sets a NUMA node's CPU identity (see mt_topo_cpu_id): arch in any common spelling ("aarch64",
+ * "ppc64le") is stored in NCCL's; NULL strings and -1 numbers leave that part unknown.
+ * MT_ERR_INVALID_ARG when a string does not fit MT_TOPO_CPU_STR_MAX. */
+mt_status mt_topo_set_cpu_id(mt_topo_cpuset *set, const char *arch, const char *vendor, int family,
+                             int model);
+/* NCCL's name for a CPU architecture ("aarch64" -> "arm64", "ppc64le" -> "ppc64", "amd64" ->
+ * "x86_64"); any other name is returned unchanged. */
+const char *mt_topo_arch_nccl(const char *arch);
 mt_status mt_topo_add_gpu(mt_topo *t, int index, const char *bus_id, const char *name, int numa,
                           const char *cpus, int pci, mt_topo_gpu **out);
 mt_status mt_topo_gpu_add_link(mt_topo *t, mt_topo_gpu *gpu, const char *target,

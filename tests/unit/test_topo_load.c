@@ -208,6 +208,79 @@ static void test_hwloc_facts(void) {
 
 static char tmpdir[256];
 
+static const mt_topo_pci *pci_at(const mt_topo *t, const char *busid) {
+    for (size_t i = 0; i < t->n_pci; i++)
+        if (strcmp(t->pci[i].bus_id, busid) == 0) return &t->pci[i];
+    return NULL;
+}
+
+/* Checks every NUMA node's CPU identity ("" / -1: unknown). */
+static void check_cpu(const char *file, const mt_topo *t, const char *arch, const char *vendor,
+                      int family, int model) {
+    for (size_t i = 0; i < t->n_numa; i++) {
+        const mt_topo_cpu_id *c = &t->numa[i].cpu;
+        CHECK_MSG(strcmp(c->arch, arch) == 0 && strcmp(c->vendor, vendor) == 0 &&
+                      c->family == family && c->model == model,
+                  "%s: NUMA node %d is '%s' '%s' %d %d, expected '%s' '%s' %d %d", file,
+                  t->numa[i].id, c->arch, c->vendor, c->family, c->model, arch, vendor, family,
+                  model);
+    }
+}
+
+static void check_link(const char *file, const mt_topo *t, const char *busid, const char *speed,
+                       int width, double gbps) {
+    const mt_topo_pci *p = pci_at(t, busid);
+    CHECK_MSG(p && strcmp(p->link_speed, speed) == 0 && p->link_width == width &&
+                  (gbps == 0 ? p->link_gbps == 0
+                             : p->link_gbps > gbps - 1e-4 && p->link_gbps < gbps + 1e-4),
+              "%s: PCI %s link is '%s' x%d %.6f GB/s, expected '%s' x%d %.6f", file, busid,
+              p ? p->link_speed : "(no entry)", p ? p->link_width : -2, p ? p->link_gbps : -1.0,
+              speed, width, gbps);
+}
+
+/* CPU identity and PCIe links as each file writes them (values read from the files): NCCL's
+ * <cpu arch vendor familyid modelid> and <pci link_speed link_width>; hwloc's root
+ * "Architecture" (ppc64le is NCCL's ppc64), package CPUVendor/CPUFamilyNumber/CPUModelNumber and
+ * pci_link_speed (GB/s). The AWS captures have no CPU side: unknown, not guessed. */
+static void test_cpu_and_links(void) {
+    static const struct {
+        const char *file, *arch, *vendor;
+        int family, model;
+        const char *busid, *speed;
+        int width;
+        double gbps;
+    } cases[] = {
+        {"nccl-ibmcloud-gx3d-h100x8-vsi-topo.xml", "x86_64", "GenuineIntel", 6, 143, "0000:a4:00.0",
+         "32.0 GT/s PCIe", 0, 0},
+        {"nccl-issue2397-2xA100pcie-cx6dx-icelake-hostA.xml", "x86_64", "GenuineIntel", 6, 106,
+         "0000:16:00.0", "16.0 GT/s PCIe", 8, 0},
+        {"nccl-azure-ncv4-a100x4-topo.xml", "x86_64", "AuthenticAMD", 175, 1, "0001:00:00.0", "",
+         0, 0},
+        {"nccl-azure-ndv2-v100x8-topo.xml", "x86_64", "GenuineIntel", 6, 85, "0001:00:00.0",
+         "16 GT/s", 16, 0},
+        {"hwloc-nvidia-dgx2-v100-nvswitch.v2.xml", "x86_64", "GenuineIntel", 6, 85, "0000:34:00.0",
+         "", -1, 15.753846},
+        {"hwloc-ibm-power8-minsky-4xP100-nvlink.v2.xml", "ppc64", "", -1, -1, "0002:00:00.0", "",
+         -1, 7.876923},
+        {"hwloc-aws-p4d.24xl-nixl.xml", "", "", -1, -1, "0000:10:1c.0", "", -1, 31.507692},
+        {"hwloc-aws-p5.48xl-nixl.xml", "", "", -1, -1, "0000:53:00.0", "", -1, 63.015385},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        mt_topo *t = load_fixture(cases[i].file);
+        if (!t) continue;
+        CHECK_MSG(t->n_numa > 0, "%s: no NUMA node", cases[i].file);
+        check_cpu(cases[i].file, t, cases[i].arch, cases[i].vendor, cases[i].family,
+                  cases[i].model);
+        check_link(cases[i].file, t, cases[i].busid, cases[i].speed, cases[i].width,
+                   cases[i].gbps);
+        mt_topo_destroy(t);
+    }
+    /* the 2xA100 host's GPUs are Gen4 x16, its NIC x8 */
+    mt_topo *t = load_fixture("nccl-issue2397-2xA100pcie-cx6dx-icelake-hostA.xml");
+    if (t) check_link("issue2397", t, "0000:69:00.0", "16.0 GT/s PCIe", 16, 0);
+    mt_topo_destroy(t);
+}
+
 static void write_file(const char *name, const char *text, char *path, size_t size) {
     snprintf(path, size, "%s/%s", tmpdir, name);
     FILE *f = fopen(path, "w");
@@ -260,6 +333,21 @@ static void test_bad_input(void) {
                 MT_ERR_INVALID_ARG);
     expect_fail("dup_dev.xml",
                 "<system><cpu numaid=\"0\">" GPU_PCI("0000:01:00.0", "") GPU_PCI("0000:02:00.0", "")
+                "</cpu></system>",
+                MT_ERR_INVALID_ARG);
+    expect_fail("bad_family.xml", "<system><cpu numaid=\"0\" familyid=\"six\"/></system>",
+                MT_ERR_INVALID_ARG);
+    expect_fail("long_vendor.xml",
+                "<system><cpu numaid=\"0\" arch=\"x86_64\" "
+                "vendor=\"GenuineIntelGenuineIntelGenuineIntel\"/></system>",
+                MT_ERR_INVALID_ARG);
+    expect_fail("neg_width.xml",
+                "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x060400\" "
+                "link_speed=\"8 GT/s\" link_width=\"-4\"/></cpu></system>",
+                MT_ERR_INVALID_ARG);
+    expect_fail("long_speed.xml",
+                "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x060400\" "
+                "link_speed=\"16.0 GT/s PCIe 16.0 GT/s PCIe 16.0 GT/s\" link_width=\"16\"/>"
                 "</cpu></system>",
                 MT_ERR_INVALID_ARG);
     expect_fail("bad_hwloc.xml", "<topology version=\"2.0\"><object type=\"Bogus\"/></topology>",
@@ -316,6 +404,7 @@ int main(void) {
     test_fixture_counts();
     test_nccl_facts();
     test_hwloc_facts();
+    test_cpu_and_links();
     test_bad_input();
     return check_report("test_topo_load");
 }

@@ -1,6 +1,7 @@
 /* Reports and the NCCL export: the JSON writer's escaping and misuse errors; the export of every
- * fixture read back gives the same text and JSON report (apart from the source); the export keeps
- * to what NCCL's own XML parser reads; the mt_* attributes are checked when malformed. */
+ * fixture read back gives the same text and JSON report (apart from the source), CPU identity and
+ * PCIe links; the export keeps to what NCCL's own XML parser reads and carries what NCCL needs
+ * from the <cpu> and <pci> attributes; the mt_* attributes are checked when malformed. */
 #include "check.h"
 #include "topo_fixture.h"
 
@@ -8,6 +9,7 @@
 #include "topo/report.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -126,6 +128,41 @@ static void check_nccl_syntax(const char *name, const char *xml) {
               "%s: spacing NCCL does not parse", name);
 }
 
+static const mt_topo_pci *pci_at(const mt_topo *t, const char *busid) {
+    for (size_t i = 0; i < t->n_pci; i++)
+        if (strcmp(t->pci[i].bus_id, busid) == 0) return &t->pci[i];
+    return NULL;
+}
+
+/* The CPU identity of every NUMA node and the link of every PCI entry written survive. */
+static void check_cpu_and_links_kept(const char *name, const mt_topo *t, const mt_topo *back) {
+    CHECK_MSG(back->n_numa == t->n_numa, "%s: %zu NUMA nodes back, %zu before", name,
+              back->n_numa, t->n_numa);
+    for (size_t i = 0; i < t->n_numa && i < back->n_numa; i++) {
+        const mt_topo_cpu_id *a = &t->numa[i].cpu, *b = &back->numa[i].cpu;
+        CHECK_MSG(strcmp(a->arch, b->arch) == 0 && strcmp(a->vendor, b->vendor) == 0 &&
+                      a->family == b->family && a->model == b->model,
+                  "%s: NUMA node %d: CPU '%s' '%s' %d %d became '%s' '%s' %d %d", name,
+                  t->numa[i].id, a->arch, a->vendor, a->family, a->model, b->arch, b->vendor,
+                  b->family, b->model);
+    }
+    size_t compared = 0;
+    for (size_t i = 0; i < back->n_pci; i++) {
+        const mt_topo_pci *b = &back->pci[i], *a = pci_at(t, b->bus_id);
+        if (b->kind == MT_TOPO_PCI_HOST_BRIDGE) continue;
+        CHECK_MSG(a != NULL, "%s: PCI %s appeared", name, b->bus_id);
+        if (!a) continue;
+        compared++;
+        CHECK_MSG(strcmp(a->link_speed, b->link_speed) == 0 && a->link_width == b->link_width &&
+                      a->link_gbps == b->link_gbps,
+                  "%s: PCI %s link '%s' x%d %.9g GB/s became '%s' x%d %.9g", name, a->bus_id,
+                  a->link_speed, a->link_width, (double)a->link_gbps, b->link_speed,
+                  b->link_width, (double)b->link_gbps);
+    }
+    CHECK_MSG(compared > 0 || back->n_gpus + back->n_nics == 0, "%s: no PCI entry came back",
+              name);
+}
+
 static void round_trip(const char *name) {
     mt_topo *t = load_fixture(name);
     if (!t) return;
@@ -166,6 +203,7 @@ static void round_trip(const char *name) {
             CHECK_MSG(strcmp(t->cores[i].cpus, back->cores[i].cpus) == 0 &&
                           t->cores[i].id == back->cores[i].id,
                       "%s: core %zu", name, i);
+        check_cpu_and_links_kept(name, t, back);
     }
     mt_topo_destroy(back);
     free(xml);
@@ -199,6 +237,156 @@ static void test_host_bridge_kept(void) {
     mt_topo_destroy(t);
 }
 
+/* Exports t, returning the XML and (in *err) what was logged on stderr meanwhile. */
+static char *export_capturing_stderr(const mt_topo *t, char **err) {
+    char path[] = "/tmp/mt_topo_stderr_XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    CHECK(fd >= 0 && saved >= 0);
+    *err = NULL;
+    if (fd < 0 || saved < 0) return NULL;
+    fflush(stderr);
+    dup2(fd, 2);
+    char *xml = render(t, mt_topo_export_nccl);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    off_t len = lseek(fd, 0, SEEK_END);
+    *err = calloc(1, (size_t)(len > 0 ? len : 0) + 1);
+    if (*err && len > 0) CHECK(pread(fd, *err, (size_t)len, 0) == len);
+    close(fd);
+    unlink(path);
+    return xml;
+}
+
+/* What NCCL reads from the export: <cpu arch vendor familyid modelid> from NCCL files and hwloc
+ * files that have them, PCIe links as written or derived from hwloc's rate; a file without CPU
+ * identity gets none (and a warning naming the NUMA nodes and NCCL's error), not a guess. */
+static void test_cpu_and_links_exported(void) {
+    static const struct {
+        const char *file, *want[3], *absent, *warning;
+    } cases[] = {
+        {"nccl-ibmcloud-gx3d-h100x8-vsi-topo.xml",
+         {"<cpu numaid=\"0\" affinity=", "<cpu numaid=\"1\" affinity=",
+          "arch=\"x86_64\" vendor=\"GenuineIntel\" "
+          "familyid=\"6\" modelid=\"143\">"},
+         NULL, NULL},
+        {"nccl-issue2397-2xA100pcie-cx6dx-icelake-hostA.xml",
+         {"arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" modelid=\"106\">",
+          "busid=\"0000:16:00.0\" class=\"0x020000\" link_speed=\"16.0 GT/s PCIe\" "
+          "link_width=\"8\"",
+          "busid=\"0000:69:00.0\" class=\"0x030200\" vendor=\"0x10de\" device=\"0x20b5\" "
+          "link_speed=\"16.0 GT/s PCIe\" link_width=\"16\""},
+         "mt_link_gbps", NULL},
+        {"nccl-azure-ncv4-a100x4-topo.xml",
+         {"vendor=\"AuthenticAMD\" familyid=\"175\" modelid=\"1\"",
+          "link_speed=\"\" link_width=\"0\"", "arch=\"x86_64\""},
+         NULL, NULL},
+        {"hwloc-nvidia-dgx2-v100-nvswitch.v2.xml",
+         {"arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" modelid=\"85\">",
+          "busid=\"0000:34:00.0\" class=\"0x030200\" link_speed=\"8.0 GT/s PCIe\" "
+          "link_width=\"16\" mt_link_gbps=\"15.7538462\"",
+          "<cpu numaid=\"1\""},
+         NULL, NULL},
+        {"hwloc-ibm-power8-minsky-4xP100-nvlink.v2.xml",
+         {"affinity=\"03030303\" arch=\"ppc64\">",
+          "busid=\"0002:00:00.0\" class=\"0x060400\" link_speed=\"8.0 GT/s PCIe\" "
+          "link_width=\"8\" mt_link_gbps=\"7.87692308\"",
+          "<cpu numaid=\"1\""},
+         "vendor=\"", NULL},
+        {"hwloc-aws-p5.48xl-nixl.xml",
+         {"busid=\"0000:53:00.0\" class=\"0x030200\" link_speed=\"32.0 GT/s PCIe\" "
+          "link_width=\"16\" mt_link_gbps=\"63.0153847\"",
+          "<cpu numaid=\"0\" affinity=\"0000ffff,ffffffff\">", "<cpu numaid=\"1\""},
+         "arch=", "NUMA node(s) 0 (arch), 1 (arch), whose <cpu> holds NICs"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        mt_topo *t = load_fixture(cases[i].file);
+        if (!t) continue;
+        char *err = NULL, *xml = export_capturing_stderr(t, &err);
+        for (int k = 0; k < 3; k++)
+            CHECK_MSG(xml && strstr(xml, cases[i].want[k]), "%s: the export lacks %s",
+                      cases[i].file, cases[i].want[k]);
+        if (cases[i].absent)
+            CHECK_MSG(xml && !strstr(xml, cases[i].absent), "%s: the export has %s",
+                      cases[i].file, cases[i].absent);
+        if (cases[i].warning)
+            CHECK_MSG(err && strstr(err, cases[i].warning) &&
+                          strstr(err, "Attribute arch of node cpu not found"),
+                      "%s: warning missing or wrong: %s", cases[i].file, err ? err : "");
+        else
+            CHECK_MSG(err && !strstr(err, "CPU identity"), "%s: unexpected warning: %s",
+                      cases[i].file, err ? err : "");
+        free(err);
+        free(xml);
+        mt_topo_destroy(t);
+    }
+}
+
+/* hwloc's link rates (GB/s, the whole link) written as a rate x width pair NCCL reads (x16 first,
+ * the pair's product being the rate) and read back as the rate alone; a rate no pair gives is
+ * written with empty link attributes. An Intel CPU without a model draws the warning, naming
+ * the attribute NCCL will miss; an AMD one needs no family or model. */
+static void test_link_rates(void) {
+    static const struct {
+        float gbps;
+        const char *written;
+    } rates[] = {
+        {2.0f, "link_speed=\"2.5 GT/s PCIe\" link_width=\"8\""},
+        {1.0f, "link_speed=\"2.5 GT/s PCIe\" link_width=\"4\""},
+        {8.0f, "link_speed=\"5.0 GT/s PCIe\" link_width=\"16\""},
+        {3.938462f, "link_speed=\"8.0 GT/s PCIe\" link_width=\"4\""},
+        {7.876923f, "link_speed=\"8.0 GT/s PCIe\" link_width=\"8\""},
+        {31.507692f, "link_speed=\"16.0 GT/s PCIe\" link_width=\"16\""},
+        {121.0f, "link_speed=\"64.0 GT/s PCIe\" link_width=\"16\""},
+        {3.3f, "link_speed=\"\" link_width=\"\" mt_link_gbps=\"3.29999995\""},
+    };
+    const size_t n = sizeof(rates) / sizeof(rates[0]);
+    for (int amd = 0; amd < 2; amd++) {
+        mt_topo *t = NULL;
+        CHECK_OK(mt_topo_create("synthetic", &t));
+        if (!t) return;
+        CHECK_OK(mt_topo_add_cpuset(t, 0, 0, "0-3"));
+        CHECK_OK(mt_topo_set_cpu_id(&t->numa[0], "amd64", amd ? "AuthenticAMD" : "GenuineIntel",
+                                    amd ? -1 : 6, -1));
+        CHECK(strcmp(t->numa[0].cpu.arch, "x86_64") == 0);
+        for (size_t i = 0; i < n; i++) {
+            char busid[16], name[16];
+            int idx = -1;
+            snprintf(busid, sizeof(busid), "0000:%02zx:00.0", i + 1);
+            snprintf(name, sizeof(name), "mlx5_%zu", i);
+            CHECK_OK(mt_topo_add_pci(t, busid, MT_TOPO_PCI_DEVICE, -1, 0x020700, 0, &idx));
+            CHECK_OK(mt_topo_pci_set_link(t, idx, NULL, -1, rates[i].gbps));
+            CHECK_OK(mt_topo_add_nic(t, name, busid, 0, 100000, idx, 1));
+        }
+        CHECK_OK(mt_topo_finish(t));
+        char *err = NULL, *xml = export_capturing_stderr(t, &err);
+        for (size_t i = 0; i < n; i++)
+            CHECK_MSG(xml && strstr(xml, rates[i].written), "%.6f GB/s is not written as %s",
+                      (double)rates[i].gbps, rates[i].written);
+        if (amd)
+            CHECK_MSG(err && !strstr(err, "CPU identity"), "AMD: unexpected warning %s", err);
+        else
+            CHECK_MSG(err && strstr(err, "NUMA node(s) 0 (modelid)") &&
+                          strstr(err, "Attribute modelid of node cpu not found"),
+                      "Intel without a model: warning missing: %s", err ? err : "");
+        mt_topo *back = NULL;
+        CHECK_OK(mt_topo_load_nccl_xml("synthetic.xml", xml ? xml : "", xml ? strlen(xml) : 0,
+                                       &back));
+        for (size_t i = 0; back && i < n; i++) {
+            const mt_topo_pci *p = &back->pci[back->nics[i].pci];
+            CHECK_MSG(p->link_gbps == rates[i].gbps && !*p->link_speed && p->link_width == -1,
+                      "%.6f GB/s came back as %.6f '%s' x%d", (double)rates[i].gbps,
+                      (double)p->link_gbps, p->link_speed, p->link_width);
+        }
+        CHECK(back && back->n_numa == 1 && back->numa[0].cpu.family == (amd ? -1 : 6) &&
+              back->numa[0].cpu.model == -1);
+        mt_topo_destroy(back);
+        free(err);
+        free(xml);
+        mt_topo_destroy(t);
+    }
+}
+
 static mt_status load_string(const char *xml, mt_topo **out) {
     return mt_topo_load_nccl_xml("test.xml", xml, strlen(xml), out);
 }
@@ -217,6 +405,12 @@ static void test_mt_attributes(void) {
         "tclass=\"0x068000\"/></gpu></pci></cpu></system>",
         "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\" "
         "mt_host_bridge=\"\"/></cpu></system>",
+        "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\" "
+        "mt_link_gbps=\"fast\"/></cpu></system>",
+        "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\" "
+        "mt_link_gbps=\"-2\"/></cpu></system>",
+        "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\" "
+        "mt_link_gbps=\"nan\"/></cpu></system>",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         mt_topo *t = NULL;
@@ -245,6 +439,8 @@ int main(void) {
     test_json_writer();
     test_round_trips();
     test_host_bridge_kept();
+    test_cpu_and_links_exported();
+    test_link_rates();
     test_mt_attributes();
     return check_report("test_topo_report");
 }
