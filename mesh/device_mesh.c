@@ -191,14 +191,19 @@ static mt_status check_tp_hosts(const mt_mesh *root) {
         if (coord == 0) continue;
         int first = r - coord * inner;
         const char *h0 = mt_runtime_host_of(root->rt, first), *h = mt_runtime_host_of(root->rt, r);
-        if (strcmp(h0, h) != 0)
+        if (strcmp(h0, h) != 0) {
+            int members[64];
+            int n = size < 64 ? size : 64;
+            for (int k = 0; k < n; k++) members[k] = first + k * inner;
+            char list[256];
+            mt_format_rank_list(members, n, list, sizeof list);
             return mt_error(MT_ERR_INVALID_ARG,
-                            "mt_mesh_create: the %s group of ranks %d..%d (dimension '%s', size %d)"
-                            " would span hosts: rank %d is on %s, rank %d on %s; put the tp "
-                            "dimension last and make it divide the ranks per host, or set "
-                            "MT_ALLOW_CROSS_HOST_TP=1 to allow it",
-                            root->names[d], first, first + (size - 1) * inner, root->names[d],
-                            size, first, h0, r, h);
+                            "mt_mesh_create: the %s group of ranks %s%s (dimension %d of size %d)"
+                            " would span hosts: rank %d is on %s, rank %d on %s; make the tp "
+                            "dimension the last one and its size divide the ranks per host, or "
+                            "set MT_ALLOW_CROSS_HOST_TP=1 to allow it",
+                            root->names[d], list, size > n ? ",..." : "", d, size, first, h0, r, h);
+        }
     }
     return MT_OK;
 }

@@ -15,27 +15,27 @@ foreach(spec "4;1x4;dp,tp;flat" "4;4x1;dp,tp;flat" "4;2x2;dp,tp;flat" "4;4;dp;fl
             --shape ${shape} --names ${names} --flatten ${flat})
 endforeach()
 
-# Invalid meshes: every rank fails with the message, within seconds (MT_TIMEOUT_S=20 would show
-# a hang as a timeout well before ctest's).
-foreach(spec "product;3x2;dp,tp;dp 3 x tp 2 = 6 != world size 4"
-             "duplicate;2x2;tp,tp;appears twice"
-             "empty;2x2;dp,EMPTY;empty name"
-             "zero;0x4;dp,tp;sizes must be positive"
-             "negative;-2x-2;dp,tp;sizes must be positive")
-  list(GET spec 0 what)
-  list(GET spec 1 shape)
-  list(GET spec 2 names)
-  list(GET spec 3 message)
-  mt_add_mp_test(mesh_invalid_${what} TIMEOUT 60 LABELS mesh ENV MT_TIMEOUT_S=20
-    COMMAND ${MT_MESH_MTRUN} --standalone --nproc_per_node 4 ${MT_MESH_PROG}
-            --shape ${shape} --names ${names} --expect-error ${message})
-endforeach()
-mt_add_mp_test(mesh_invalid_disagree TIMEOUT 60 LABELS mesh ENV MT_TIMEOUT_S=20
-  COMMAND ${MT_MESH_MTRUN} --standalone --nproc_per_node 4 ${MT_MESH_PROG}
-          --shape 2x2 --names dp,tp --last-rank-shape 4x1
-          --expect-error "ranks disagree: ranks 0-2 passed shape 2x2 names 'dp','tp'")
+# Invalid meshes: a non-zero exit within seconds with the message, for every case.
+mt_add_mp_test(mesh_invalid TIMEOUT 180 LABELS mesh
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mesh_invalid.sh ${MT_MESH_MTRUN} ${MT_MESH_PROG})
 
 # Two mtrun "nodes" on loopback: tp inside each node, dp across; a tp group spanning the nodes
 # is refused unless MT_ALLOW_CROSS_HOST_TP=1.
 mt_add_mp_test(mesh_two_nodes TIMEOUT 240 LABELS mesh
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mesh_two_nodes.sh ${MT_MESH_MTRUN} ${MT_MESH_PROG})
+
+# Placement under MT_TOPO_FILE: a host whose NVLinks pair GPUs 0-2 and 1-3 gets those pairs as its
+# tp groups; a fully switched host keeps the order; MT_DEVICE_MAP overrides.
+set(MT_PLACEMENT_FIXTURE ${CMAKE_SOURCE_DIR}/tests/fixtures/placement/nvlink-crossed-pairs-4gpu.xml)
+set(MT_SWITCHED_FIXTURE ${CMAKE_SOURCE_DIR}/tests/fixtures/topologies/nccl-ibmcloud-gx3d-h100x8-vsi-topo.xml)
+foreach(spec "crossed;${MT_PLACEMENT_FIXTURE};;0,2,1,3" "switched;${MT_SWITCHED_FIXTURE};;0,1,2,3"
+             "map;${MT_PLACEMENT_FIXTURE};3,1,2,0;3,1,2,0")
+  list(GET spec 0 what)
+  list(GET spec 1 file)
+  list(GET spec 2 map)
+  list(GET spec 3 gpus)
+  mt_add_mp_test(mesh_placement_${what} TIMEOUT 60 LABELS mesh
+    ENV MT_TIMEOUT_S=20 MT_DEVICE=cpu MT_TOPO_FILE=${file} MT_DEVICE_MAP=${map}
+    COMMAND ${MT_MESH_MTRUN} --standalone --nproc_per_node 4 ${MT_MESH_PROG}
+            --shape 2x2 --names dp,tp --expect-gpus ${gpus})
+endforeach()

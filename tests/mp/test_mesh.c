@@ -7,6 +7,7 @@
  * --flatten NAME: flattens the first two dimensions into NAME and checks that group too.
  * --expect-error TEXT: mt_mesh_create must fail on every rank with a message containing TEXT.
  * --last-rank-shape S: the last rank passes shape S instead (ranks that disagree).
+ * --expect-gpus 0,2,1,3: the GPU the placement must give each local rank (with MT_TOPO_FILE).
  */
 #include "check.h"
 
@@ -87,6 +88,7 @@ static void check_group(mt_group *g, const char *label, int rank, const int *mem
 int main(int argc, char **argv) {
     char names_buf[256] = "dp,tp";
     const char *shape_arg = "2x2", *flatten = NULL, *expect_error = NULL, *last_shape = NULL;
+    const char *expect_gpus = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape_arg = argv[++i];
         else if (!strcmp(argv[i], "--names") && i + 1 < argc)
@@ -94,6 +96,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--flatten") && i + 1 < argc) flatten = argv[++i];
         else if (!strcmp(argv[i], "--expect-error") && i + 1 < argc) expect_error = argv[++i];
         else if (!strcmp(argv[i], "--last-rank-shape") && i + 1 < argc) last_shape = argv[++i];
+        else if (!strcmp(argv[i], "--expect-gpus") && i + 1 < argc) expect_gpus = argv[++i];
         else {
             fprintf(stderr, "test_mesh: unknown argument %s\n", argv[i]);
             return 2;
@@ -150,6 +153,13 @@ int main(int argc, char **argv) {
         int members[4096];
         int n = expected_members(rank, ndim, shape, 1u << d, members);
         check_group(g, names[d], rank, members, n);
+        /* A tp group stays on this rank's host unless crossing was allowed. */
+        const char *allow = getenv("MT_ALLOW_CROSS_HOST_TP");
+        if (strcmp(names[d], "tp") == 0 && !(allow && !strcmp(allow, "1")))
+            for (int i = 0; i < n; i++)
+                CHECK_MSG(!strcmp(mt_runtime_host_of(rt, members[i]), mt_runtime_host(rt)),
+                          "tp member %d is on %s, this rank on %s", members[i],
+                          mt_runtime_host_of(rt, members[i]), mt_runtime_host(rt));
 
         /* The one-dimensional sub-mesh of d shares the group and this rank's coordinate. */
         mt_mesh *sub = NULL;
@@ -165,6 +175,17 @@ int main(int argc, char **argv) {
         }
     }
     CHECK(mt_mesh_rank_at(mesh, coords) == rank);
+    if (expect_gpus) {
+        int want = -1;
+        const char *p = expect_gpus;
+        for (int l = 0; l <= mt_runtime_local_rank(rt) && p; l++) {
+            want = atoi(p);
+            p = strchr(p, ',');
+            if (p) p++;
+        }
+        CHECK_MSG(mt_mesh_gpu(mesh) == want, "local rank %d placed on GPU %d, expected %d",
+                  mt_runtime_local_rank(rt), mt_mesh_gpu(mesh), want);
+    }
     mt_group *none = NULL;
     CHECK(mt_mesh_group(mesh, "no-such-dim", &none) == MT_ERR_NOT_FOUND && none == NULL);
     CHECK(strstr(mt_last_error(), "no-such-dim") != NULL);
