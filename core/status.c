@@ -36,6 +36,11 @@ const char *mt_last_error(void) { return last_error; }
 
 void mt_clear_error(void) { last_error[0] = '\0'; }
 
+mt_status mt_error_restore(mt_status status, const char *saved) {
+    snprintf(last_error, sizeof last_error, "%s", saved ? saved : "");
+    return status;
+}
+
 static void format_message(char *out, size_t cap, const char *fmt, va_list ap) {
     int rank = mt_log_rank();
     size_t used = 0;

@@ -4,6 +4,7 @@
 #include "mesh/agree.h"
 #include "mesh/mesh_placement.h"
 #include "mesh/nccl_comm.h"
+#include "mesh/runtime_device.h"
 
 #include "core/error.h"
 
@@ -264,13 +265,11 @@ mt_status mt_mesh_create(mt_runtime *rt, int ndim, const int *shape, const char 
     if (!out) return mt_error(MT_ERR_INVALID_ARG, "mt_mesh_create: out must not be NULL");
     *out = NULL;
     if (!rt) return mt_error(MT_ERR_INVALID_ARG, "mt_mesh_create: no runtime");
-    char spec[512], extra[512];
+    char spec[512];
     format_spec(ndim, shape, names, spec, sizeof spec);
-    mt_device *dev = mt_runtime_device(rt);
-    snprintf(extra, sizeof extra, "%s\t%s", mt_runtime_host(rt), dev ? mt_device_name(dev) : "?");
-    char **extras = NULL;
-    MT_TRY(mt_agree(rt, "mt_mesh_create", spec, extra, &extras));
+    MT_TRY(mt_agree(rt, "mt_mesh_create", spec, NULL, NULL));
     int world = mt_runtime_world_size(rt);
+    char **extras = NULL;
     mt_status st = validate_spec(rt, ndim, shape, names, spec);
     mt_mesh *m = NULL;
     if (st == MT_OK && !(m = calloc(1, sizeof *m)))
@@ -293,6 +292,22 @@ mt_status mt_mesh_create(mt_runtime *rt, int ndim, const int *shape, const char 
     if (st == MT_OK) {
         int d = tp_dim(m);
         st = mt_mesh_place(rt, d >= 0 ? m->shape[d] : 1, &m->gpu);
+        /* Before the communicators: they belong to the GPU the rank ends up on. */
+        if (st == MT_OK) st = mt_runtime_use_gpu(rt, m->gpu);
+    }
+    if (m) {
+        /* Where every rank ended up, for the table rank 0 prints. A rank whose placement failed
+         * says so here, so that the others stop with its reason instead of waiting for it. */
+        char extra[512], mine[640] = "placed";
+        mt_device *dev = mt_runtime_device(rt);
+        snprintf(extra, sizeof extra, "%s\t%s", mt_runtime_host(rt),
+                 dev ? mt_device_name(dev) : "?");
+        if (st != MT_OK) snprintf(mine, sizeof mine, "a failure: %s", mt_last_error());
+        char saved[1024];
+        snprintf(saved, sizeof saved, "%s", mt_last_error());
+        mt_status ast = mt_agree(rt, "mt_mesh_create/placement", mine, extra, &extras);
+        if (st == MT_OK) st = ast;
+        else mt_error_restore(st, saved);
     }
     for (int d = 0; st == MT_OK && d < ndim; d++) st = add_group(m, m->names[d], 1u << d, NULL);
     if (st == MT_OK) log_table(m, spec, extras);

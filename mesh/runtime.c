@@ -9,6 +9,7 @@
  */
 #include "mesh/netif.h"
 #include "mesh/runtime_env.h"
+#include "mesh/runtime_device.h"
 #include "mesh/runtime_topo.h"
 #include "mesh/store_proto.h"
 #include "mesh/transport.h"
@@ -374,6 +375,28 @@ mt_device *mt_runtime_device(mt_runtime *rt) { return rt->device; }
 mt_group *mt_runtime_world(mt_runtime *rt) { return rt->world_group; }
 double mt_runtime_timeout(const mt_runtime *rt) { return rt->timeout; }
 mt_transport *mt_runtime_transport(mt_runtime *rt) { return rt ? rt->transport : NULL; }
+
+mt_status mt_runtime_use_gpu(mt_runtime *rt, int index) {
+    if (!rt || !rt->device || mt_device_get_kind(rt->device) != MT_DEVICE_CUDA || index < 0 ||
+        mt_device_index(rt->device) == index)
+        return MT_OK;
+    mt_mem_stats stats;
+    mt_device_mem_stats(rt->device, &stats);
+    if (stats.total_current > 0) {
+        char held[32];
+        return mt_error(MT_ERR_INVALID_ARG, "cannot move local rank %d from %s to GPU %d: %s are "
+                        "allocated on it; create the mesh before allocating device memory",
+                        rt->local_rank, mt_device_name(rt->device), index,
+                        mt_format_bytes(stats.total_current, held, sizeof held));
+    }
+    mt_device *dev = NULL;
+    mt_status st = mt_device_open(MT_DEVICE_CUDA, index, &dev);
+    if (st != MT_OK) return mt_error_wrap(st, "moving local rank %d to GPU %d", rt->local_rank,
+                                          index);
+    mt_device_close(rt->device);
+    rt->device = dev;
+    return MT_OK;
+}
 
 mt_status mt_runtime_topology(mt_runtime *rt, const mt_topo **out) {
     if (!rt || !out) return mt_error(MT_ERR_INVALID_ARG, "mt_runtime_topology: NULL argument");

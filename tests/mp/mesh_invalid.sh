@@ -36,4 +36,11 @@ case_ negative "has size -2; sizes must be positive" --shape -2x-2 --names dp,tp
 case_ too_long "is longer than 31 characters" --shape 4 --names dddddddddddddddddddddddddddddddddddd
 case_ disagree "the ranks disagree: ranks 0-2 passed shape 2x2 names 'dp','tp'; rank 3 passed shape 4x1 names 'dp','tp'" \
     --shape 2x2 --names dp,tp --last-rank-shape 4x1
+crossed=$(dirname "$0")/../fixtures/placement/nvlink-crossed-pairs-4gpu.xml
+MT_TOPO_FILE=$crossed MT_DEVICE_MAP=0,1 case_ device_map_short \
+    "MT_DEVICE_MAP='0,1' has 2 entries for 4 local ranks" --shape 2x2 --names dp,tp
+MT_TOPO_FILE=$crossed MT_DEVICE_MAP=0,1,2,9 case_ device_map_range \
+    "MT_DEVICE_MAP='0,1,2,9': entry 3 is not a GPU index between 0 and 3" --shape 2x2 --names dp,tp
+MT_TOPO_FILE=/nonexistent/topo.xml case_ topo_file_missing "/nonexistent/topo.xml" \
+    --shape 2x2 --names dp,tp
 exit $((failures > 0))
