@@ -308,12 +308,13 @@ static void write_gpu(writer *w, const mt_topo_gpu *g) {
     fputs("</gpu>\n", w->out);
 }
 
-static void write_nets(writer *w, int pci) {
+/* The <nic> of PCI entry pci, or with pci < 0 the NICs without a PCI entry on NUMA node numa. */
+static void write_nets(writer *w, int pci, int numa) {
     const mt_topo *t = w->t;
     int opened = 0;
     for (size_t i = 0; i < t->n_nics; i++) {
         const mt_topo_nic *c = &t->nics[i];
-        if (c->pci != pci || !*c->name) continue;
+        if (c->pci != pci || (pci < 0 && c->numa != numa) || !*c->name) continue;
         if (!opened) {
             open_tag(w, "nic");
             fputs(">\n", w->out);
@@ -376,7 +377,7 @@ static void write_pci(writer *w, int pci, int depth_left) {
     fputs(">\n", w->out);
     w->depth++;
     if (gpu) write_gpu(w, gpu);
-    write_nets(w, pci);
+    write_nets(w, pci, -1);
     for (size_t i = 0; i < t->n_pci && w->err == MT_OK; i++)
         if (w->keep[i] && t->pci[i].parent == pci) write_pci(w, (int)i, depth_left - 1);
     w->depth--;
@@ -431,27 +432,7 @@ static void write_cpu(writer *w, int numa, const char *cpus, const mt_topo_cpu_i
         w->placed[i] = 1;
         write_pci(w, (int)i, 32);
     }
-    int opened = 0;
-    for (size_t i = 0; i < t->n_nics; i++) {
-        const mt_topo_nic *c = &t->nics[i];
-        if (c->pci >= 0 || c->numa != numa || !*c->name) continue;
-        if (!opened) {
-            open_tag(w, "nic");
-            fputs(">\n", w->out);
-            w->depth++;
-            opened = 1;
-        }
-        open_tag(w, "net");
-        attr(w, "name", c->name);
-        if (c->speed_mbps >= 0) attr_int(w, "speed", c->speed_mbps);
-        fputs("/>\n", w->out);
-        w->nets++;
-    }
-    if (opened) {
-        w->depth--;
-        indent(w);
-        fputs("</nic>\n", w->out);
-    }
+    write_nets(w, -1, numa);
     w->depth--;
     indent(w);
     fputs("</cpu>\n", w->out);
