@@ -336,6 +336,28 @@ void mt_device_free(mt_device *dev, void *ptr) {
     dev->ops->free(dev, ptr);
 }
 
+const char *mt_memory_report(const mt_device *dev, char *buf, size_t size) {
+    if (!buf || size == 0) return buf;
+    buf[0] = '\0';
+    if (!dev) return buf;
+    mt_mem_stats s;
+    mt_device_mem_stats(dev, &s);
+    size_t len = (size_t)snprintf(buf, size, "memory of %s:\n", dev->name);
+    char now[32], peak[32];
+    for (int c = 0; c < MT_MEM_CATEGORY_COUNT && len < size; c++)
+        len += (size_t)snprintf(buf + len, size - len, "  %-12s %12s  (peak %s)\n",
+                                mt_mem_category_name((mt_mem_category)c),
+                                mt_format_bytes(s.current[c], now, sizeof now),
+                                mt_format_bytes(s.peak[c], peak, sizeof peak));
+    if (len < size)
+        len += (size_t)snprintf(buf + len, size - len, "  %-12s %12s  (peak %s)", "total",
+                                mt_format_bytes(s.total_current, now, sizeof now),
+                                mt_format_bytes(s.total_peak, peak, sizeof peak));
+    if (len < size && s.capacity)
+        snprintf(buf + len, size - len, ", capacity %s", mt_format_bytes(s.capacity, now, sizeof now));
+    return buf;
+}
+
 void mt_device_charge_external(mt_device *dev, mt_mem_category category, size_t bytes) {
     if (!dev || (unsigned)category >= MT_MEM_CATEGORY_COUNT) return;
     pthread_mutex_lock(&dev->lock);

@@ -80,6 +80,10 @@ mt_status mt_device_synchronize(mt_device *dev);
 /* Current and peak bytes per category, and the capacity. */
 void mt_device_mem_stats(const mt_device *dev, mt_mem_stats *out);
 
+/* Writes the rank's memory report into buf: one line per category with current and peak bytes,
+ * then the total and the capacity ("params  1.00 MiB (peak 2.00 MiB)", ...). Returns buf. */
+const char *mt_memory_report(const mt_device *dev, char *buf, size_t size);
+
 /* Resets the peaks to the current values (e.g. between benchmark phases). */
 void mt_device_reset_peaks(mt_device *dev);
 

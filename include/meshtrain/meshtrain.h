@@ -7,8 +7,13 @@
 #include <meshtrain/device.h>
 #include <meshtrain/dtype.h>
 #include <meshtrain/log.h>
+#include <meshtrain/fsdp.h>
 #include <meshtrain/memory.h>
 #include <meshtrain/mesh.h>
+#include <meshtrain/mlp.h>
+#include <meshtrain/module.h>
+#include <meshtrain/ops.h>
+#include <meshtrain/optim.h>
 #include <meshtrain/runtime.h>
 #include <meshtrain/status.h>
 #include <meshtrain/store.h>

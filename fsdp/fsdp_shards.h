@@ -1,0 +1,45 @@
+/* Internal: what the optimizer and gradient clipping see of an FSDP root: each unit's local
+ * shard. Written by the engine (fsdp/), read by fsdp/optim_adamw.c and fsdp/clip.c. */
+#ifndef MT_FSDP_FSDP_SHARDS_H
+#define MT_FSDP_FSDP_SHARDS_H
+
+#include <meshtrain/comm.h>
+#include <meshtrain/device.h>
+#include <meshtrain/module.h>
+#include <meshtrain/status.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* A run of shard elements [begin, end) that belongs to one parameter. */
+typedef struct mt_fsdp_range {
+    size_t begin, end;
+    bool tp_replicated; /* the parameter is Replicate on tp: every tp rank holds the same values */
+} mt_fsdp_range;
+
+typedef struct mt_fsdp_shard_view {
+    const char *unit_name;
+    float *param;  /* the f32 master shard: n elements */
+    float *grad;   /* the sharded gradient: n elements (zeros until a backward synchronises) */
+    size_t n;      /* shard elements, padding included (padding stays 0 in param and grad) */
+    const mt_fsdp_range *ranges; /* the real (non-padding) elements, ascending */
+    size_t n_ranges;
+} mt_fsdp_shard_view;
+
+/* The shards of root's unit and of every unit below it, in a fixed order (units in the order
+ * they were sharded). *views is malloc'd (caller frees the array only). MT_ERR_INVALID_ARG when
+ * root is not an FSDP unit. */
+mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, size_t *n);
+
+/* The groups of root's unit: the shard group, the replicate group (NULL without HSDP) and the
+ * mesh's tp group (NULL when the mesh has no "tp" dimension), and this rank's tp coordinate. */
+mt_status mt_fsdp_groups(mt_module *root, mt_group **shard, mt_group **replicate, mt_group **tp,
+                         int *tp_rank);
+
+/* After the optimizer changed the master shards: refresh the low-precision copies (bf16). */
+mt_status mt_fsdp_shards_updated(mt_module *root);
+
+/* The device of root (for allocations charged to the optimizer category). */
+mt_device *mt_fsdp_device(mt_module *root);
+
+#endif

@@ -1,0 +1,77 @@
+/* FSDP: fully sharded data parallelism over a mesh dimension, in the manner of PyTorch's FSDP2.
+ *
+ *   for (l = 0; l < layers; l++) mt_fsdp_shard(layer[l], &o);   // each layer a unit
+ *   mt_fsdp_shard(root, &o);                                    // the root owns the rest
+ *   mt_adamw_create(root, ...);                                 // after sharding: local shards
+ *
+ * A unit keeps its parameters in one flat buffer, padded so that every rank's shard has the same
+ * size. Before the unit runs (forward or backward) one all-gather rebuilds the full buffer and
+ * the parameters become views into it; afterwards it is freed (reshard). In backward the unit's
+ * full gradient is reduce-scattered (average) over the shard dimension as soon as its backward is
+ * done (HSDP: then all-reduced over the replicate dimension) and added to the sharded gradient.
+ * The next unit's all-gather is prefetched in execution order (recorded on the first step), and
+ * at most one reduce-scatter is outstanding, as FSDP2 does.
+ *
+ * Memory: unsharded parameters are charged to params, full and sharded gradients to grads, the
+ * optimizer's state to optimizer, staging buffers to comm. With param_dtype f32 the sharded
+ * parameter is the f32 master itself; with bf16 the unit keeps a bf16 shard (params) beside the
+ * f32 master (optimizer).
+ */
+#ifndef MESHTRAIN_FSDP_H
+#define MESHTRAIN_FSDP_H
+
+#include <meshtrain/dtype.h>
+#include <meshtrain/mesh.h>
+#include <meshtrain/module.h>
+#include <meshtrain/status.h>
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mt_fsdp_options {
+    mt_mesh *mesh;
+    const char *shard_dim;     /* the dimension parameters are sharded over ("dp") */
+    const char *replicate_dim; /* HSDP: the dimension shards are replicated over; NULL for FSDP */
+    int reshard_after_forward; /* 1, 0, or -1 (default): true for every unit but the root */
+    mt_dtype param_dtype;      /* all-gathered and computed in: MT_F32 (default) or MT_BF16 */
+    mt_dtype reduce_dtype;     /* gradients reduced in: MT_F32 (default) or MT_BF16 */
+} mt_fsdp_options;
+
+/* Defaults: f32 everywhere, reshard after forward except the root, no replicate dimension. */
+mt_fsdp_options mt_fsdp_defaults(mt_mesh *mesh, const char *shard_dim);
+
+/* Makes module an FSDP unit owning every parameter of its subtree that no unit below owns.
+ * Shard the layers first, then the root. */
+mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options);
+
+/* With false, backward keeps accumulating the unsharded gradients of every unit instead of
+ * reduce-scattering them (micro-batches before the last one of an accumulation); the cost is one
+ * full f32 gradient buffer per unit kept until the next synchronising backward. Applies to
+ * module's unit and every unit below it. */
+mt_status mt_fsdp_set_requires_gradient_sync(mt_module *module, bool sync);
+
+/* Explicit prefetch for a unit, as FSDP2's set_modules_to_forward_prefetch /
+ * set_modules_to_backward_prefetch: the units whose all-gather starts when this unit starts its
+ * forward (backward). Replaces the recorded order for this unit. */
+mt_status mt_fsdp_set_forward_prefetch(mt_module *unit, mt_module *const *units, int n);
+mt_status mt_fsdp_set_backward_prefetch(mt_module *unit, mt_module *const *units, int n);
+
+/* Turns prefetching on or off for root's unit and every unit below (on by default): off, each
+ * all-gather is issued when its unit starts (for comparison). */
+mt_status mt_fsdp_set_prefetch(mt_module *root, bool enabled);
+
+/* Scales every gradient shard so that the global L2 norm over all shards and mesh dimensions is
+ * at most max_norm (TP-replicated parameters counted once); *norm (may be NULL) gets the norm
+ * before clipping. Collective over the mesh. max_norm <= 0: only computes the norm. */
+mt_status mt_clip_grad_norm(mt_module *root, float max_norm, float *norm);
+
+/* Sets every sharded gradient of root's units to zero. */
+mt_status mt_zero_grad(mt_module *root);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,37 @@
+/* AdamW on the local f32 master shards of an FSDP root's units (create it after sharding). */
+#ifndef MESHTRAIN_OPTIM_H
+#define MESHTRAIN_OPTIM_H
+
+#include <meshtrain/module.h>
+#include <meshtrain/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mt_adamw_options {
+    float lr;           /* learning rate */
+    float beta1, beta2; /* 0.9, 0.999 when both are 0 */
+    float eps;          /* 1e-8 when 0 */
+    float weight_decay; /* decoupled, applied as p -= lr * wd * p */
+} mt_adamw_options;
+
+typedef struct mt_adamw mt_adamw;
+
+/* Creates the optimizer over root's unit and the units below it; its state (m, v: 8 bytes per
+ * local shard element) is charged to the optimizer category. */
+mt_status mt_adamw_create(mt_module *root, const mt_adamw_options *options, mt_adamw **out);
+
+/* One step with bias correction on every local shard, then refreshes the units' low-precision
+ * copies. Gradients must be complete (the backward that synchronises them has returned). */
+mt_status mt_adamw_step(mt_adamw *opt);
+
+void mt_adamw_set_lr(mt_adamw *opt, float lr);
+/* Steps taken so far. */
+long mt_adamw_steps(const mt_adamw *opt);
+void mt_adamw_destroy(mt_adamw *opt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
