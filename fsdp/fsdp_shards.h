@@ -26,8 +26,8 @@ typedef struct mt_fsdp_shard_view {
     size_t n_ranges;
 } mt_fsdp_shard_view;
 
-/* The shards of root's unit and of every unit below it, in a fixed order (units in the order
- * they were sharded). *views is malloc'd (caller frees the array only). MT_ERR_INVALID_ARG when
+/* The shards of root's unit and of every unit below it, in a fixed order (depth-first, the
+ * units below a module before its own: the sharding order of "layers first, then the root"). *views is malloc'd (caller frees the array only). MT_ERR_INVALID_ARG when
  * root is not an FSDP unit. */
 mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, size_t *n);
 

@@ -1,0 +1,290 @@
+/* The FSDP schedule: what happens before and after a unit's forward and backward.
+ *
+ * The outermost unit (the root) delimits a pass: its pre-hook starts it, its post-hook ends it.
+ * On the first forward (backward) pass the units are recorded in the order their hooks run; from
+ * then on a unit's pre-hook issues the all-gather of the unit after it in that order (unless an
+ * explicit prefetch list was set, or prefetch is off) before waiting for its own, so that the
+ * next unit's gather overlaps this unit's compute. In backward a unit's reduce-scatter is issued
+ * by its post-hook after finishing the previous one (at most one in flight), and the outermost
+ * post-hook finishes the last one and reshards everything, so gradients are complete and memory
+ * is back to the shards when mt_module_backward returns.
+ */
+#include "fsdp/fsdp_internal.h"
+
+#include "core/error.h"
+
+#include <meshtrain/log.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool is_outermost(const mt_fsdp_unit *u) { return !mt_fsdp_has_ancestor_unit(u->module); }
+
+static bool reshards_after_forward(const mt_fsdp_unit *u) {
+    if (u->reshard_after_forward >= 0) return u->reshard_after_forward != 0;
+    return !is_outermost(u);
+}
+
+/* After a collective failed the ranks no longer agree on what comes next: every later pass on
+ * the model fails with the first message instead of issuing mismatched collectives. */
+static mt_status mark_broken(mt_fsdp_unit *o, mt_status st) {
+    if (o && !o->broken) {
+        const char *msg = mt_last_error();
+        size_t n = strlen(msg) + 1;
+        o->broken = malloc(n);
+        if (o->broken) memcpy(o->broken, msg, n);
+    }
+    return st;
+}
+
+static mt_status check_broken(mt_fsdp_unit *o, const mt_fsdp_unit *u) {
+    if (!o->broken) return MT_OK;
+    return mt_error(MT_ERR_COMM, "unit '%s': an earlier collective of this model failed, so its "
+                    "ranks are out of step (first failure: %s)", u->module->name, o->broken);
+}
+
+static mt_status record(mt_fsdp_unit ***list, size_t *n, size_t *cap, mt_fsdp_unit *u) {
+    for (size_t i = 0; i < *n; i++)
+        if ((*list)[i] == u) return MT_OK; /* a unit run twice keeps its first place */
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 8;
+        mt_fsdp_unit **l = realloc(*list, c * sizeof *l);
+        if (!l) return mt_error(MT_ERR_OUT_OF_MEMORY, "recording the FSDP order: out of host "
+                                "memory");
+        *list = l;
+        *cap = c;
+    }
+    (*list)[(*n)++] = u;
+    return MT_OK;
+}
+
+static void finish_recording(mt_fsdp_unit *o, bool backward) {
+    mt_fsdp_unit **order = backward ? o->bwd_order : o->fwd_order;
+    size_t n = backward ? o->n_bwd_order : o->n_fwd_order;
+    for (size_t i = 0; i < n; i++) {
+        mt_fsdp_unit *next = i + 1 < n ? order[i + 1] : NULL;
+        if (backward) order[i]->bwd_next = next;
+        else order[i]->fwd_next = next;
+        if (mt_log_enabled(MT_LOG_DEBUG))
+            mt_log(MT_LOG_DEBUG, "fsdp: recorded %s order %zu: unit '%s' prefetches '%s'",
+                   backward ? "backward" : "forward", i, order[i]->module->name,
+                   next ? next->module->name : "(none)");
+    }
+    if (backward) o->bwd_recorded = true;
+    else o->fwd_recorded = true;
+}
+
+static mt_status prefetch(mt_fsdp_unit *u, bool backward) {
+    if (!u->prefetch_enabled) return MT_OK;
+    bool expl = backward ? u->bwd_explicit : u->fwd_explicit;
+    mt_fsdp_unit *const *list = backward ? u->bwd_prefetch : u->fwd_prefetch;
+    int n = backward ? u->n_bwd_prefetch : u->n_fwd_prefetch;
+    mt_fsdp_unit *next = backward ? u->bwd_next : u->fwd_next;
+    if (!expl) {
+        list = &next;
+        n = next ? 1 : 0;
+    }
+    for (int i = 0; i < n; i++) {
+        mt_fsdp_unit *t = list[i];
+        if (!t || t->state != MT_UNIT_SHARDED || !t->prefetch_enabled) continue;
+        MT_TRY(mt_fsdp_unshard_issue(t));
+        t->debug.prefetches++;
+    }
+    return MT_OK;
+}
+
+/* Issues u's all-gather unless a prefetch did, prefetches the next unit(s), waits for u's. */
+static mt_status unshard_for(mt_fsdp_unit *u, bool backward) {
+    if (u->state != MT_UNIT_SHARDED) u->debug.prefetch_hits++;
+    MT_TRY(mt_fsdp_unshard_issue(u));
+    MT_TRY(prefetch(u, backward));
+    return mt_fsdp_unshard_wait(u);
+}
+
+/* Ends a pass on the outermost unit o: reshards every unit still holding full parameters (a
+ * prefetched unit that did not run, or, after backward, those kept from forward). */
+static mt_status reshard_all(mt_fsdp_unit *o, bool keep_non_resharding) {
+    mt_fsdp_unit **units;
+    size_t n;
+    MT_TRY(mt_fsdp_units_below(o->module, &units, &n));
+    mt_status st = MT_OK;
+    for (size_t i = 0; i < n; i++) {
+        mt_fsdp_unit *u = units[i];
+        if (u->state == MT_UNIT_SHARDED) continue;
+        if (keep_non_resharding && !reshards_after_forward(u)) continue;
+        mt_status s = mt_fsdp_reshard(u);
+        if (st == MT_OK) st = s;
+    }
+    free(units);
+    return st;
+}
+
+mt_status mt_fsdp_pre_forward(mt_fsdp_unit *u) {
+    mt_fsdp_unit *o = mt_fsdp_outermost(u->module);
+    MT_TRY(check_broken(o, u));
+    if (u == o) {
+        o->in_fwd_pass = true;
+        if (!o->fwd_recorded) o->n_fwd_order = 0;
+    }
+    if (!o->fwd_recorded) MT_TRY(record(&o->fwd_order, &o->n_fwd_order, &o->cap_fwd_order, u));
+    mt_status st = unshard_for(u, false);
+    if (st != MT_OK) {
+        if (u == o) o->in_fwd_pass = false;
+        return mark_broken(o, st);
+    }
+    return MT_OK;
+}
+
+mt_status mt_fsdp_post_forward(mt_fsdp_unit *u, mt_status user_status) {
+    mt_fsdp_unit *o = mt_fsdp_outermost(u->module);
+    char saved[1024];
+    if (user_status != MT_OK) snprintf(saved, sizeof saved, "%s", mt_last_error());
+    mt_status st = MT_OK;
+    if (reshards_after_forward(u)) st = mt_fsdp_reshard(u);
+    if (u == o) {
+        mt_status s = reshard_all(o, true);
+        if (st == MT_OK) st = s;
+        if (!o->fwd_recorded && user_status == MT_OK) finish_recording(o, false);
+        o->in_fwd_pass = false;
+    }
+    if (st != MT_OK) mark_broken(o, st);
+    if (user_status != MT_OK) return mt_error_restore(user_status, saved);
+    return st;
+}
+
+/* Adds the reduced shard of unit p into its sharded gradient and frees the staging buffers.
+ * HSDP: the shard is first averaged over the replicate dimension. */
+static mt_status finish_rs(mt_fsdp_unit *p) {
+    char desc[256];
+    mt_status st = MT_OK;
+    if (p->rs_work) {
+        st = mt_work_wait(p->rs_work, -1);
+        mt_work_free(p->rs_work);
+        p->rs_work = NULL;
+        if (st != MT_OK)
+            mt_error_wrap(st, "reduce-scatter of the gradients of %s over '%s'",
+                          mt_fsdp_unit_desc(p, desc, sizeof desc), p->shard_dim);
+    }
+    if (st == MT_OK && p->replicate && p->S > 0) {
+        st = mt_all_reduce(p->replicate, p->rs_recv, p->rs_recv, p->S, p->reduce_dtype,
+                           MT_REDUCE_AVG, NULL);
+        if (st != MT_OK)
+            mt_error_wrap(st, "all-reduce of the gradients of %s over '%s'",
+                          mt_fsdp_unit_desc(p, desc, sizeof desc), p->replicate_dim);
+    }
+    if (st == MT_OK && p->S > 0) {
+        if (p->reduce_dtype == MT_BF16) {
+            const mt_bf16 *r = p->rs_recv;
+            for (size_t i = 0; i < p->S; i++) p->grad_shard[i] += mt_bf16_to_f32(r[i]);
+        } else {
+            const float *r = p->rs_recv;
+            for (size_t i = 0; i < p->S; i++) p->grad_shard[i] += r[i];
+        }
+    }
+    mt_device_free(p->dev, p->rs_send);
+    mt_device_free(p->dev, p->rs_recv);
+    mt_device_free(p->dev, p->full_grad);
+    p->rs_send = p->rs_recv = NULL;
+    p->full_grad = NULL;
+    return st;
+}
+
+mt_status mt_fsdp_finish_pending_rs(mt_fsdp_unit *o) {
+    mt_fsdp_unit *p = o->rs_pending;
+    if (!p) return MT_OK;
+    o->rs_pending = NULL;
+    o->rs_outstanding--;
+    return finish_rs(p);
+}
+
+static mt_status issue_rs(mt_fsdp_unit *o, mt_fsdp_unit *u) {
+    char desc[256];
+    size_t es = mt_dtype_size(u->reduce_dtype);
+    mt_status st = mt_device_alloc(u->dev, u->S * es, MT_MEM_COMM, &u->rs_recv);
+    const void *send = u->full_grad;
+    if (st == MT_OK && u->reduce_dtype == MT_BF16) {
+        st = mt_device_alloc(u->dev, u->padded * es, MT_MEM_COMM, &u->rs_send);
+        if (st == MT_OK) mt_f32_to_bf16_array(u->full_grad, u->rs_send, u->padded);
+        send = u->rs_send;
+    }
+    if (st == MT_OK && u->S > 0)
+        st = mt_reduce_scatter(u->shard, send, u->rs_recv, u->S, u->reduce_dtype, MT_REDUCE_AVG,
+                               &u->rs_work);
+    if (st != MT_OK) {
+        mt_error_wrap(st, "reduce-scatter of the gradients of %s over '%s'",
+                      mt_fsdp_unit_desc(u, desc, sizeof desc), u->shard_dim);
+        u->rs_work = NULL;
+        return st;
+    }
+    u->debug.reduce_scatters++;
+    o->rs_pending = u;
+    if (++o->rs_outstanding > o->debug.max_outstanding_rs)
+        o->debug.max_outstanding_rs = o->rs_outstanding;
+    return MT_OK;
+}
+
+static void point_grads(mt_fsdp_unit *u, bool valid) {
+    for (size_t i = 0; i < u->n_params; i++)
+        u->params[i]->grad = valid ? u->full_grad + u->params[i]->offset : NULL;
+}
+
+mt_status mt_fsdp_pre_backward(mt_fsdp_unit *u) {
+    mt_fsdp_unit *o = mt_fsdp_outermost(u->module);
+    MT_TRY(check_broken(o, u));
+    if (u == o) {
+        o->in_bwd_pass = true;
+        if (!o->bwd_recorded) o->n_bwd_order = 0;
+    }
+    if (!o->bwd_recorded) MT_TRY(record(&o->bwd_order, &o->n_bwd_order, &o->cap_bwd_order, u));
+    mt_status st = unshard_for(u, true);
+    if (st != MT_OK) {
+        if (u == o) o->in_bwd_pass = false;
+        return mark_broken(o, st);
+    }
+    if (!u->full_grad) {
+        char desc[256];
+        st = mt_device_alloc(u->dev, u->padded * sizeof(float), MT_MEM_GRADS,
+                             (void **)&u->full_grad);
+        if (st == MT_OK) st = mt_device_memset(u->dev, u->full_grad, 0,
+                                               u->padded * sizeof(float), NULL);
+        if (st != MT_OK) {
+            mt_device_free(u->dev, u->full_grad);
+            u->full_grad = NULL;
+            if (u == o) o->in_bwd_pass = false;
+            return mt_error_wrap(st, "gradient buffer of %s",
+                                 mt_fsdp_unit_desc(u, desc, sizeof desc));
+        }
+    }
+    point_grads(u, true);
+    u->in_backward = true;
+    return MT_OK;
+}
+
+mt_status mt_fsdp_post_backward(mt_fsdp_unit *u, mt_status user_status) {
+    mt_fsdp_unit *o = mt_fsdp_outermost(u->module);
+    char saved[1024];
+    if (user_status != MT_OK) snprintf(saved, sizeof saved, "%s", mt_last_error());
+    point_grads(u, false);
+    u->in_backward = false;
+    mt_status st = MT_OK;
+    /* A rank whose backward failed issues no reduce-scatter: the others find out by timeout or
+     * by the launcher stopping the job, and this rank reports its own error. */
+    if (user_status == MT_OK && u->requires_sync) {
+        st = mt_fsdp_finish_pending_rs(o);
+        if (st == MT_OK) st = issue_rs(o, u);
+    }
+    mt_status s = mt_fsdp_reshard(u);
+    if (st == MT_OK) st = s;
+    if (u == o) {
+        s = mt_fsdp_finish_pending_rs(o);
+        if (st == MT_OK) st = s;
+        s = reshard_all(o, false);
+        if (st == MT_OK) st = s;
+        if (!o->bwd_recorded && user_status == MT_OK) finish_recording(o, true);
+        o->in_bwd_pass = false;
+    }
+    if (st != MT_OK) mark_broken(o, st);
+    if (user_status != MT_OK) return mt_error_restore(user_status, saved);
+    return st;
+}

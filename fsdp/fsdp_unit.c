@@ -1,0 +1,550 @@
+/* FSDP units: turning a module's subtree into one flat, padded, sharded buffer, and the
+ * unshard (one all-gather into a full buffer the parameters point into) / reshard (free it). */
+#include "fsdp/fsdp_internal.h"
+
+#include "core/error.h"
+
+#include <meshtrain/log.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+mt_fsdp_options mt_fsdp_defaults(mt_mesh *mesh, const char *shard_dim) {
+    mt_fsdp_options o;
+    memset(&o, 0, sizeof o);
+    o.mesh = mesh;
+    o.shard_dim = shard_dim;
+    o.replicate_dim = NULL;
+    o.reshard_after_forward = -1;
+    o.param_dtype = MT_F32;
+    o.reduce_dtype = MT_F32;
+    return o;
+}
+
+mt_fsdp_unit *mt_fsdp_outermost(const mt_module *module) {
+    mt_fsdp_unit *found = NULL;
+    for (const mt_module *m = module; m; m = m->parent)
+        if (m->unit) found = m->unit;
+    return found;
+}
+
+bool mt_fsdp_has_ancestor_unit(const mt_module *module) {
+    for (const mt_module *m = module ? module->parent : NULL; m; m = m->parent)
+        if (m->unit) return true;
+    return false;
+}
+
+const char *mt_fsdp_unit_desc(const mt_fsdp_unit *u, char *buf, size_t cap) {
+    int n = snprintf(buf, cap, "unit '%s' (", u->module->name);
+    if (u->n_params == 0) n += snprintf(buf + n, n < (int)cap ? cap - (size_t)n : 0, "no params");
+    for (size_t i = 0; i < u->n_params && n < (int)cap; i++) {
+        if (i == 4) {
+            n += snprintf(buf + n, cap - (size_t)n, ", ... %zu params", u->n_params);
+            break;
+        }
+        n += snprintf(buf + n, cap - (size_t)n, "%sparam '%s.%s'", i ? ", " : "",
+                      u->params[i]->owner->name, u->params[i]->name);
+    }
+    if (n < (int)cap) snprintf(buf + n, cap - (size_t)n, ")");
+    return buf;
+}
+
+/* ---- collecting the tree ------------------------------------------------------------------ */
+
+typedef struct ptr_list {
+    void **items;
+    size_t n, cap;
+} ptr_list;
+
+static bool list_push(ptr_list *l, void *p) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 8;
+        void **items = realloc(l->items, cap * sizeof *items);
+        if (!items) return false;
+        l->items = items;
+        l->cap = cap;
+    }
+    l->items[l->n++] = p;
+    return true;
+}
+
+/* The parameters of m's subtree that no unit below m owns, depth-first, own params first. */
+static bool collect_params(mt_module *m, bool top, ptr_list *out) {
+    if (!top && m->unit) return true;
+    for (size_t i = 0; i < m->n_params; i++)
+        if (!list_push(out, m->params[i])) return false;
+    for (size_t i = 0; i < m->n_children; i++)
+        if (!collect_params(m->children[i], false, out)) return false;
+    return true;
+}
+
+/* Post-order (children first, in order, then the unit itself): the order in which a program
+ * shards its layers and then the root, and the same on every rank. */
+static bool collect_units(mt_module *m, ptr_list *out) {
+    for (size_t i = 0; i < m->n_children; i++)
+        if (!collect_units(m->children[i], out)) return false;
+    return !m->unit || list_push(out, m->unit);
+}
+
+mt_status mt_fsdp_units_below(mt_module *module, mt_fsdp_unit ***units, size_t *n) {
+    ptr_list l = {0};
+    if (!collect_units(module, &l)) {
+        free(l.items);
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "module '%s': out of host memory listing units",
+                        module->name);
+    }
+    *units = (mt_fsdp_unit **)l.items;
+    *n = l.n;
+    return MT_OK;
+}
+
+/* ---- sharding ------------------------------------------------------------------------------ */
+
+static char *dup_opt(const char *s) {
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+static mt_status check_options(mt_module *m, const mt_fsdp_options *o, mt_group **shard,
+                               mt_group **replicate) {
+    if (!o->mesh || !o->shard_dim)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_shard('%s'): options need a mesh and a "
+                        "shard dimension (see mt_fsdp_defaults)", m->name);
+    if (o->mesh != m->mesh)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_shard('%s'): the options' mesh is not the "
+                        "module's mesh", m->name);
+    if (mt_mesh_dim_index(o->mesh, o->shard_dim) < 0)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_shard('%s'): the mesh has no dimension "
+                        "'%s' to shard over", m->name, o->shard_dim);
+    if (o->replicate_dim && mt_mesh_dim_index(o->mesh, o->replicate_dim) < 0)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_shard('%s'): the mesh has no dimension "
+                        "'%s' to replicate over", m->name, o->replicate_dim);
+    if (o->replicate_dim && strcmp(o->replicate_dim, o->shard_dim) == 0)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_shard('%s'): the shard and replicate "
+                        "dimensions are both '%s'", m->name, o->shard_dim);
+    if ((o->param_dtype != MT_F32 && o->param_dtype != MT_BF16) ||
+        (o->reduce_dtype != MT_F32 && o->reduce_dtype != MT_BF16))
+        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_shard('%s'): param_dtype and reduce_dtype "
+                        "must be MT_F32 or MT_BF16", m->name);
+    if (o->reshard_after_forward < -1 || o->reshard_after_forward > 1)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_shard('%s'): reshard_after_forward must be "
+                        "1, 0 or -1 (default)", m->name);
+    if (m->unit)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_shard('%s'): the module is already an FSDP "
+                        "unit", m->name);
+    if (mt_fsdp_has_ancestor_unit(m))
+        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_shard('%s'): an enclosing module is already "
+                        "sharded; shard the layers first, then the root", m->name);
+    MT_TRY(mt_mesh_group(o->mesh, o->shard_dim, shard));
+    *replicate = NULL;
+    if (o->replicate_dim) MT_TRY(mt_mesh_group(o->mesh, o->replicate_dim, replicate));
+    return MT_OK;
+}
+
+/* The runs of this rank's shard [lo, lo + S) that hold real parameter elements. */
+static mt_status build_ranges(mt_fsdp_unit *u) {
+    size_t lo = (size_t)u->rank * u->S, hi = lo + u->S;
+    u->ranges = calloc(u->n_params ? u->n_params : 1, sizeof *u->ranges);
+    if (!u->ranges) return mt_error(MT_ERR_OUT_OF_MEMORY, "out of host memory");
+    for (size_t i = 0; i < u->n_params; i++) {
+        mt_param *p = u->params[i];
+        size_t b = p->offset > lo ? p->offset : lo;
+        size_t e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (b >= e) continue;
+        mt_fsdp_range *r = &u->ranges[u->n_ranges++];
+        r->begin = b - lo;
+        r->end = e - lo;
+        r->tp_replicated = p->tp.kind == MT_TP_REPLICATE;
+    }
+    return MT_OK;
+}
+
+static void free_buffers(mt_fsdp_unit *u) {
+    mt_device_free(u->dev, u->master);
+    mt_device_free(u->dev, u->shard_lp);
+    mt_device_free(u->dev, u->grad_shard);
+    u->master = NULL;
+    u->shard_lp = NULL;
+    u->grad_shard = NULL;
+}
+
+static void unit_free_struct(mt_fsdp_unit *u) {
+    free(u->params);
+    free(u->ranges);
+    free(u->shard_dim);
+    free(u->replicate_dim);
+    free(u->fwd_prefetch);
+    free(u->bwd_prefetch);
+    free(u->fwd_order);
+    free(u->bwd_order);
+    free(u->broken);
+    free(u);
+}
+
+/* Fills the master shard from the parameters' own f32 buffers (padding stays 0). */
+static void fill_master(mt_fsdp_unit *u) {
+    size_t lo = (size_t)u->rank * u->S, hi = lo + u->S;
+    for (size_t i = 0; i < u->n_params; i++) {
+        mt_param *p = u->params[i];
+        size_t b = p->offset > lo ? p->offset : lo;
+        size_t e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (b < e)
+            memcpy(u->master + (b - lo), (const float *)p->data + (b - p->offset),
+                   (e - b) * sizeof(float));
+    }
+}
+
+static mt_status alloc_shards(mt_fsdp_unit *u) {
+    size_t S = u->S;
+    mt_mem_category master_cat = u->param_dtype == MT_F32 ? MT_MEM_PARAMS : MT_MEM_OPTIMIZER;
+    MT_TRY(mt_device_alloc(u->dev, S * sizeof(float), master_cat, (void **)&u->master));
+    MT_TRY(mt_device_alloc(u->dev, S * sizeof(float), MT_MEM_GRADS, (void **)&u->grad_shard));
+    MT_TRY(mt_device_memset(u->dev, u->master, 0, S * sizeof(float), NULL));
+    MT_TRY(mt_device_memset(u->dev, u->grad_shard, 0, S * sizeof(float), NULL));
+    if (u->param_dtype == MT_BF16)
+        MT_TRY(mt_device_alloc(u->dev, S * sizeof(mt_bf16), MT_MEM_PARAMS, (void **)&u->shard_lp));
+    return MT_OK;
+}
+
+mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options) {
+    if (!module || !options)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_shard: module and options are required");
+    mt_group *shard, *replicate;
+    MT_TRY(check_options(module, options, &shard, &replicate));
+
+    mt_fsdp_unit *u = calloc(1, sizeof *u);
+    if (!u) return mt_error(MT_ERR_OUT_OF_MEMORY, "mt_fsdp_shard('%s'): out of host memory",
+                            module->name);
+    u->module = module;
+    u->dev = module->dev;
+    u->shard = shard;
+    u->replicate = replicate;
+    u->reshard_after_forward = options->reshard_after_forward;
+    u->param_dtype = options->param_dtype;
+    u->reduce_dtype = options->reduce_dtype;
+    u->shard_dim = dup_opt(options->shard_dim);
+    u->replicate_dim = dup_opt(options->replicate_dim);
+    u->nranks = mt_group_size(shard);
+    u->rank = mt_group_rank(shard);
+    u->requires_sync = true;
+    u->prefetch_enabled = true;
+    u->tp_rank = 0;
+    int tpd = mt_mesh_dim_index(module->mesh, "tp");
+    mt_status st = MT_OK;
+    if (tpd >= 0) {
+        st = mt_mesh_group(module->mesh, "tp", &u->tp);
+        u->tp_rank = mt_mesh_coord(module->mesh, tpd);
+    }
+    ptr_list params = {0};
+    if (st == MT_OK && (!u->shard_dim || (options->replicate_dim && !u->replicate_dim) ||
+                        !collect_params(module, true, &params)))
+        st = mt_error(MT_ERR_OUT_OF_MEMORY, "mt_fsdp_shard('%s'): out of host memory",
+                      module->name);
+    u->params = (mt_param **)params.items;
+    u->n_params = params.n;
+    for (size_t i = 0; i < u->n_params; i++) {
+        u->params[i]->offset = u->total;
+        u->total += u->params[i]->numel;
+    }
+    size_t N = (size_t)u->nranks;
+    u->padded = (u->total + N - 1) / N * N;
+    u->S = u->padded / N;
+    if (st == MT_OK) st = alloc_shards(u);
+    if (st == MT_OK) st = build_ranges(u);
+    if (st != MT_OK) {
+        free_buffers(u);
+        unit_free_struct(u);
+        return mt_error_wrap(st, "mt_fsdp_shard('%s')", module->name);
+    }
+    fill_master(u);
+    if (u->shard_lp) mt_f32_to_bf16_array(u->master, u->shard_lp, u->S);
+    /* The per-parameter buffers go: from here on the shard is the only copy. */
+    for (size_t i = 0; i < u->n_params; i++) {
+        mt_param *p = u->params[i];
+        mt_device_free(u->dev, p->data);
+        p->data = NULL;
+        p->unit = u;
+    }
+    module->unit = u;
+    mt_log(MT_LOG_DEBUG, "fsdp: unit '%s': %zu params, %zu elements, padded to %zu, shard %zu "
+           "(%d ranks on '%s'%s%s), param %s, reduce %s", module->name, u->n_params, u->total,
+           u->padded, u->S, u->nranks, u->shard_dim, u->replicate_dim ? ", replicated on " : "",
+           u->replicate_dim ? u->replicate_dim : "", mt_dtype_name(u->param_dtype),
+           mt_dtype_name(u->reduce_dtype));
+    return MT_OK;
+}
+
+/* ---- unshard / reshard ------------------------------------------------------------------- */
+
+static void point_params(mt_fsdp_unit *u, bool unsharded) {
+    size_t es = mt_dtype_size(u->param_dtype);
+    for (size_t i = 0; i < u->n_params; i++) {
+        mt_param *p = u->params[i];
+        p->data = unsharded ? (char *)u->full + p->offset * es : NULL;
+    }
+}
+
+mt_status mt_fsdp_unshard_issue(mt_fsdp_unit *u) {
+    if (u->state != MT_UNIT_SHARDED) return MT_OK;
+    char desc[256];
+    size_t es = mt_dtype_size(u->param_dtype);
+    mt_status st = mt_device_alloc(u->dev, u->padded * es, MT_MEM_PARAMS, &u->full);
+    if (st != MT_OK)
+        return mt_error_wrap(st, "unsharding %s", mt_fsdp_unit_desc(u, desc, sizeof desc));
+    u->debug.all_gathers++;
+    if (u->S > 0) {
+        const void *send = u->param_dtype == MT_BF16 ? (const void *)u->shard_lp : u->master;
+        st = mt_all_gather(u->shard, send, u->full, u->S, u->param_dtype, &u->ag_work);
+        if (st != MT_OK) {
+            mt_device_free(u->dev, u->full);
+            u->full = NULL;
+            u->ag_work = NULL;
+            return mt_error_wrap(st, "all-gather of %s over '%s'",
+                                 mt_fsdp_unit_desc(u, desc, sizeof desc), u->shard_dim);
+        }
+    }
+    u->state = MT_UNIT_GATHERING;
+    return MT_OK;
+}
+
+/* Waits for the all-gather in flight; on failure the full buffer is released. */
+static mt_status finish_gather(mt_fsdp_unit *u) {
+    mt_status st = MT_OK;
+    if (u->ag_work) {
+        st = mt_work_wait(u->ag_work, -1);
+        mt_work_free(u->ag_work);
+        u->ag_work = NULL;
+    }
+    if (st != MT_OK) {
+        char desc[256];
+        mt_error_wrap(st, "all-gather of %s over '%s'", mt_fsdp_unit_desc(u, desc, sizeof desc),
+                      u->shard_dim);
+        mt_device_free(u->dev, u->full);
+        u->full = NULL;
+        u->state = MT_UNIT_SHARDED;
+        return st;
+    }
+    u->state = MT_UNIT_UNSHARDED;
+    return MT_OK;
+}
+
+mt_status mt_fsdp_unshard_wait(mt_fsdp_unit *u) {
+    MT_TRY(mt_fsdp_unshard_issue(u));
+    if (u->state == MT_UNIT_GATHERING) MT_TRY(finish_gather(u));
+    point_params(u, true);
+    return MT_OK;
+}
+
+mt_status mt_fsdp_reshard(mt_fsdp_unit *u) {
+    mt_status st = MT_OK;
+    if (u->state == MT_UNIT_GATHERING) st = finish_gather(u);
+    point_params(u, false);
+    mt_device_free(u->dev, u->full);
+    u->full = NULL;
+    u->state = MT_UNIT_SHARDED;
+    return st;
+}
+
+void mt_fsdp_unit_destroy(mt_fsdp_unit *u) {
+    if (!u) return;
+    if (u->ag_work) mt_work_free(u->ag_work);
+    if (u->rs_work) mt_work_free(u->rs_work);
+    u->ag_work = u->rs_work = NULL;
+    /* An outermost unit may point at a unit below with a reduce-scatter pending: its buffers are
+     * released by that unit's own destroy, after its work handle was freed above or there. */
+    mt_device_free(u->dev, u->full);
+    mt_device_free(u->dev, u->full_grad);
+    mt_device_free(u->dev, u->rs_send);
+    mt_device_free(u->dev, u->rs_recv);
+    free_buffers(u);
+    for (size_t i = 0; i < u->n_params; i++) {
+        u->params[i]->data = NULL;
+        u->params[i]->grad = NULL;
+        u->params[i]->unit = NULL;
+    }
+    /* Units above may list this one in their prefetch lists or recorded order. */
+    for (mt_module *m = u->module->parent; m; m = m->parent) {
+        mt_fsdp_unit *a = m->unit;
+        if (!a) continue;
+        if (a->rs_pending == u) a->rs_pending = NULL;
+    }
+    unit_free_struct(u);
+}
+
+/* ---- what optimizer and clipping see ----------------------------------------------------- */
+
+static mt_status root_unit(mt_module *root, const char *what, mt_fsdp_unit **out) {
+    if (!root || !root->unit)
+        return mt_error(MT_ERR_INVALID_ARG, "%s: module '%s' is not an FSDP unit (call "
+                        "mt_fsdp_shard on it first)", what, root ? root->name : "(null)");
+    *out = root->unit;
+    return MT_OK;
+}
+
+mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, size_t *n) {
+    mt_fsdp_unit *ru = NULL;
+    if (!views || !n) return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_collect_shards: NULL output");
+    MT_TRY(root_unit(root, "mt_fsdp_collect_shards", &ru));
+    mt_fsdp_unit **units;
+    size_t count;
+    MT_TRY(mt_fsdp_units_below(root, &units, &count));
+    mt_fsdp_shard_view *v = calloc(count ? count : 1, sizeof *v);
+    if (!v) {
+        free(units);
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "mt_fsdp_collect_shards: out of host memory");
+    }
+    for (size_t i = 0; i < count; i++) {
+        v[i].unit_name = units[i]->module->name;
+        v[i].param = units[i]->master;
+        v[i].grad = units[i]->grad_shard;
+        v[i].n = units[i]->S;
+        v[i].ranges = units[i]->ranges;
+        v[i].n_ranges = units[i]->n_ranges;
+    }
+    free(units);
+    *views = v;
+    *n = count;
+    return MT_OK;
+}
+
+mt_status mt_fsdp_groups(mt_module *root, mt_group **shard, mt_group **replicate, mt_group **tp,
+                         int *tp_rank) {
+    mt_fsdp_unit *u = NULL;
+    MT_TRY(root_unit(root, "mt_fsdp_groups", &u));
+    if (shard) *shard = u->shard;
+    if (replicate) *replicate = u->replicate;
+    if (tp) *tp = u->tp;
+    if (tp_rank) *tp_rank = u->tp_rank;
+    return MT_OK;
+}
+
+mt_status mt_fsdp_shards_updated(mt_module *root) {
+    mt_fsdp_unit *ru = NULL;
+    MT_TRY(root_unit(root, "mt_fsdp_shards_updated", &ru));
+    mt_fsdp_unit **units;
+    size_t count;
+    MT_TRY(mt_fsdp_units_below(root, &units, &count));
+    mt_status st = MT_OK;
+    for (size_t i = 0; i < count; i++) {
+        mt_fsdp_unit *u = units[i];
+        if (u->shard_lp) mt_f32_to_bf16_array(u->master, u->shard_lp, u->S);
+        /* A unit left unsharded (no reshard after forward) holds the old values. */
+        if (u->state != MT_UNIT_SHARDED && !u->in_backward) {
+            mt_status s = mt_fsdp_reshard(u);
+            if (st == MT_OK) st = s;
+        }
+    }
+    free(units);
+    return st;
+}
+
+mt_device *mt_fsdp_device(mt_module *root) { return root ? root->dev : NULL; }
+
+mt_status mt_zero_grad(mt_module *root) {
+    mt_fsdp_unit *ru = NULL;
+    MT_TRY(root_unit(root, "mt_zero_grad", &ru));
+    mt_fsdp_unit **units;
+    size_t count;
+    MT_TRY(mt_fsdp_units_below(root, &units, &count));
+    mt_status st = MT_OK;
+    for (size_t i = 0; i < count && st == MT_OK; i++)
+        st = mt_device_memset(units[i]->dev, units[i]->grad_shard, 0,
+                              units[i]->S * sizeof(float), NULL);
+    free(units);
+    return st;
+}
+
+/* ---- switches ---------------------------------------------------------------------------- */
+
+mt_status mt_fsdp_set_requires_gradient_sync(mt_module *module, bool sync) {
+    if (!module) return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_set_requires_gradient_sync: NULL");
+    mt_fsdp_unit **units;
+    size_t count;
+    MT_TRY(mt_fsdp_units_below(module, &units, &count));
+    for (size_t i = 0; i < count; i++) units[i]->requires_sync = sync;
+    free(units);
+    if (count == 0)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_set_requires_gradient_sync: no FSDP unit at "
+                        "or below module '%s'", module->name);
+    return MT_OK;
+}
+
+mt_status mt_fsdp_set_prefetch(mt_module *root, bool enabled) {
+    if (!root) return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_set_prefetch: NULL module");
+    mt_fsdp_unit **units;
+    size_t count;
+    MT_TRY(mt_fsdp_units_below(root, &units, &count));
+    for (size_t i = 0; i < count; i++) units[i]->prefetch_enabled = enabled;
+    free(units);
+    if (count == 0)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_set_prefetch: no FSDP unit at or below "
+                        "module '%s'", root->name);
+    return MT_OK;
+}
+
+static mt_status set_prefetch_list(mt_module *unit, mt_module *const *units, int n, bool bwd) {
+    const char *what = bwd ? "mt_fsdp_set_backward_prefetch" : "mt_fsdp_set_forward_prefetch";
+    if (!unit || !unit->unit)
+        return mt_error(MT_ERR_INVALID_ARG, "%s: module '%s' is not an FSDP unit", what,
+                        unit ? unit->name : "(null)");
+    if (n < 0 || (n > 0 && !units))
+        return mt_error(MT_ERR_INVALID_ARG, "%s('%s'): bad list", what, unit->name);
+    mt_fsdp_unit **list = calloc(n > 0 ? (size_t)n : 1, sizeof *list);
+    if (!list) return mt_error(MT_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+    mt_fsdp_unit *outer = mt_fsdp_outermost(unit);
+    for (int i = 0; i < n; i++) {
+        if (!units[i] || !units[i]->unit || mt_fsdp_outermost(units[i]) != outer) {
+            free(list);
+            return mt_error(MT_ERR_INVALID_ARG, "%s('%s'): entry %d ('%s') is not an FSDP unit "
+                            "of the same model", what, unit->name, i,
+                            units[i] ? units[i]->name : "(null)");
+        }
+        list[i] = units[i]->unit;
+    }
+    mt_fsdp_unit *u = unit->unit;
+    if (bwd) {
+        free(u->bwd_prefetch);
+        u->bwd_prefetch = list;
+        u->n_bwd_prefetch = n;
+        u->bwd_explicit = true;
+    } else {
+        free(u->fwd_prefetch);
+        u->fwd_prefetch = list;
+        u->n_fwd_prefetch = n;
+        u->fwd_explicit = true;
+    }
+    return MT_OK;
+}
+
+mt_status mt_fsdp_set_forward_prefetch(mt_module *unit, mt_module *const *units, int n) {
+    return set_prefetch_list(unit, units, n, false);
+}
+
+mt_status mt_fsdp_set_backward_prefetch(mt_module *unit, mt_module *const *units, int n) {
+    return set_prefetch_list(unit, units, n, true);
+}
+
+/* ---- test hooks -------------------------------------------------------------------------- */
+
+mt_status mt_fsdp_debug_get(mt_module *module, mt_fsdp_debug *out) {
+    if (!module || !module->unit || !out)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_debug_get: not an FSDP unit");
+    *out = module->unit->debug;
+    return MT_OK;
+}
+
+mt_status mt_fsdp_debug_order(mt_module *root, bool backward, mt_module **out, size_t cap,
+                              size_t *n) {
+    mt_fsdp_unit *o = mt_fsdp_outermost(root);
+    if (!o || !n) return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_debug_order: not an FSDP unit");
+    mt_fsdp_unit **order = backward ? o->bwd_order : o->fwd_order;
+    size_t count = backward ? o->n_bwd_order : o->n_fwd_order;
+    bool recorded = backward ? o->bwd_recorded : o->fwd_recorded;
+    *n = recorded ? count : 0;
+    for (size_t i = 0; i < *n && i < cap; i++) out[i] = order[i]->module;
+    return MT_OK;
+}

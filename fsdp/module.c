@@ -1,0 +1,259 @@
+/* Modules: the tree of named parameters and children, and the forward/backward entry points
+ * that put FSDP's hooks around a sharded unit. */
+#include "fsdp/fsdp_internal.h"
+
+#include "core/error.h"
+
+#include <meshtrain/dtype.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+mt_status mt_module_create(mt_mesh *mesh, const char *name, const mt_module_ops *ops, void *user,
+                           mt_module **out) {
+    if (!out) return mt_error(MT_ERR_INVALID_ARG, "mt_module_create: out is NULL");
+    *out = NULL;
+    if (!mesh || !name || !*name)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_module_create: a mesh and a non-empty name are "
+                                            "required");
+    mt_module *m = calloc(1, sizeof *m);
+    if (!m || !(m->name = dup_str(name))) {
+        free(m);
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "module '%s': out of host memory", name);
+    }
+    m->mesh = mesh;
+    m->dev = mt_runtime_device(mt_mesh_runtime(mesh));
+    if (ops) m->ops = *ops;
+    m->user = user;
+    *out = m;
+    return MT_OK;
+}
+
+static void param_free(mt_param *p) {
+    if (!p) return;
+    if (!p->unit && p->data) mt_device_free(p->owner->dev, p->data);
+    free(p->name);
+    free(p);
+}
+
+void mt_module_destroy(mt_module *module) {
+    if (!module) return;
+    /* The unit first: it waits for work that may still read the children's buffers. */
+    if (module->unit) mt_fsdp_unit_destroy(module->unit);
+    module->unit = NULL;
+    for (size_t i = 0; i < module->n_children; i++) {
+        module->children[i]->parent = NULL;
+        mt_module_destroy(module->children[i]);
+    }
+    for (size_t i = 0; i < module->n_params; i++) param_free(module->params[i]);
+    free(module->children);
+    free(module->params);
+    free(module->name);
+    free(module);
+}
+
+/* A module inside a unit has its parameters fixed in the unit's flat buffer. */
+static bool covered_by_unit(const mt_module *m) { return mt_fsdp_outermost(m) != NULL; }
+
+mt_status mt_module_add_child(mt_module *parent, mt_module *child) {
+    if (!parent || !child || parent == child)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_module_add_child: two distinct modules required");
+    if (child->parent)
+        return mt_error(MT_ERR_INVALID_ARG, "module '%s' already has a parent ('%s')",
+                        child->name, child->parent->name);
+    for (const mt_module *a = parent; a; a = a->parent)
+        if (a == child)
+            return mt_error(MT_ERR_INVALID_ARG, "adding module '%s' under '%s' would make a cycle",
+                            child->name, parent->name);
+    if (covered_by_unit(parent))
+        return mt_error(MT_ERR_INVALID_ARG,
+                        "cannot add module '%s' under '%s': '%s' is already inside an FSDP unit "
+                        "(build the whole model before sharding)",
+                        child->name, parent->name, parent->name);
+    if (parent->mesh != child->mesh)
+        return mt_error(MT_ERR_INVALID_ARG, "modules '%s' and '%s' are on different meshes",
+                        parent->name, child->name);
+    if (parent->n_children == parent->cap_children) {
+        size_t cap = parent->cap_children ? parent->cap_children * 2 : 4;
+        mt_module **c = realloc(parent->children, cap * sizeof *c);
+        if (!c) return mt_error(MT_ERR_OUT_OF_MEMORY, "module '%s': out of host memory",
+                                parent->name);
+        parent->children = c;
+        parent->cap_children = cap;
+    }
+    parent->children[parent->n_children++] = child;
+    child->parent = parent;
+    return MT_OK;
+}
+
+/* The size of the mesh's "tp" dimension, 1 without one. */
+static int tp_size(const mt_mesh *mesh) {
+    int d = mt_mesh_dim_index(mesh, "tp");
+    return d < 0 ? 1 : mt_mesh_dim_size(mesh, d);
+}
+
+mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
+                              const int64_t *global_shape, mt_tp_placement tp, mt_param **out) {
+    if (out) *out = NULL;
+    if (!module || !name || !*name || (ndim > 0 && !global_shape))
+        return mt_error(MT_ERR_INVALID_ARG, "mt_module_add_param: module, name and shape "
+                                            "required");
+    if (ndim < 0 || ndim > MT_PARAM_MAX_DIMS)
+        return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s': %d dimensions "
+                        "(0 to %d allowed)", name, module->name, ndim, MT_PARAM_MAX_DIMS);
+    if (covered_by_unit(module))
+        return mt_error(MT_ERR_INVALID_ARG, "cannot add parameter '%s' to module '%s': the module "
+                        "is already inside an FSDP unit", name, module->name);
+    for (size_t i = 0; i < module->n_params; i++)
+        if (strcmp(module->params[i]->name, name) == 0)
+            return mt_error(MT_ERR_INVALID_ARG, "module '%s' already has a parameter '%s'",
+                            module->name, name);
+    if (tp.kind != MT_TP_REPLICATE && tp.kind != MT_TP_SHARD)
+        return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s': unknown tp placement "
+                        "%d", name, module->name, (int)tp.kind);
+    int tps = tp_size(module->mesh);
+    if (tp.kind == MT_TP_SHARD && (tp.dim < 0 || tp.dim >= ndim))
+        return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s': Shard(%d) on tp but "
+                        "the parameter has %d dimensions", name, module->name, tp.dim, ndim);
+    mt_param *p = calloc(1, sizeof *p);
+    if (!p || !(p->name = dup_str(name))) {
+        free(p);
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "parameter '%s': out of host memory", name);
+    }
+    p->owner = module;
+    p->ndim = ndim;
+    p->tp = tp;
+    p->numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        int64_t g = global_shape[d];
+        if (g <= 0) {
+            param_free(p);
+            return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s': dimension %d has "
+                            "size %lld (must be positive)", name, module->name, d, (long long)g);
+        }
+        int64_t l = g;
+        if (tp.kind == MT_TP_SHARD && d == tp.dim) {
+            if (g % tps != 0) {
+                param_free(p);
+                return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s': dimension %d "
+                                "(%lld) is not divisible by the tp size %d", name, module->name,
+                                d, (long long)g, tps);
+            }
+            l = g / tps;
+        }
+        p->global_shape[d] = g;
+        p->local_shape[d] = l;
+        p->numel *= (size_t)l;
+    }
+    mt_status st = mt_device_alloc(module->dev, p->numel * sizeof(float), MT_MEM_PARAMS, &p->data);
+    if (st != MT_OK) {
+        param_free(p);
+        return mt_error_wrap(st, "parameter '%s' of module '%s'", name, module->name);
+    }
+    st = mt_device_memset(module->dev, p->data, 0, p->numel * sizeof(float), NULL);
+    if (st == MT_OK && module->n_params == module->cap_params) {
+        size_t cap = module->cap_params ? module->cap_params * 2 : 4;
+        mt_param **ps = realloc(module->params, cap * sizeof *ps);
+        if (!ps) st = mt_error(MT_ERR_OUT_OF_MEMORY, "module '%s': out of host memory",
+                               module->name);
+        else {
+            module->params = ps;
+            module->cap_params = cap;
+        }
+    }
+    if (st != MT_OK) {
+        param_free(p);
+        return st;
+    }
+    module->params[module->n_params++] = p;
+    if (out) *out = p;
+    return MT_OK;
+}
+
+/* Without a function of its own, a module runs its children: forward in order, backward in
+ * reverse order. */
+static mt_status run_children(mt_module *m, void *ctx, bool backward) {
+    for (size_t k = 0; k < m->n_children; k++) {
+        size_t i = backward ? m->n_children - 1 - k : k;
+        MT_TRY(backward ? mt_module_backward(m->children[i], ctx)
+                        : mt_module_forward(m->children[i], ctx));
+    }
+    return MT_OK;
+}
+
+static mt_status run_user(mt_module *m, void *ctx, bool backward) {
+    mt_module_fn fn = backward ? m->ops.backward : m->ops.forward;
+    if (!fn) return run_children(m, ctx, backward);
+    mt_status st = fn(m, ctx);
+    if (st != MT_OK && !strstr(mt_last_error(), m->name))
+        mt_error_wrap(st, "%s of module '%s'", backward ? "backward" : "forward", m->name);
+    return st;
+}
+
+mt_status mt_module_forward(mt_module *module, void *ctx) {
+    if (!module) return mt_error(MT_ERR_INVALID_ARG, "mt_module_forward: module is NULL");
+    if (!module->unit) return run_user(module, ctx, false);
+    MT_TRY(mt_fsdp_pre_forward(module->unit));
+    mt_status st = run_user(module, ctx, false);
+    return mt_fsdp_post_forward(module->unit, st);
+}
+
+mt_status mt_module_backward(mt_module *module, void *ctx) {
+    if (!module) return mt_error(MT_ERR_INVALID_ARG, "mt_module_backward: module is NULL");
+    if (!module->unit) return run_user(module, ctx, true);
+    MT_TRY(mt_fsdp_pre_backward(module->unit));
+    mt_status st = run_user(module, ctx, true);
+    return mt_fsdp_post_backward(module->unit, st);
+}
+
+void *mt_module_user(const mt_module *module) { return module ? module->user : NULL; }
+const char *mt_module_name(const mt_module *module) { return module ? module->name : NULL; }
+mt_mesh *mt_module_mesh(const mt_module *module) { return module ? module->mesh : NULL; }
+size_t mt_module_child_count(const mt_module *module) { return module ? module->n_children : 0; }
+mt_module *mt_module_child(const mt_module *module, size_t i) {
+    return module && i < module->n_children ? module->children[i] : NULL;
+}
+size_t mt_module_param_count(const mt_module *module) { return module ? module->n_params : 0; }
+mt_param *mt_module_param(const mt_module *module, size_t i) {
+    return module && i < module->n_params ? module->params[i] : NULL;
+}
+
+const char *mt_param_name(const mt_param *param) { return param ? param->name : NULL; }
+int mt_param_ndim(const mt_param *param) { return param ? param->ndim : 0; }
+int64_t mt_param_global_dim(const mt_param *param, int d) {
+    return param && d >= 0 && d < param->ndim ? param->global_shape[d] : 0;
+}
+int64_t mt_param_local_dim(const mt_param *param, int d) {
+    return param && d >= 0 && d < param->ndim ? param->local_shape[d] : 0;
+}
+size_t mt_param_numel(const mt_param *param) { return param ? param->numel : 0; }
+mt_tp_placement mt_param_tp(const mt_param *param) {
+    mt_tp_placement none = {MT_TP_REPLICATE, 0};
+    return param ? param->tp : none;
+}
+void *mt_param_data(mt_param *param) { return param ? param->data : NULL; }
+mt_dtype mt_param_dtype(const mt_param *param) {
+    return param && param->unit ? param->unit->param_dtype : MT_F32;
+}
+
+mt_status mt_param_read_f32(mt_param *param, float *dst) {
+    if (!param || !dst) return mt_error(MT_ERR_INVALID_ARG, "mt_param_read_f32: NULL argument");
+    if (!param->data)
+        return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s' is sharded: its values "
+                        "exist only inside its unit's forward or backward", param->name,
+                        param->owner->name);
+    if (mt_param_dtype(param) == MT_BF16)
+        mt_bf16_to_f32_array(param->data, dst, param->numel);
+    else
+        memcpy(dst, param->data, param->numel * sizeof(float));
+    return MT_OK;
+}
+
+float *mt_param_grad(mt_param *param) { return param ? param->grad : NULL; }

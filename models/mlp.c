@@ -1,0 +1,382 @@
+/* The reference MLP (include/meshtrain/mlp.h): Linear -> ReLU -> ... -> Linear, MSE loss.
+ *
+ * The root module has no parameters of its own; its forward runs the layers in order and takes
+ * the loss, its backward starts from the loss gradient and runs the layers in reverse. Every
+ * layer goes through mt_module_forward/backward so that FSDP gathers its parameters around it.
+ * Activations live on the device (activations category) for one forward/backward pass: layer l's
+ * output is kept until layer l's backward has used it, then freed, so the activation memory
+ * shrinks as backward proceeds. */
+#include "core/error.h"
+
+#include <meshtrain/mlp.h>
+#include <meshtrain/ops.h>
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct mlp_layer {
+    int index;
+    int in, out;
+    bool last; /* no ReLU after the last layer */
+    mt_param *w, *b;
+} mlp_layer;
+
+struct mt_mlp {
+    mt_mlp_config cfg;
+    mt_device *dev;
+    mt_module *root;
+    mt_module **layer_modules;
+    mlp_layer *layers;
+    size_t n_params;
+};
+
+/* One forward (and backward) pass: the ctx every module function receives. */
+typedef struct mlp_pass {
+    mt_mlp *mlp;
+    int batch;
+    float **acts;   /* acts[0]: the input; acts[l + 1]: layer l's output (after its ReLU) */
+    float *target;  /* batch x out_dim */
+    float *d_act;   /* during backward: the gradient of the current layer's output */
+    float grad_scale;
+    float loss;
+} mlp_pass;
+
+/* ---- deterministic values -------------------------------------------------------------------- */
+
+enum { TAG_WEIGHT = 1, TAG_BIAS = 2, TAG_INPUT = 3, TAG_TEACHER = 4 };
+
+/* SplitMix64's finaliser: a well-mixed 64-bit value from any 64-bit key. */
+static uint64_t mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1) from a counter: the same value for the same key on any rank. */
+static double hash_uniform(uint64_t seed, uint64_t tag, uint64_t a, uint64_t b, uint64_t c) {
+    uint64_t h = mix64(seed ^ mix64(tag ^ mix64(a ^ mix64(b ^ mix64(c)))));
+    return (double)(h >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;
+}
+
+/* ---- parameters and activations -------------------------------------------------------------- */
+
+static mt_status act_alloc(mt_device *dev, size_t elems, bool zero, float **out) {
+    size_t bytes = elems * sizeof(float);
+    MT_TRY(mt_device_alloc(dev, bytes, MT_MEM_ACTIVATIONS, (void **)out));
+    if (zero) {
+        mt_status st = mt_device_memset(dev, *out, 0, bytes, NULL);
+        if (st != MT_OK) {
+            mt_device_free(dev, *out);
+            *out = NULL;
+            return st;
+        }
+    }
+    return MT_OK;
+}
+
+/* The parameter's values as f32: its own data when it is f32, else a converted copy in *scratch
+ * (activations) that the caller frees. */
+static mt_status param_values(mt_device *dev, mt_param *p, const float **out, float **scratch) {
+    *scratch = NULL;
+    void *data = mt_param_data(p);
+    if (!data)
+        return mt_error(MT_ERR_INVALID_ARG,
+                        "mlp: parameter '%s' has no values here (its unit is sharded)",
+                        mt_param_name(p));
+    if (mt_param_dtype(p) == MT_F32) {
+        *out = data;
+        return MT_OK;
+    }
+    MT_TRY(act_alloc(dev, mt_param_numel(p), false, scratch));
+    mt_status st = mt_param_read_f32(p, *scratch);
+    if (st != MT_OK) {
+        mt_device_free(dev, *scratch);
+        *scratch = NULL;
+        return st;
+    }
+    *out = *scratch;
+    return MT_OK;
+}
+
+/* ---- the layers' module functions ------------------------------------------------------------ */
+
+static mt_status layer_forward(mt_module *module, void *ctx) {
+    mlp_layer *layer = mt_module_user(module);
+    mlp_pass *pass = ctx;
+    mt_device *dev = pass->mlp->dev;
+    size_t n_out = (size_t)pass->batch * (size_t)layer->out;
+    const float *w = NULL, *b = NULL;
+    float *w_tmp = NULL, *b_tmp = NULL, *out = NULL;
+    mt_status st = param_values(dev, layer->w, &w, &w_tmp);
+    if (st == MT_OK) st = param_values(dev, layer->b, &b, &b_tmp);
+    if (st == MT_OK) st = act_alloc(dev, n_out, false, &out);
+    if (st == MT_OK)
+        st = mt_op_linear_forward(dev, pass->acts[layer->index], w, b, out, pass->batch,
+                                  layer->in, layer->out);
+    /* ReLU in place: its backward only needs the output. */
+    if (st == MT_OK && !layer->last) st = mt_op_relu_forward(dev, out, out, n_out);
+    mt_device_free(dev, w_tmp);
+    mt_device_free(dev, b_tmp);
+    if (st != MT_OK) {
+        mt_device_free(dev, out);
+        return mt_error_wrap(st, "mlp: forward of layer %d", layer->index);
+    }
+    pass->acts[layer->index + 1] = out;
+    return MT_OK;
+}
+
+static mt_status layer_backward(mt_module *module, void *ctx) {
+    mlp_layer *layer = mt_module_user(module);
+    mlp_pass *pass = ctx;
+    mt_device *dev = pass->mlp->dev;
+    size_t n_out = (size_t)pass->batch * (size_t)layer->out;
+    float *d_w = mt_param_grad(layer->w), *d_b = mt_param_grad(layer->b);
+    if (!d_w || !d_b)
+        return mt_error(MT_ERR_INVALID_ARG,
+                        "mlp: layer %d has no gradient buffers in its backward (is it sharded "
+                        "with mt_fsdp_shard?)",
+                        layer->index);
+    float *d_z = NULL, *d_in = NULL, *w_tmp = NULL;
+    const float *w = NULL;
+    mt_status st = MT_OK;
+    if (layer->last) {
+        d_z = pass->d_act;
+    } else {
+        st = act_alloc(dev, n_out, true, &d_z);
+        if (st == MT_OK)
+            st = mt_op_relu_backward(dev, pass->acts[layer->index + 1], pass->d_act, d_z, n_out);
+    }
+    if (st == MT_OK && layer->index > 0) {
+        st = act_alloc(dev, (size_t)pass->batch * (size_t)layer->in, true, &d_in);
+        if (st == MT_OK) st = param_values(dev, layer->w, &w, &w_tmp);
+    }
+    if (st == MT_OK)
+        st = mt_op_linear_backward(dev, d_z, pass->acts[layer->index], w, d_in, d_w, d_b,
+                                   pass->batch, layer->in, layer->out);
+    mt_device_free(dev, w_tmp);
+    if (d_z != pass->d_act) mt_device_free(dev, d_z);
+    if (st != MT_OK) {
+        mt_device_free(dev, d_in);
+        return mt_error_wrap(st, "mlp: backward of layer %d", layer->index);
+    }
+    /* This layer's output and its gradient are used up. */
+    mt_device_free(dev, pass->d_act);
+    pass->d_act = d_in;
+    mt_device_free(dev, pass->acts[layer->index + 1]);
+    pass->acts[layer->index + 1] = NULL;
+    return MT_OK;
+}
+
+/* ---- the root's module functions ------------------------------------------------------------- */
+
+static mt_status root_forward(mt_module *module, void *ctx) {
+    mt_mlp *mlp = mt_module_user(module);
+    mlp_pass *pass = ctx;
+    for (int l = 0; l < mlp->cfg.layers; l++) MT_TRY(mt_module_forward(mlp->layer_modules[l], pass));
+    size_t n = (size_t)pass->batch * (size_t)mlp->cfg.out_dim;
+    return mt_op_mse_forward(mlp->dev, pass->acts[mlp->cfg.layers], pass->target, n, &pass->loss);
+}
+
+static mt_status root_backward(mt_module *module, void *ctx) {
+    mt_mlp *mlp = mt_module_user(module);
+    mlp_pass *pass = ctx;
+    size_t n = (size_t)pass->batch * (size_t)mlp->cfg.out_dim;
+    MT_TRY(act_alloc(mlp->dev, n, true, &pass->d_act));
+    MT_TRY(mt_op_mse_backward(mlp->dev, pass->acts[mlp->cfg.layers], pass->target, n,
+                              pass->grad_scale, pass->d_act));
+    for (int l = mlp->cfg.layers - 1; l >= 0; l--)
+        MT_TRY(mt_module_backward(mlp->layer_modules[l], pass));
+    return MT_OK;
+}
+
+/* ---- creation -------------------------------------------------------------------------------- */
+
+static mt_status init_param(mt_device *dev, mt_param *p, uint64_t seed, int layer, int tag,
+                            double bound) {
+    size_t n = mt_param_numel(p);
+    float *host = malloc((n ? n : 1) * sizeof *host);
+    if (!host)
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "mlp: out of host memory initialising '%s' (%zu "
+                        "values)", mt_param_name(p), n);
+    /* The layers are Replicate on tp: the local tensor is the global one, index for index. */
+    for (size_t i = 0; i < n; i++)
+        host[i] = (float)(bound * hash_uniform(seed, (uint64_t)tag, (uint64_t)layer, i, 0));
+    mt_status st = mt_device_copy(dev, mt_param_data(p), host, n * sizeof *host,
+                                  MT_COPY_HOST_TO_DEVICE, NULL);
+    free(host);
+    return st;
+}
+
+static mt_status add_layer(mt_mlp *mlp, mt_mesh *mesh, int l) {
+    mlp_layer *layer = &mlp->layers[l];
+    const mt_mlp_config *c = &mlp->cfg;
+    layer->index = l;
+    layer->in = l == 0 ? c->in_dim : c->width;
+    layer->last = l == c->layers - 1;
+    layer->out = layer->last ? c->out_dim : c->width;
+
+    char name[32];
+    snprintf(name, sizeof name, "layer%d", l);
+    static const mt_module_ops ops = {.forward = layer_forward, .backward = layer_backward};
+    mt_module *m = NULL;
+    MT_TRY(mt_module_create(mesh, name, &ops, layer, &m));
+    mt_status st = mt_module_add_child(mlp->root, m);
+    if (st != MT_OK) {
+        mt_module_destroy(m);
+        return st;
+    }
+    mlp->layer_modules[l] = m;
+
+    mt_tp_placement rep = {.kind = MT_TP_REPLICATE, .dim = 0};
+    int64_t w_shape[2] = {layer->out, layer->in}, b_shape[1] = {layer->out};
+    MT_TRY(mt_module_add_param(m, "weight", 2, w_shape, rep, &layer->w));
+    MT_TRY(mt_module_add_param(m, "bias", 1, b_shape, rep, &layer->b));
+    /* PyTorch's default for nn.Linear: uniform in +-1/sqrt(fan_in), weight and bias alike. */
+    double bound = 1.0 / sqrt((double)layer->in);
+    MT_TRY(init_param(mlp->dev, layer->w, c->seed, l, TAG_WEIGHT, bound));
+    MT_TRY(init_param(mlp->dev, layer->b, c->seed, l, TAG_BIAS, bound));
+    mlp->n_params += (size_t)layer->out * (size_t)layer->in + (size_t)layer->out;
+    return MT_OK;
+}
+
+mt_status mt_mlp_create(mt_mesh *mesh, const mt_mlp_config *config, mt_mlp **out) {
+    if (!mesh || !config || !out)
+        return mt_error(MT_ERR_INVALID_ARG, "mlp: mesh, config and out must not be NULL");
+    *out = NULL;
+    const mt_mlp_config *c = config;
+    if (c->layers < 1 || c->in_dim < 1 || c->width < 1 || c->out_dim < 1)
+        return mt_error(MT_ERR_INVALID_ARG,
+                        "mlp: layers %d, in_dim %d, width %d, out_dim %d: each must be >= 1",
+                        c->layers, c->in_dim, c->width, c->out_dim);
+    mt_mlp *mlp = calloc(1, sizeof *mlp);
+    if (mlp) {
+        mlp->layer_modules = calloc((size_t)c->layers, sizeof *mlp->layer_modules);
+        mlp->layers = calloc((size_t)c->layers, sizeof *mlp->layers);
+    }
+    if (!mlp || !mlp->layer_modules || !mlp->layers) {
+        mt_mlp_destroy(mlp);
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "mlp: out of host memory for %d layers", c->layers);
+    }
+    mlp->cfg = *c;
+    mlp->dev = mt_runtime_device(mt_mesh_runtime(mesh));
+    static const mt_module_ops root_ops = {.forward = root_forward, .backward = root_backward};
+    mt_status st = mt_module_create(mesh, "mlp", &root_ops, mlp, &mlp->root);
+    for (int l = 0; l < c->layers && st == MT_OK; l++) st = add_layer(mlp, mesh, l);
+    if (st != MT_OK) {
+        mt_mlp_destroy(mlp);
+        return st;
+    }
+    *out = mlp;
+    return MT_OK;
+}
+
+void mt_mlp_destroy(mt_mlp *mlp) {
+    if (!mlp) return;
+    mt_module_destroy(mlp->root); /* and the layers, its children */
+    free(mlp->layer_modules);
+    free(mlp->layers);
+    free(mlp);
+}
+
+mt_module *mt_mlp_root(mt_mlp *mlp) { return mlp ? mlp->root : NULL; }
+
+mt_module *mt_mlp_layer(mt_mlp *mlp, int l) {
+    if (!mlp || l < 0 || l >= mlp->cfg.layers) return NULL;
+    return mlp->layer_modules[l];
+}
+
+size_t mt_mlp_param_count(const mt_mlp *mlp) { return mlp ? mlp->n_params : 0; }
+
+/* ---- passes ---------------------------------------------------------------------------------- */
+
+static void pass_release(mlp_pass *pass) {
+    mt_device *dev = pass->mlp->dev;
+    if (pass->acts)
+        for (int l = 0; l <= pass->mlp->cfg.layers; l++) mt_device_free(dev, pass->acts[l]);
+    free(pass->acts);
+    mt_device_free(dev, pass->d_act);
+    mt_device_free(dev, pass->target);
+}
+
+/* Copies this rank's batch to the device. */
+static mt_status pass_prepare(mt_mlp *mlp, const float *x, const float *y, int batch,
+                              mlp_pass *pass) {
+    memset(pass, 0, sizeof *pass);
+    pass->mlp = mlp;
+    pass->batch = batch;
+    if (!x || !y || batch < 1)
+        return mt_error(MT_ERR_INVALID_ARG, "mlp: a pass needs inputs, targets and batch >= 1 "
+                        "(batch %d)", batch);
+    pass->acts = calloc((size_t)mlp->cfg.layers + 1, sizeof *pass->acts);
+    if (!pass->acts) return mt_error(MT_ERR_OUT_OF_MEMORY, "mlp: out of host memory for a pass");
+    size_t nx = (size_t)batch * (size_t)mlp->cfg.in_dim, ny = (size_t)batch * mlp->cfg.out_dim;
+    MT_TRY(act_alloc(mlp->dev, nx, false, &pass->acts[0]));
+    MT_TRY(act_alloc(mlp->dev, ny, false, &pass->target));
+    MT_TRY(mt_device_copy(mlp->dev, pass->acts[0], x, nx * sizeof(float), MT_COPY_HOST_TO_DEVICE,
+                          NULL));
+    return mt_device_copy(mlp->dev, pass->target, y, ny * sizeof(float), MT_COPY_HOST_TO_DEVICE,
+                          NULL);
+}
+
+mt_status mt_mlp_forward_backward(mt_mlp *mlp, const float *x, const float *y, int batch,
+                                  float grad_scale, float *loss) {
+    if (!mlp) return mt_error(MT_ERR_INVALID_ARG, "mlp: forward_backward on a NULL model");
+    mlp_pass pass;
+    mt_status st = pass_prepare(mlp, x, y, batch, &pass);
+    pass.grad_scale = grad_scale;
+    if (st == MT_OK) st = mt_module_forward(mlp->root, &pass);
+    if (st == MT_OK) st = mt_module_backward(mlp->root, &pass);
+    if (st == MT_OK && loss) *loss = pass.loss;
+    pass_release(&pass);
+    return st;
+}
+
+mt_status mt_mlp_forward(mt_mlp *mlp, const float *x, const float *y, int batch, float *loss) {
+    if (!mlp) return mt_error(MT_ERR_INVALID_ARG, "mlp: forward on a NULL model");
+    mlp_pass pass;
+    mt_status st = pass_prepare(mlp, x, y, batch, &pass);
+    if (st == MT_OK) st = mt_module_forward(mlp->root, &pass);
+    if (st == MT_OK && loss) *loss = pass.loss;
+    pass_release(&pass);
+    return st;
+}
+
+/* ---- synthetic data -------------------------------------------------------------------------- */
+
+void mt_mlp_synthetic_batch(const mt_mlp_config *config, uint64_t seed, long step, long first,
+                            int n, float *x, float *y) {
+    if (!config || n < 1 || !x || !y) return;
+    int in = config->in_dim, out = config->out_dim;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < in; j++)
+            x[(size_t)i * in + j] = (float)hash_uniform(seed, TAG_INPUT, (uint64_t)step,
+                                                        (uint64_t)(first + i), (uint64_t)j);
+    /* The teacher: y = tanh(A x) with A fixed by the seed, scaled so that A x has unit-order
+     * spread (x is uniform in [-1, 1): variance 1/3; A's entries: variance 3 / in). A linear map
+     * through a saturating function is something an MLP learns quickly but not trivially. */
+    double scale = 3.0 / sqrt((double)in);
+    float *a = malloc((size_t)out * (size_t)in * sizeof *a);
+    for (int o = 0; a && o < out; o++)
+        for (int j = 0; j < in; j++)
+            a[(size_t)o * in + j] =
+                (float)(scale * hash_uniform(seed, TAG_TEACHER, (uint64_t)o, (uint64_t)j, 0));
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * in;
+        for (int o = 0; o < out; o++) {
+            double z = 0.0;
+            for (int j = 0; j < in; j++) {
+                /* Without memory for A, each entry is recomputed: slower, the same values. */
+                float aij = a ? a[(size_t)o * in + j]
+                              : (float)(scale * hash_uniform(seed, TAG_TEACHER, (uint64_t)o,
+                                                             (uint64_t)j, 0));
+                z += (double)aij * xi[j];
+            }
+            y[(size_t)i * out + o] = (float)tanh(z);
+        }
+    }
+    free(a);
+}

@@ -1,0 +1,15 @@
+# CPU compute ops and AdamW math (core/cpu/ops_cpu.c): no runtime, no engine.
+mt_add_unit_test(test_ops SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops.c TIMEOUT 60 LABELS fsdp)
+
+# (MT_DEVICE=cpu: the ops have no CUDA implementation yet, so a GPU machine runs these on the CPU.)
+# The reference MLP through the FSDP engine on one rank: gradients against finite differences,
+# clipping, one AdamW step (models/mlp.c, fsdp/clip.c, fsdp/optim_adamw.c).
+mt_add_test_program(test_mlp_grad ${CMAKE_CURRENT_LIST_DIR}/test_mlp_grad.c)
+mt_add_mp_test(test_mlp_grad TIMEOUT 60 LABELS fsdp ENV MT_TIMEOUT_S=30 MT_DEVICE=cpu
+  COMMAND ${CMAKE_BINARY_DIR}/bin/mtrun --standalone --nproc_per_node 1
+          $<TARGET_FILE:test_mlp_grad>)
+
+# The example as a user runs it: 2 ranks, a few steps, the loss goes down.
+mt_add_mp_test(example_fsdp_mlp TIMEOUT 90 LABELS fsdp ENV MT_TIMEOUT_S=30 MT_DEVICE=cpu
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/example_fsdp_mlp.sh ${CMAKE_BINARY_DIR}/bin/mtrun
+          $<TARGET_FILE:fsdp_mlp>)
