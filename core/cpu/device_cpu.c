@@ -5,6 +5,8 @@
 #include "core/host_alloc.h"
 #include "core/shm_block.h"
 
+#include <meshtrain/memory.h>
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -24,6 +26,15 @@ typedef struct shared_block {
     uint64_t serial;
 } shared_block;
 
+/* Freed shared blocks are kept (mapped, fd open, same serial) up to this many bytes and handed
+ * out again for a request of nearly the same size: FSDP frees and re-allocates the same full
+ * buffers every step, and a fresh block costs a page fault per page on first touch (40% of a
+ * step in a profile). Peers keep their mapping of a reused block, since fd and serial do not
+ * change. MT_CPU_CACHE_BYTES sets the limit (0 turns the cache off). The accounting in device.c
+ * counts allocated bytes only, as PyTorch's caching allocator reports "allocated", not
+ * "reserved". */
+#define CACHE_DEFAULT_BYTES ((size_t)1 << 30)
+
 /* Shared blocks sorted by base, so that a range lookup is a binary search. */
 typedef struct cpu_backend {
     pthread_mutex_t lock;
@@ -31,6 +42,8 @@ typedef struct cpu_backend {
     shared_block *blocks;
     size_t count, cap;
     uint64_t next_serial;
+    shared_block *cached; /* freed blocks kept for reuse */
+    size_t n_cached, cap_cached, cached_bytes, cache_limit;
 } cpu_backend;
 
 /* Index of the last block whose base <= ptr, or -1. Caller holds the lock. */
@@ -63,7 +76,48 @@ static bool remember_block(cpu_backend *b, shared_block blk) {
     return true;
 }
 
+/* Takes the smallest cached block that holds bytes without wasting more than an eighth of it;
+ * caller holds the lock. */
+static bool take_cached(cpu_backend *b, size_t bytes, shared_block *out) {
+    long best = -1;
+    for (size_t i = 0; i < b->n_cached; i++) {
+        size_t m = b->cached[i].mapped;
+        if (m >= bytes && m - bytes <= m / 8 && (best < 0 || m < b->cached[best].mapped))
+            best = (long)i;
+    }
+    if (best < 0) return false;
+    *out = b->cached[best];
+    b->cached[best] = b->cached[--b->n_cached];
+    b->cached_bytes -= out->mapped;
+    return true;
+}
+
+/* Keeps a freed block for reuse when the cache has room; caller holds the lock. */
+static bool keep_cached(cpu_backend *b, shared_block blk) {
+    if (b->cached_bytes + blk.mapped > b->cache_limit) return false;
+    if (b->n_cached == b->cap_cached) {
+        size_t cap = b->cap_cached ? b->cap_cached * 2 : 16;
+        shared_block *grown = realloc(b->cached, cap * sizeof *grown);
+        if (!grown) return false;
+        b->cached = grown;
+        b->cap_cached = cap;
+    }
+    b->cached[b->n_cached++] = blk;
+    b->cached_bytes += blk.mapped;
+    return true;
+}
+
 static void *alloc_shared(cpu_backend *b, size_t bytes) {
+    pthread_mutex_lock(&b->lock);
+    shared_block reused;
+    if (take_cached(b, bytes, &reused)) {
+        bool kept = remember_block(b, reused);
+        if (!kept) keep_cached(b, reused); /* cannot fail: it was just taken out */
+        pthread_mutex_unlock(&b->lock);
+        if (kept) return reused.base;
+    } else {
+        pthread_mutex_unlock(&b->lock);
+    }
     shared_block blk = {.fd = -1};
     blk.base = mt_shm_block_alloc(bytes, &blk.fd, &blk.mapped);
     if (!blk.base) return NULL; /* e.g. out of file descriptors: the caller uses private memory */
@@ -101,8 +155,9 @@ static void cpu_free(mt_device *dev, void *ptr) {
         shared_block blk = b->blocks[i];
         memmove(&b->blocks[i], &b->blocks[i + 1], (b->count - (size_t)i - 1) * sizeof *b->blocks);
         b->count--;
+        bool cached = keep_cached(b, blk);
         pthread_mutex_unlock(&b->lock);
-        mt_shm_block_free(blk.base, blk.mapped, blk.fd);
+        if (!cached) mt_shm_block_free(blk.base, blk.mapped, blk.fd);
         return;
     }
     pthread_mutex_unlock(&b->lock);
@@ -178,6 +233,9 @@ static const mt_device_ops cpu_ops = {
 static void cpu_close(mt_device *dev) {
     cpu_backend *b = dev->backend;
     if (!b) return;
+    for (size_t i = 0; i < b->n_cached; i++)
+        mt_shm_block_free(b->cached[i].base, b->cached[i].mapped, b->cached[i].fd);
+    free(b->cached);
     pthread_mutex_destroy(&b->lock);
     free(b->blocks);
     free(b);
@@ -190,6 +248,14 @@ mt_status mt_cpu_device_init(mt_device *dev) {
     pthread_mutex_init(&b->lock, NULL);
     const char *env = getenv("MT_CPU_SHARED_MEMORY");
     b->shared_enabled = !(env && !strcmp(env, "0"));
+    b->cache_limit = CACHE_DEFAULT_BYTES;
+    const char *limit = getenv("MT_CPU_CACHE_BYTES");
+    if (limit && *limit && mt_parse_bytes(limit, &b->cache_limit) != MT_OK) {
+        mt_status st = mt_error_wrap(MT_ERR_INVALID_ARG, "MT_CPU_CACHE_BYTES");
+        pthread_mutex_destroy(&b->lock);
+        free(b);
+        return st;
+    }
     dev->ops = &cpu_ops;
     dev->backend = b;
     return MT_OK;

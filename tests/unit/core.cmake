@@ -9,3 +9,5 @@ mt_add_unit_test(test_tensor SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tensor.c TIM
                  LABELS core ENV ASAN_OPTIONS=allocator_may_return_null=1)
 mt_add_unit_test(test_host_memory SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_host_memory.c
                  TIMEOUT 60 LABELS core)
+mt_add_unit_test(test_device_cache SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_device_cache.c
+                 TIMEOUT 60 LABELS core)
