@@ -8,6 +8,7 @@
 #include <meshtrain/dtype.h>
 #include <meshtrain/log.h>
 #include <meshtrain/fsdp.h>
+#include <meshtrain/gpt.h>
 #include <meshtrain/memory.h>
 #include <meshtrain/mesh.h>
 #include <meshtrain/mlp.h>
@@ -18,6 +19,7 @@
 #include <meshtrain/status.h>
 #include <meshtrain/store.h>
 #include <meshtrain/tensor.h>
+#include <meshtrain/tp.h>
 #include <meshtrain/version.h>
 
 #endif

@@ -46,6 +46,74 @@ mt_status mt_op_adamw(mt_device *dev, float *param, const float *grad, float *m,
                       size_t n, long t, float lr, float beta1, float beta2, float eps,
                       float weight_decay);
 
+
+/* ---- GPT ops (rows = B*T tokens, C channels) ------------------------------------------------- */
+
+/* out[n x C] = (or +=, with accumulate) the rows of a vocabulary slice: token ids in
+ * [vocab_start, vocab_start + vocab_local) pick row (id - vocab_start) of wte (vocab_local x C);
+ * other ids give 0 (vocab-parallel embedding: the tp ranks' outputs sum to the full lookup).
+ * Backward: d_wte[row] += d_out for the ids in the slice. */
+mt_status mt_op_embedding_forward(mt_device *dev, const int *ids, size_t n, const float *wte,
+                                  int vocab_start, int vocab_local, int channels, float *out,
+                                  bool accumulate);
+mt_status mt_op_embedding_backward(mt_device *dev, const int *ids, size_t n, const float *d_out,
+                                   int vocab_start, int vocab_local, int channels, float *d_wte);
+
+/* Position embedding for B sequences of T tokens: out[b,t,:] += wpe[t,:]; d_wpe[t] += sum over b
+ * of d_out[b,t,:]. */
+mt_status mt_op_position_forward(mt_device *dev, const float *wpe, int batch, int seq, int channels,
+                                 float *out);
+mt_status mt_op_position_backward(mt_device *dev, const float *d_out, int batch, int seq,
+                                  int channels, float *d_wpe);
+
+/* LayerNorm over the last dimension (eps 1e-5): out = (in - mean) * rstd * gamma + beta; mean and
+ * rstd (n each) are saved for backward, which accumulates into d_in, d_gamma, d_beta. */
+mt_status mt_op_layernorm_forward(mt_device *dev, const float *in, const float *gamma,
+                                  const float *beta, size_t n, int channels, float *out,
+                                  float *mean, float *rstd);
+mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, const float *in,
+                                   const float *gamma, const float *mean, const float *rstd,
+                                   size_t n, int channels, float *d_in, float *d_gamma,
+                                   float *d_beta);
+
+/* GELU, tanh approximation (GPT-2's); backward accumulates into d_in. */
+mt_status mt_op_gelu_forward(mt_device *dev, const float *in, float *out, size_t n);
+mt_status mt_op_gelu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,
+                              size_t n);
+
+/* out[i] = a[i] + b[i] (residual); out may alias a or b. */
+mt_status mt_op_add(mt_device *dev, const float *a, const float *b, float *out, size_t n);
+
+/* Causal self-attention of `heads` heads of size head_dim on B sequences of T tokens. qkv is
+ * (B*T) x (3 * heads * head_dim): per token all q heads, then all k heads, then all v heads (the
+ * output of a column-parallel QKV projection holding this rank's heads). out is (B*T) x (heads *
+ * head_dim); att (B * heads * T * T) keeps the softmax probabilities for backward, which
+ * accumulates into d_qkv. Scale 1/sqrt(head_dim). */
+mt_status mt_op_attention_forward(mt_device *dev, const float *qkv, int batch, int seq, int heads,
+                                  int head_dim, float *out, float *att);
+mt_status mt_op_attention_backward(mt_device *dev, const float *d_out, const float *qkv,
+                                   const float *att, int batch, int seq, int heads, int head_dim,
+                                   float *d_qkv);
+
+/* Vocabulary-parallel softmax cross-entropy over n rows of vocab_local logits (this rank's slice
+ * [vocab_start, vocab_start + vocab_local) of the vocabulary), in three local steps around two
+ * all-reduces over tp, so that the full logits are never gathered:
+ *   1. row_max[i] = max of the row's local logits                     -> all-reduce MAX
+ *   2. sum_exp[i] = sum exp(logit - row_max[i]); target[i] = the target's logit when the target
+ *      is in the slice, else 0                                         -> all-reduce SUM of both
+ *   3. loss[i] = log(sum_exp[i]) + row_max[i] - target[i];
+ *      d_logits += scale * (softmax - onehot(target)) on the slice (scale e.g. 1 / total rows). */
+mt_status mt_op_xent_local_max(mt_device *dev, const float *logits, size_t n, int vocab_local,
+                               float *row_max);
+mt_status mt_op_xent_local_sums(mt_device *dev, const float *logits, const int *targets, size_t n,
+                                int vocab_start, int vocab_local, const float *row_max,
+                                float *sum_exp, float *target_logit);
+mt_status mt_op_xent_loss_backward(mt_device *dev, const float *logits, const int *targets,
+                                   size_t n, int vocab_start, int vocab_local,
+                                   const float *row_max, const float *sum_exp,
+                                   const float *target_logit, float scale, float *loss,
+                                   float *d_logits);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,55 @@
+/* GPT-2 (the reference model of train_gpt): token and position embeddings, pre-LayerNorm blocks
+ * with causal self-attention and a GELU MLP, a final LayerNorm and an LM head tied to the token
+ * embedding, byte-level vocabulary of 256. Tensor-parallel over the mesh's "tp" dimension (tp.h):
+ * QKV and MLP-up column-parallel, attention and MLP-down row-parallel, heads split across tp,
+ * vocabulary-parallel embedding and cross-entropy; LayerNorms replicated. Each block is a
+ * module (shard them with FSDP, then the root, which owns the embeddings and final LayerNorm).
+ * Initialisation is defined on the global tensors from the seed (GPT-2's: normal(0, 0.02),
+ * residual projections scaled by 1/sqrt(2 * layers), biases 0, LayerNorm 1/0), so the same seed
+ * gives the same model for any dp x tp. */
+#ifndef MESHTRAIN_GPT_H
+#define MESHTRAIN_GPT_H
+
+#include <meshtrain/mesh.h>
+#include <meshtrain/module.h>
+#include <meshtrain/status.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mt_gpt_config {
+    int layers;
+    int d_model;
+    int heads;   /* divisible by tp; d_model divisible by heads */
+    int seq;     /* tokens per sequence = rows of the position embedding */
+    int vocab;   /* 256 (byte level); padded up to a multiple of tp when needed */
+    uint64_t seed;
+} mt_gpt_config;
+
+typedef struct mt_gpt mt_gpt;
+
+/* Creates the model on the mesh; errors name the values (e.g. "heads 6 not divisible by tp 4"). */
+mt_status mt_gpt_create(mt_mesh *mesh, const mt_gpt_config *config, mt_gpt **out);
+void mt_gpt_destroy(mt_gpt *gpt);
+
+mt_module *mt_gpt_root(mt_gpt *gpt);
+mt_module *mt_gpt_block(mt_gpt *gpt, int layer);
+/* Parameters of the global model (all tp ranks together, each counted once). */
+size_t mt_gpt_param_count(const mt_gpt *gpt);
+
+/* One forward and backward on this rank's batch: tokens holds batch sequences of seq + 1 ids
+ * (inputs are the first seq, targets the last seq); *loss gets the mean cross-entropy over the
+ * batch's tokens; gradients are scaled by grad_scale (1 / micro-batches under accumulation). */
+mt_status mt_gpt_forward_backward(mt_gpt *gpt, const int *tokens, int batch, float grad_scale,
+                                  float *loss);
+/* Forward only (evaluation): the mean cross-entropy. */
+mt_status mt_gpt_forward(mt_gpt *gpt, const int *tokens, int batch, float *loss);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,77 @@
+/* Tensor-parallel layers over the mesh's "tp" dimension (Megatron-style), as functions on device
+ * buffers that a model's module calls from its forward/backward. The parameters are the tp-local
+ * parts of module parameters created with their placements (module.h), so FSDP shards the local
+ * slice over dp and nothing is told twice:
+ *   column-parallel linear: W [out x in] Shard(0), b [out] Shard(0); input replicated, output
+ *     sharded (out / tp features per rank); backward all-reduces the input gradient over tp.
+ *   row-parallel linear:    W [out x in] Shard(1), b [out] Replicate; input sharded, output
+ *     all-reduced over tp, bias added once; backward needs no communication.
+ *   vocab-parallel embedding: wte [V x C] Shard(0); masked lookup, then all-reduce.
+ *   vocab-parallel cross-entropy: logits sharded on the vocabulary; max and sum-exp reduced over
+ *     tp, the full logits never gathered.
+ * Without a "tp" dimension (or with tp = 1) every function is its plain single-rank version. */
+#ifndef MESHTRAIN_TP_H
+#define MESHTRAIN_TP_H
+
+#include <meshtrain/comm.h>
+#include <meshtrain/device.h>
+#include <meshtrain/mesh.h>
+#include <meshtrain/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mt_tp_ctx {
+    mt_device *dev;
+    mt_group *group; /* the tp group; NULL when the mesh has no "tp" dimension */
+    int size;        /* tp size (1 without a tp dimension) */
+    int rank;        /* this rank's tp coordinate */
+} mt_tp_ctx;
+
+/* The tp context of a mesh: its "tp" dimension's group, or size 1. */
+mt_status mt_tp_context(mt_mesh *mesh, mt_tp_ctx *out);
+
+/* n rows. in: n x in_features (replicated); w_local: out_local x in_features; b_local: out_local
+ * (may be NULL); out_local: n x out_local. Backward: d_in (n x in_features, may be NULL)
+ * += all-reduce over tp of d_out_local * w_local; d_w, d_b accumulate. */
+mt_status mt_tp_column_linear_forward(const mt_tp_ctx *tp, const float *in, const float *w_local,
+                                      const float *b_local, float *out_local, int n,
+                                      int in_features, int out_local);
+mt_status mt_tp_column_linear_backward(const mt_tp_ctx *tp, const float *d_out_local,
+                                       const float *in, const float *w_local, float *d_in,
+                                       float *d_w, float *d_b, int n, int in_features,
+                                       int out_local);
+
+/* in_local: n x in_local; w_local: out_features x in_local; b: out_features (replicated, may be
+ * NULL); out: n x out_features = all-reduce over tp of in_local * w_local^T, then + b. Backward:
+ * d_in_local += d_out * w_local; d_w += d_out^T * in_local; d_b += column sums of d_out (every tp
+ * rank computes the same, the parameter being replicated). */
+mt_status mt_tp_row_linear_forward(const mt_tp_ctx *tp, const float *in_local,
+                                   const float *w_local, const float *b, float *out, int n,
+                                   int in_local, int out_features);
+mt_status mt_tp_row_linear_backward(const mt_tp_ctx *tp, const float *d_out, const float *in_local,
+                                    const float *w_local, float *d_in_local, float *d_w,
+                                    float *d_b, int n, int in_local, int out_features);
+
+/* ids: n token ids in [0, vocab); wte_local: (vocab / tp) x channels, rows [rank * vocab/tp, ...);
+ * out: n x channels = the full lookup (all-reduced). Backward: d_wte_local += d_out rows of the
+ * ids in this rank's slice. */
+mt_status mt_tp_vocab_embedding_forward(const mt_tp_ctx *tp, const int *ids, int n,
+                                        const float *wte_local, int vocab_local, int channels,
+                                        float *out);
+mt_status mt_tp_vocab_embedding_backward(const mt_tp_ctx *tp, const int *ids, int n,
+                                         const float *d_out, int vocab_local, int channels,
+                                         float *d_wte_local);
+
+/* logits_local: n x vocab_local (this rank's vocabulary slice); targets: n ids. *loss_sum gets
+ * the sum over the n rows of the cross-entropy (the same on every tp rank); d_logits_local (may
+ * be NULL) += scale * (softmax - onehot) on the slice. */
+mt_status mt_tp_vocab_cross_entropy(const mt_tp_ctx *tp, const float *logits_local,
+                                    const int *targets, int n, int vocab_local, float scale,
+                                    float *loss_sum, float *d_logits_local);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
