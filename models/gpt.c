@@ -1,0 +1,664 @@
+/* GPT-2 (include/meshtrain/gpt.h), tensor-parallel over the mesh's "tp" dimension.
+ *
+ * The root module owns the token embedding (vocab-parallel, tied to the LM head), the position
+ * embedding and the final LayerNorm; its forward runs the embedding, the blocks in order, ln_f,
+ * the head and the loss; its backward runs them in reverse. Each block is a child module:
+ *   x -> ln1 -> qkv (column) -> attention (this rank's heads) -> proj (row) -> + x = r
+ *   r -> ln2 -> fc (column) -> gelu -> proj (row) -> + r = block output
+ * so a block communicates twice in forward (the row linears' all-reduces) and twice in backward
+ * (the column linears' input gradients). Activations are allocated on the device per pass
+ * (activations category) and freed as backward consumes them. The loss gradient (softmax minus
+ * one-hot) is produced by the forward's cross-entropy, since that step has all it needs. */
+#include "core/error.h"
+#include "tp/tp_internal.h"
+
+#include <meshtrain/gpt.h>
+#include <meshtrain/ops.h>
+#include <meshtrain/tp.h>
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    P_LN1_W, P_LN1_B, P_QKV_W, P_QKV_B, P_ATTN_W, P_ATTN_B,
+    P_LN2_W, P_LN2_B, P_FC_W, P_FC_B, P_PROJ_W, P_PROJ_B, BLOCK_PARAMS
+};
+enum { R_WTE, R_WPE, R_LNF_W, R_LNF_B, ROOT_PARAMS };
+
+typedef struct gpt_block {
+    mt_gpt *gpt;
+    int index;
+    mt_param *p[BLOCK_PARAMS];
+} gpt_block;
+
+struct mt_gpt {
+    mt_gpt_config cfg;
+    mt_device *dev;
+    mt_tp_ctx tp;
+    int C;       /* d_model */
+    int c_local; /* C / tp: this rank's attention width (heads_local * head_dim) */
+    int heads_local, head_dim;
+    int f_local;     /* 4C / tp: this rank's MLP width */
+    int vocab_pad;   /* vocab rounded up to a multiple of tp */
+    int vocab_local; /* vocab_pad / tp: rows of this rank's wte slice */
+    int vocab_real;  /* of those, the rows below vocab (the LM head's columns on this rank) */
+    mt_module *root;
+    mt_module **block_modules;
+    gpt_block *blocks;
+    mt_param *rp[ROOT_PARAMS];
+    size_t n_params;
+};
+
+/* A block's saved activations (N = batch * seq rows). */
+typedef struct block_acts {
+    float *ln1, *ln1_mean, *ln1_rstd; /* N x C, N, N */
+    float *qkv;                       /* N x 3 c_local */
+    float *att;                       /* batch x heads_local x seq x seq */
+    float *atty;                      /* N x c_local */
+    float *res_mid;                   /* N x C: x + attention branch */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fc, *fc_gelu; /* N x f_local */
+    float *res_out;      /* N x C: the block's output */
+} block_acts;
+
+#define BLOCK_ACT_COUNT (sizeof(block_acts) / sizeof(float *))
+
+/* One forward (and backward) pass: the ctx every module function receives. */
+typedef struct gpt_pass {
+    mt_gpt *gpt;
+    int batch;
+    size_t n; /* rows: batch * seq */
+    bool backward;
+    float grad_scale;
+    int *ids, *targets; /* device, n each */
+    float *x0;          /* N x C: embeddings, the first block's input */
+    block_acts *acts;   /* one per layer */
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float *d_logits; /* N x vocab_real, filled by the forward's loss when backward follows */
+    float *d_res;    /* during backward: the gradient of the residual stream */
+    double loss_sum;
+} gpt_pass;
+
+/* ---- deterministic initialisation ------------------------------------------------------------ */
+
+/* SplitMix64's finaliser: a well-mixed 64-bit value from any 64-bit key. */
+static uint64_t mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1), never 0 (Box-Muller takes its logarithm). */
+static double hash_open_unit(uint64_t seed, uint64_t id, uint64_t index, uint64_t salt) {
+    uint64_t h = mix64(seed ^ mix64(id ^ mix64(index ^ mix64(salt))));
+    return ((double)(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+/* Standard normal for (seed, parameter id, global element index): the same on every rank. */
+static double hash_normal(uint64_t seed, uint64_t id, uint64_t index) {
+    double u1 = hash_open_unit(seed, id, index, 1), u2 = hash_open_unit(seed, id, index, 2);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+typedef enum init_kind { INIT_ZERO, INIT_ONE, INIT_NORMAL } init_kind;
+
+typedef struct param_spec {
+    const char *name;
+    int ndim;
+    int64_t shape[3];
+    mt_tp_placement tp;
+    init_kind init;
+    double std;
+} param_spec;
+
+/* Fills the tp-local part of p from the global definition: local element -> global index -> hash.
+ * Rows of a Shard(0) parameter at or beyond zero_rows_from (vocabulary padding) stay 0. */
+static mt_status init_param(mt_gpt *g, mt_param *p, uint64_t id, init_kind kind, double std,
+                            int64_t zero_rows_from) {
+    size_t n = mt_param_numel(p);
+    int nd = mt_param_ndim(p);
+    mt_tp_placement pl = mt_param_tp(p);
+    float *host = malloc((n ? n : 1) * sizeof *host);
+    if (!host)
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "gpt: out of host memory initialising '%s' (%zu "
+                        "values)", mt_param_name(p), n);
+    int64_t idx[MT_PARAM_MAX_DIMS] = {0};
+    for (size_t i = 0; i < n; i++) {
+        uint64_t global = 0;
+        int64_t row0 = 0;
+        for (int d = 0; d < nd; d++) {
+            int64_t gi = idx[d];
+            if (pl.kind == MT_TP_SHARD && pl.dim == d)
+                gi += (int64_t)g->tp.rank * mt_param_local_dim(p, d);
+            if (d == 0) row0 = gi;
+            global = global * (uint64_t)mt_param_global_dim(p, d) + (uint64_t)gi;
+        }
+        double v = 0.0;
+        if (kind == INIT_ONE) v = 1.0;
+        else if (kind == INIT_NORMAL && row0 < zero_rows_from)
+            v = std * hash_normal(g->cfg.seed, id, global);
+        host[i] = (float)v;
+        for (int d = nd - 1; d >= 0; d--) { /* next local index, row-major */
+            if (++idx[d] < mt_param_local_dim(p, d)) break;
+            idx[d] = 0;
+        }
+    }
+    mt_status st = mt_device_copy(g->dev, mt_param_data(p), host, n * sizeof *host,
+                                  MT_COPY_HOST_TO_DEVICE, NULL);
+    free(host);
+    return st;
+}
+
+static mt_status add_params(mt_gpt *g, mt_module *m, const param_spec *specs, int count,
+                            uint64_t id_base, mt_param **out) {
+    for (int i = 0; i < count; i++) {
+        const param_spec *s = &specs[i];
+        MT_TRY(mt_module_add_param(m, s->name, s->ndim, s->shape, s->tp, &out[i]));
+        int64_t zero_from = INT64_MAX, numel = 1;
+        for (int d = 0; d < s->ndim; d++) numel *= s->shape[d];
+        if (id_base == 0 && i == R_WTE) { /* the padding rows are no parameters of the model */
+            zero_from = g->cfg.vocab;
+            numel = (int64_t)g->cfg.vocab * g->C;
+        }
+        g->n_params += (size_t)numel;
+        MT_TRY(init_param(g, out[i], id_base + (uint64_t)i, s->init, s->std, zero_from));
+    }
+    return MT_OK;
+}
+
+/* ---- parameters and activations -------------------------------------------------------------- */
+
+static mt_status act_alloc(mt_device *dev, size_t elems, bool zero, float **out) {
+    size_t bytes = (elems ? elems : 1) * sizeof(float);
+    MT_TRY(mt_device_alloc(dev, bytes, MT_MEM_ACTIVATIONS, (void **)out));
+    if (zero) {
+        mt_status st = mt_device_memset(dev, *out, 0, bytes, NULL);
+        if (st != MT_OK) {
+            mt_device_free(dev, *out);
+            *out = NULL;
+            return st;
+        }
+    }
+    return MT_OK;
+}
+
+static void free_all(mt_device *dev, float **bufs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        mt_device_free(dev, bufs[i]);
+        bufs[i] = NULL;
+    }
+}
+
+/* The values of params[0..n) as f32: their own data when f32, else converted copies in
+ * scratch[i] (activations; free with free_all). */
+static mt_status read_params(mt_device *dev, mt_param **params, int n, const float **vals,
+                             float **scratch) {
+    for (int i = 0; i < n; i++) {
+        mt_param *p = params[i];
+        scratch[i] = NULL;
+        void *data = mt_param_data(p);
+        if (!data)
+            return mt_error(MT_ERR_INVALID_ARG, "gpt: parameter '%s' has no values here (its "
+                            "unit is sharded)", mt_param_name(p));
+        if (mt_param_dtype(p) == MT_F32) {
+            vals[i] = data;
+            continue;
+        }
+        MT_TRY(act_alloc(dev, mt_param_numel(p), false, &scratch[i]));
+        MT_TRY(mt_param_read_f32(p, scratch[i]));
+        vals[i] = scratch[i];
+    }
+    return MT_OK;
+}
+
+static mt_status grads_of(mt_param **params, int n, const char *module, float **grads) {
+    for (int i = 0; i < n; i++)
+        if (!(grads[i] = mt_param_grad(params[i])))
+            return mt_error(MT_ERR_INVALID_ARG, "gpt: '%s' has no gradient buffer for '%s' in "
+                            "its backward (shard the model with mt_fsdp_shard before training)",
+                            module, mt_param_name(params[i]));
+    return MT_OK;
+}
+
+static const float *block_input(const gpt_pass *pass, int l) {
+    return l == 0 ? pass->x0 : pass->acts[l - 1].res_out;
+}
+
+/* ---- a block --------------------------------------------------------------------------------- */
+
+static mt_status block_alloc(mt_gpt *g, gpt_pass *pass, block_acts *a) {
+    mt_device *dev = g->dev;
+    size_t n = pass->n, C = (size_t)g->C, cl = (size_t)g->c_local, fl = (size_t)g->f_local;
+    size_t T = (size_t)g->cfg.seq;
+    size_t att = (size_t)pass->batch * (size_t)g->heads_local * T * T;
+    MT_TRY(act_alloc(dev, n * C, false, &a->ln1));
+    MT_TRY(act_alloc(dev, n, false, &a->ln1_mean));
+    MT_TRY(act_alloc(dev, n, false, &a->ln1_rstd));
+    MT_TRY(act_alloc(dev, n * 3 * cl, false, &a->qkv));
+    MT_TRY(act_alloc(dev, att, false, &a->att));
+    MT_TRY(act_alloc(dev, n * cl, false, &a->atty));
+    MT_TRY(act_alloc(dev, n * C, false, &a->res_mid));
+    MT_TRY(act_alloc(dev, n * C, false, &a->ln2));
+    MT_TRY(act_alloc(dev, n, false, &a->ln2_mean));
+    MT_TRY(act_alloc(dev, n, false, &a->ln2_rstd));
+    MT_TRY(act_alloc(dev, n * fl, false, &a->fc));
+    MT_TRY(act_alloc(dev, n * fl, false, &a->fc_gelu));
+    return act_alloc(dev, n * C, false, &a->res_out);
+}
+
+static mt_status block_forward_run(mt_gpt *g, gpt_pass *pass, int l, const float **w) {
+    block_acts *a = &pass->acts[l];
+    mt_device *dev = g->dev;
+    const mt_tp_ctx *tp = &g->tp;
+    const float *x = block_input(pass, l);
+    int n = (int)pass->n, C = g->C, cl = g->c_local, fl = g->f_local;
+    size_t nc = pass->n * (size_t)C;
+    MT_TRY(block_alloc(g, pass, a));
+    MT_TRY(mt_op_layernorm_forward(dev, x, w[P_LN1_W], w[P_LN1_B], pass->n, C, a->ln1,
+                                   a->ln1_mean, a->ln1_rstd));
+    MT_TRY(mt_tp_column_linear_forward(tp, a->ln1, w[P_QKV_W], w[P_QKV_B], a->qkv, n, C, 3 * cl));
+    MT_TRY(mt_op_attention_forward(dev, a->qkv, pass->batch, g->cfg.seq, g->heads_local,
+                                   g->head_dim, a->atty, a->att));
+    MT_TRY(mt_tp_row_linear_forward(tp, a->atty, w[P_ATTN_W], w[P_ATTN_B], a->res_mid, n, cl, C));
+    MT_TRY(mt_op_add(dev, x, a->res_mid, a->res_mid, nc));
+    MT_TRY(mt_op_layernorm_forward(dev, a->res_mid, w[P_LN2_W], w[P_LN2_B], pass->n, C, a->ln2,
+                                   a->ln2_mean, a->ln2_rstd));
+    MT_TRY(mt_tp_column_linear_forward(tp, a->ln2, w[P_FC_W], w[P_FC_B], a->fc, n, C, fl));
+    MT_TRY(mt_op_gelu_forward(dev, a->fc, a->fc_gelu, pass->n * (size_t)fl));
+    MT_TRY(mt_tp_row_linear_forward(tp, a->fc_gelu, w[P_PROJ_W], w[P_PROJ_B], a->res_out, n, fl,
+                                    C));
+    return mt_op_add(dev, a->res_mid, a->res_out, a->res_out, nc);
+}
+
+static mt_status block_forward(mt_module *module, void *ctx) {
+    gpt_block *blk = mt_module_user(module);
+    gpt_pass *pass = ctx;
+    mt_gpt *g = blk->gpt;
+    const float *w[BLOCK_PARAMS];
+    float *scratch[BLOCK_PARAMS] = {0};
+    mt_status st = read_params(g->dev, blk->p, BLOCK_PARAMS, w, scratch);
+    if (st == MT_OK) st = block_forward_run(g, pass, blk->index, w);
+    free_all(g->dev, scratch, BLOCK_PARAMS);
+    if (st != MT_OK) return mt_error_wrap(st, "gpt: forward of block %d", blk->index);
+    return MT_OK;
+}
+
+/* Gradient scratch of one block's backward. */
+typedef struct block_grads {
+    float *d_fc_gelu, *d_fc, *d_ln2, *d_atty, *d_qkv, *d_ln1;
+} block_grads;
+
+static mt_status block_backward_run(mt_gpt *g, gpt_pass *pass, int l, const float **w,
+                                    float **gr, block_grads *d) {
+    block_acts *a = &pass->acts[l];
+    mt_device *dev = g->dev;
+    const mt_tp_ctx *tp = &g->tp;
+    const float *x = block_input(pass, l);
+    float *d_res = pass->d_res; /* the gradient of the block's output, then of its input */
+    int n = (int)pass->n, C = g->C, cl = g->c_local, fl = g->f_local;
+    size_t N = pass->n;
+    MT_TRY(act_alloc(dev, N * (size_t)fl, true, &d->d_fc_gelu));
+    MT_TRY(act_alloc(dev, N * (size_t)fl, true, &d->d_fc));
+    MT_TRY(act_alloc(dev, N * (size_t)C, true, &d->d_ln2));
+    MT_TRY(act_alloc(dev, N * (size_t)cl, true, &d->d_atty));
+    MT_TRY(act_alloc(dev, N * 3 * (size_t)cl, true, &d->d_qkv));
+    MT_TRY(act_alloc(dev, N * (size_t)C, true, &d->d_ln1));
+    /* MLP branch; the residual passes d_res through unchanged, the LayerNorm adds to it. */
+    MT_TRY(mt_tp_row_linear_backward(tp, d_res, a->fc_gelu, w[P_PROJ_W], d->d_fc_gelu,
+                                     gr[P_PROJ_W], gr[P_PROJ_B], n, fl, C));
+    MT_TRY(mt_op_gelu_backward(dev, a->fc, d->d_fc_gelu, d->d_fc, N * (size_t)fl));
+    MT_TRY(mt_tp_column_linear_backward(tp, d->d_fc, a->ln2, w[P_FC_W], d->d_ln2, gr[P_FC_W],
+                                        gr[P_FC_B], n, C, fl));
+    MT_TRY(mt_op_layernorm_backward(dev, d->d_ln2, a->res_mid, w[P_LN2_W], a->ln2_mean,
+                                    a->ln2_rstd, N, C, d_res, gr[P_LN2_W], gr[P_LN2_B]));
+    /* Attention branch. */
+    MT_TRY(mt_tp_row_linear_backward(tp, d_res, a->atty, w[P_ATTN_W], d->d_atty, gr[P_ATTN_W],
+                                     gr[P_ATTN_B], n, cl, C));
+    MT_TRY(mt_op_attention_backward(dev, d->d_atty, a->qkv, a->att, pass->batch, g->cfg.seq,
+                                    g->heads_local, g->head_dim, d->d_qkv));
+    MT_TRY(mt_tp_column_linear_backward(tp, d->d_qkv, a->ln1, w[P_QKV_W], d->d_ln1, gr[P_QKV_W],
+                                        gr[P_QKV_B], n, C, 3 * cl));
+    return mt_op_layernorm_backward(dev, d->d_ln1, x, w[P_LN1_W], a->ln1_mean, a->ln1_rstd, N, C,
+                                    d_res, gr[P_LN1_W], gr[P_LN1_B]);
+}
+
+static mt_status block_backward(mt_module *module, void *ctx) {
+    gpt_block *blk = mt_module_user(module);
+    gpt_pass *pass = ctx;
+    mt_gpt *g = blk->gpt;
+    const float *w[BLOCK_PARAMS];
+    float *gr[BLOCK_PARAMS];
+    float *scratch[BLOCK_PARAMS] = {0};
+    block_grads d = {0};
+    char name[32];
+    snprintf(name, sizeof name, "block%d", blk->index);
+    mt_status st = grads_of(blk->p, BLOCK_PARAMS, name, gr);
+    if (st == MT_OK) st = read_params(g->dev, blk->p, BLOCK_PARAMS, w, scratch);
+    if (st == MT_OK) st = block_backward_run(g, pass, blk->index, w, gr, &d);
+    free_all(g->dev, scratch, BLOCK_PARAMS);
+    free_all(g->dev, (float **)&d, sizeof d / sizeof(float *));
+    if (st != MT_OK) return mt_error_wrap(st, "gpt: backward of block %d", blk->index);
+    /* The block's activations are used up (the next block's backward already read its output). */
+    free_all(g->dev, (float **)&pass->acts[blk->index], BLOCK_ACT_COUNT);
+    return MT_OK;
+}
+
+/* ---- the root -------------------------------------------------------------------------------- */
+
+static mt_status embed(mt_gpt *g, gpt_pass *pass) {
+    mt_param *ps[2] = {g->rp[R_WTE], g->rp[R_WPE]};
+    const float *w[2];
+    float *scratch[2] = {0};
+    mt_status st = read_params(g->dev, ps, 2, w, scratch);
+    if (st == MT_OK) st = act_alloc(g->dev, pass->n * (size_t)g->C, false, &pass->x0);
+    if (st == MT_OK)
+        st = mt_tp_vocab_embedding_forward(&g->tp, pass->ids, (int)pass->n, w[0], g->vocab_local,
+                                           g->C, pass->x0);
+    if (st == MT_OK)
+        st = mt_op_position_forward(g->dev, w[1], pass->batch, g->cfg.seq, g->C, pass->x0);
+    free_all(g->dev, scratch, 2);
+    return st;
+}
+
+/* ln_f, the tied head on this rank's vocabulary columns, the loss (and its gradient). */
+static mt_status head_forward(mt_gpt *g, gpt_pass *pass) {
+    mt_param *ps[3] = {g->rp[R_LNF_W], g->rp[R_LNF_B], g->rp[R_WTE]};
+    const float *w[3];
+    float *scratch[3] = {0}, *logits = NULL;
+    size_t n = pass->n, C = (size_t)g->C, v = (size_t)g->vocab_real;
+    const float *x = pass->acts[g->cfg.layers - 1].res_out;
+    mt_status st = read_params(g->dev, ps, 3, w, scratch);
+    if (st == MT_OK) st = act_alloc(g->dev, n * C, false, &pass->lnf);
+    if (st == MT_OK) st = act_alloc(g->dev, n, false, &pass->lnf_mean);
+    if (st == MT_OK) st = act_alloc(g->dev, n, false, &pass->lnf_rstd);
+    if (st == MT_OK)
+        st = mt_op_layernorm_forward(g->dev, x, w[0], w[1], n, g->C, pass->lnf, pass->lnf_mean,
+                                     pass->lnf_rstd);
+    if (st == MT_OK) st = act_alloc(g->dev, n * v, false, &logits);
+    /* The head is a column-parallel linear without bias: wte's first vocab_real local rows. */
+    if (st == MT_OK)
+        st = mt_tp_column_linear_forward(&g->tp, pass->lnf, w[2], NULL, logits, (int)n, g->C,
+                                         g->vocab_real);
+    if (st == MT_OK && pass->backward) st = act_alloc(g->dev, n * v, true, &pass->d_logits);
+    if (st == MT_OK)
+        st = mt_tp_vocab_cross_entropy_range(&g->tp, logits, pass->targets, (int)n,
+                                             g->tp.rank * g->vocab_local, g->vocab_real,
+                                             pass->grad_scale / (float)n, &pass->loss_sum,
+                                             pass->d_logits);
+    mt_device_free(g->dev, logits);
+    free_all(g->dev, scratch, 3);
+    return st;
+}
+
+static mt_status root_forward(mt_module *module, void *ctx) {
+    mt_gpt *g = mt_module_user(module);
+    gpt_pass *pass = ctx;
+    MT_TRY(embed(g, pass));
+    for (int l = 0; l < g->cfg.layers; l++) MT_TRY(mt_module_forward(g->block_modules[l], pass));
+    return head_forward(g, pass);
+}
+
+static mt_status head_backward(mt_gpt *g, gpt_pass *pass, float **gr) {
+    mt_param *ps[2] = {g->rp[R_LNF_W], g->rp[R_WTE]};
+    const float *w[2];
+    float *scratch[2] = {0}, *d_lnf = NULL;
+    size_t n = pass->n, C = (size_t)g->C;
+    const float *x = pass->acts[g->cfg.layers - 1].res_out;
+    mt_status st = read_params(g->dev, ps, 2, w, scratch);
+    if (st == MT_OK) st = act_alloc(g->dev, n * C, true, &d_lnf);
+    if (st == MT_OK)
+        st = mt_tp_column_linear_backward(&g->tp, pass->d_logits, pass->lnf, w[1], d_lnf,
+                                          gr[R_WTE], NULL, (int)n, g->C, g->vocab_real);
+    if (st == MT_OK) st = act_alloc(g->dev, n * C, true, &pass->d_res);
+    if (st == MT_OK)
+        st = mt_op_layernorm_backward(g->dev, d_lnf, x, w[0], pass->lnf_mean, pass->lnf_rstd, n,
+                                      g->C, pass->d_res, gr[R_LNF_W], gr[R_LNF_B]);
+    mt_device_free(g->dev, d_lnf);
+    free_all(g->dev, scratch, 2);
+    if (st == MT_OK) {
+        float *used[4] = {pass->d_logits, pass->lnf, pass->lnf_mean, pass->lnf_rstd};
+        free_all(g->dev, used, 4);
+        pass->d_logits = pass->lnf = pass->lnf_mean = pass->lnf_rstd = NULL;
+    }
+    return st;
+}
+
+static mt_status root_backward(mt_module *module, void *ctx) {
+    mt_gpt *g = mt_module_user(module);
+    gpt_pass *pass = ctx;
+    if (!pass->backward || !pass->d_logits)
+        return mt_error(MT_ERR_INTERNAL, "gpt: backward without a forward that kept the loss "
+                        "gradient");
+    float *gr[ROOT_PARAMS];
+    MT_TRY(grads_of(g->rp, ROOT_PARAMS, "gpt", gr));
+    MT_TRY(head_backward(g, pass, gr));
+    for (int l = g->cfg.layers - 1; l >= 0; l--)
+        MT_TRY(mt_module_backward(g->block_modules[l], pass));
+    MT_TRY(mt_op_position_backward(g->dev, pass->d_res, pass->batch, g->cfg.seq, g->C,
+                                   gr[R_WPE]));
+    return mt_tp_vocab_embedding_backward(&g->tp, pass->ids, (int)pass->n, pass->d_res,
+                                          g->vocab_local, g->C, gr[R_WTE]);
+}
+
+/* ---- creation -------------------------------------------------------------------------------- */
+
+static mt_status check_config(const mt_gpt_config *c, int tp) {
+    if (c->layers < 1 || c->d_model < 1 || c->heads < 1 || c->seq < 1 || c->vocab < 1)
+        return mt_error(MT_ERR_INVALID_ARG, "gpt: layers %d, d_model %d, heads %d, seq %d, vocab "
+                        "%d: each must be >= 1", c->layers, c->d_model, c->heads, c->seq,
+                        c->vocab);
+    if (c->d_model % c->heads != 0)
+        return mt_error(MT_ERR_INVALID_ARG, "gpt: d_model %d not divisible by heads %d",
+                        c->d_model, c->heads);
+    if (c->heads % tp != 0)
+        return mt_error(MT_ERR_INVALID_ARG, "gpt: heads %d not divisible by tp %d", c->heads, tp);
+    int local = (c->vocab + tp - 1) / tp;
+    if (c->vocab - (tp - 1) * local < 1)
+        return mt_error(MT_ERR_INVALID_ARG, "gpt: vocab %d cannot be split over tp %d (padded to "
+                        "%d, the last rank's slice of %d rows would hold no real token)",
+                        c->vocab, tp, local * tp, local);
+    if ((int64_t)c->layers * c->d_model * c->d_model > INT32_MAX / 16 ||
+        (int64_t)c->vocab * c->d_model > INT32_MAX / 2 || (int64_t)c->seq * c->seq > INT32_MAX / 2)
+        return mt_error(MT_ERR_INVALID_ARG, "gpt: layers %d, d_model %d, vocab %d, seq %d: too "
+                        "large for this implementation's 32-bit sizes", c->layers, c->d_model,
+                        c->vocab, c->seq);
+    return MT_OK;
+}
+
+static mt_status add_block(mt_gpt *g, mt_mesh *mesh, int l) {
+    gpt_block *blk = &g->blocks[l];
+    blk->gpt = g;
+    blk->index = l;
+    char name[32];
+    snprintf(name, sizeof name, "block%d", l);
+    static const mt_module_ops ops = {.forward = block_forward, .backward = block_backward};
+    mt_module *m = NULL;
+    MT_TRY(mt_module_create(mesh, name, &ops, blk, &m));
+    mt_status st = mt_module_add_child(g->root, m);
+    if (st != MT_OK) {
+        mt_module_destroy(m);
+        return st;
+    }
+    g->block_modules[l] = m;
+    int64_t C = g->C;
+    const mt_tp_placement rep = {MT_TP_REPLICATE, 0}, s0 = {MT_TP_SHARD, 0},
+                          s1 = {MT_TP_SHARD, 1};
+    double std = 0.02, res_std = 0.02 / sqrt(2.0 * g->cfg.layers);
+    const param_spec specs[BLOCK_PARAMS] = {
+        [P_LN1_W] = {"ln_1.weight", 1, {C}, rep, INIT_ONE, 0},
+        [P_LN1_B] = {"ln_1.bias", 1, {C}, rep, INIT_ZERO, 0},
+        /* q, k and v stacked: each rank holds its heads' rows of all three. */
+        [P_QKV_W] = {"attn.qkv.weight", 3, {3, C, C}, s1, INIT_NORMAL, std},
+        [P_QKV_B] = {"attn.qkv.bias", 2, {3, C}, s1, INIT_ZERO, 0},
+        [P_ATTN_W] = {"attn.proj.weight", 2, {C, C}, s1, INIT_NORMAL, res_std},
+        [P_ATTN_B] = {"attn.proj.bias", 1, {C}, rep, INIT_ZERO, 0},
+        [P_LN2_W] = {"ln_2.weight", 1, {C}, rep, INIT_ONE, 0},
+        [P_LN2_B] = {"ln_2.bias", 1, {C}, rep, INIT_ZERO, 0},
+        [P_FC_W] = {"mlp.fc.weight", 2, {4 * C, C}, s0, INIT_NORMAL, std},
+        [P_FC_B] = {"mlp.fc.bias", 1, {4 * C}, s0, INIT_ZERO, 0},
+        [P_PROJ_W] = {"mlp.proj.weight", 2, {C, 4 * C}, s1, INIT_NORMAL, res_std},
+        [P_PROJ_B] = {"mlp.proj.bias", 1, {C}, rep, INIT_ZERO, 0},
+    };
+    return add_params(g, m, specs, BLOCK_PARAMS, 64 * ((uint64_t)l + 1), blk->p);
+}
+
+static mt_status add_root_params(mt_gpt *g) {
+    int64_t C = g->C;
+    const mt_tp_placement rep = {MT_TP_REPLICATE, 0}, s0 = {MT_TP_SHARD, 0};
+    const param_spec specs[ROOT_PARAMS] = {
+        [R_WTE] = {"wte.weight", 2, {g->vocab_pad, C}, s0, INIT_NORMAL, 0.02},
+        [R_WPE] = {"wpe.weight", 2, {g->cfg.seq, C}, rep, INIT_NORMAL, 0.02},
+        [R_LNF_W] = {"ln_f.weight", 1, {C}, rep, INIT_ONE, 0},
+        [R_LNF_B] = {"ln_f.bias", 1, {C}, rep, INIT_ZERO, 0},
+    };
+    return add_params(g, g->root, specs, ROOT_PARAMS, 0, g->rp);
+}
+
+mt_status mt_gpt_create(mt_mesh *mesh, const mt_gpt_config *config, mt_gpt **out) {
+    if (!mesh || !config || !out)
+        return mt_error(MT_ERR_INVALID_ARG, "gpt: mesh, config and out must not be NULL");
+    *out = NULL;
+    mt_tp_ctx tp;
+    MT_TRY(mt_tp_context(mesh, &tp));
+    const mt_gpt_config *c = config;
+    MT_TRY(check_config(c, tp.size));
+    mt_gpt *g = calloc(1, sizeof *g);
+    if (g) {
+        g->block_modules = calloc((size_t)c->layers, sizeof *g->block_modules);
+        g->blocks = calloc((size_t)c->layers, sizeof *g->blocks);
+    }
+    if (!g || !g->block_modules || !g->blocks) {
+        mt_gpt_destroy(g);
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "gpt: out of host memory for %d layers", c->layers);
+    }
+    g->cfg = *c;
+    g->dev = tp.dev;
+    g->tp = tp;
+    g->C = c->d_model;
+    g->c_local = c->d_model / tp.size;
+    g->heads_local = c->heads / tp.size;
+    g->head_dim = c->d_model / c->heads;
+    g->f_local = 4 * c->d_model / tp.size;
+    g->vocab_local = (c->vocab + tp.size - 1) / tp.size;
+    g->vocab_pad = g->vocab_local * tp.size;
+    int real = c->vocab - tp.rank * g->vocab_local;
+    g->vocab_real = real < g->vocab_local ? real : g->vocab_local;
+    static const mt_module_ops root_ops = {.forward = root_forward, .backward = root_backward};
+    mt_status st = mt_module_create(mesh, "gpt", &root_ops, g, &g->root);
+    for (int l = 0; l < c->layers && st == MT_OK; l++) st = add_block(g, mesh, l);
+    if (st == MT_OK) st = add_root_params(g);
+    if (st != MT_OK) {
+        mt_gpt_destroy(g);
+        return st;
+    }
+    *out = g;
+    return MT_OK;
+}
+
+void mt_gpt_destroy(mt_gpt *gpt) {
+    if (!gpt) return;
+    mt_module_destroy(gpt->root); /* and the blocks, its children */
+    free(gpt->block_modules);
+    free(gpt->blocks);
+    free(gpt);
+}
+
+mt_module *mt_gpt_root(mt_gpt *gpt) { return gpt ? gpt->root : NULL; }
+
+mt_module *mt_gpt_block(mt_gpt *gpt, int layer) {
+    if (!gpt || layer < 0 || layer >= gpt->cfg.layers) return NULL;
+    return gpt->block_modules[layer];
+}
+
+size_t mt_gpt_param_count(const mt_gpt *gpt) { return gpt ? gpt->n_params : 0; }
+
+/* ---- passes ---------------------------------------------------------------------------------- */
+
+static void pass_release(gpt_pass *pass) {
+    mt_device *dev = pass->gpt->dev;
+    if (pass->acts)
+        for (int l = 0; l < pass->gpt->cfg.layers; l++)
+            free_all(dev, (float **)&pass->acts[l], BLOCK_ACT_COUNT);
+    free(pass->acts);
+    float *rest[6] = {pass->x0, pass->lnf, pass->lnf_mean, pass->lnf_rstd, pass->d_logits,
+                      pass->d_res};
+    free_all(dev, rest, 6);
+    mt_device_free(dev, pass->ids);
+    mt_device_free(dev, pass->targets);
+    memset(pass, 0, sizeof *pass);
+}
+
+/* Checks this rank's tokens and copies inputs and targets to the device. */
+static mt_status pass_prepare(mt_gpt *g, const int *tokens, int batch, bool backward,
+                              float grad_scale, gpt_pass *pass) {
+    memset(pass, 0, sizeof *pass);
+    pass->gpt = g;
+    if (!tokens || batch < 1)
+        return mt_error(MT_ERR_INVALID_ARG, "gpt: a pass needs tokens and batch >= 1 (batch %d)",
+                        batch);
+    int T = g->cfg.seq;
+    if ((int64_t)batch * T > INT32_MAX / 4)
+        return mt_error(MT_ERR_INVALID_ARG, "gpt: batch %d x seq %d tokens is too many for one "
+                        "pass", batch, T);
+    pass->batch = batch;
+    pass->n = (size_t)batch * (size_t)T;
+    pass->backward = backward;
+    pass->grad_scale = grad_scale;
+    pass->acts = calloc((size_t)g->cfg.layers, sizeof *pass->acts);
+    int *host = malloc(2 * pass->n * sizeof *host);
+    if (!pass->acts || !host) {
+        free(host);
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "gpt: out of host memory for a pass of %zu tokens",
+                        pass->n);
+    }
+    mt_status st = MT_OK;
+    for (int b = 0; b < batch && st == MT_OK; b++)
+        for (int t = 0; t <= T; t++) {
+            int id = tokens[(size_t)b * (size_t)(T + 1) + (size_t)t];
+            if (id < 0 || id >= g->cfg.vocab) {
+                st = mt_error(MT_ERR_INVALID_ARG, "gpt: token %d at sequence %d, position %d is "
+                              "outside the vocabulary [0, %d)", id, b, t, g->cfg.vocab);
+                break;
+            }
+            if (t < T) host[(size_t)b * T + t] = id;
+            if (t > 0) host[pass->n + (size_t)b * T + t - 1] = id;
+        }
+    size_t bytes = pass->n * sizeof(int);
+    if (st == MT_OK)
+        st = mt_device_alloc(g->dev, bytes, MT_MEM_ACTIVATIONS, (void **)&pass->ids);
+    if (st == MT_OK)
+        st = mt_device_alloc(g->dev, bytes, MT_MEM_ACTIVATIONS, (void **)&pass->targets);
+    if (st == MT_OK)
+        st = mt_device_copy(g->dev, pass->ids, host, bytes, MT_COPY_HOST_TO_DEVICE, NULL);
+    if (st == MT_OK)
+        st = mt_device_copy(g->dev, pass->targets, host + pass->n, bytes, MT_COPY_HOST_TO_DEVICE,
+                            NULL);
+    free(host);
+    return st;
+}
+
+static mt_status run_pass(mt_gpt *gpt, const int *tokens, int batch, bool backward,
+                          float grad_scale, float *loss) {
+    gpt_pass pass;
+    mt_status st = pass_prepare(gpt, tokens, batch, backward, grad_scale, &pass);
+    if (st == MT_OK) st = mt_module_forward(gpt->root, &pass);
+    if (st == MT_OK && backward) st = mt_module_backward(gpt->root, &pass);
+    if (st == MT_OK && loss) *loss = (float)(pass.loss_sum / (double)pass.n);
+    if (pass.gpt) pass_release(&pass);
+    return st;
+}
+
+mt_status mt_gpt_forward_backward(mt_gpt *gpt, const int *tokens, int batch, float grad_scale,
+                                  float *loss) {
+    if (!gpt) return mt_error(MT_ERR_INVALID_ARG, "gpt: forward_backward on a NULL model");
+    return run_pass(gpt, tokens, batch, true, grad_scale, loss);
+}
+
+mt_status mt_gpt_forward(mt_gpt *gpt, const int *tokens, int batch, float *loss) {
+    if (!gpt) return mt_error(MT_ERR_INVALID_ARG, "gpt: forward on a NULL model");
+    return run_pass(gpt, tokens, batch, false, 1.0f, loss);
+}
