@@ -1,0 +1,616 @@
+/* train_gpt: a byte-level GPT trained with tensor parallelism inside a host and FSDP across
+ * hosts, on a {"dp", "tp"} DeviceMesh. What a user runs, and what a user copies from.
+ *
+ *   mtrun --standalone --nproc_per_node 4 train_gpt --dp 2 --tp 2 --steps 300
+ *
+ * Every rank builds the same model (initialised on the global tensors from --seed, so any dp x tp
+ * starts from the same weights), shards each block and then the root over "dp", creates AdamW on
+ * its shards and trains on its dp rank's sequences, drawn from the data file's bytes. Rank 0
+ * prints the mesh and topology at start, one line per step, and a loss-curve summary at the end.
+ * docs/train_gpt.md describes every option, the data, the schedule and the --metrics format.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, setenv */
+
+#include <meshtrain/meshtrain.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PROG "train_gpt"
+#define DEFAULT_DATA "/usr/share/common-licenses/GPL-3"
+#define EVAL_MICRO_BATCHES 4 /* micro-batches of --batch sequences per dp rank per evaluation */
+#define ERR_CAP 512
+
+typedef struct options {
+    int dp, tp; /* dp 0: world / tp */
+    int layers, d_model, heads, seq, batch, grad_accum, steps, warmup, eval_every;
+    float lr, weight_decay, clip;
+    uint64_t seed;
+    mt_dtype param_dtype, reduce_dtype;
+    bool prefetch;
+    const char *device, *data, *metrics; /* device NULL: MT_DEVICE or auto */
+} options;
+
+/* The data: the file's bytes are the token ids; the last 10% is held out for evaluation. */
+typedef struct dataset {
+    unsigned char *bytes;
+    size_t size, train_len, val_len; /* train: [0, train_len); val: [train_len, size) */
+} dataset;
+
+/* Everything one training run holds. */
+typedef struct trainer {
+    const options *opt;
+    mt_runtime *rt;
+    dataset data;
+    FILE *metrics; /* rank 0 only */
+    mt_mesh *mesh;
+    mt_group *dp_group, *world;
+    mt_gpt *gpt;
+    mt_adamw *adam;
+    int rank, world_size, dp_rank;
+    int *tokens;        /* batch x (seq + 1) */
+    float *step_losses; /* rank 0: every step's loss, for the closing summary */
+} trainer;
+
+static const char usage[] =
+    "usage: mtrun [mtrun options] " PROG " [options]\n"
+    "  --dp N              data-parallel (FSDP) size (default world size / tp)\n"
+    "  --tp N              tensor-parallel size, ranks of one host (default 1)\n"
+    "  --layers N          transformer blocks (2)\n"
+    "  --d-model N         channels (64)\n"
+    "  --heads N           attention heads, divisible by tp (4)\n"
+    "  --seq N             tokens per sequence (64)\n"
+    "  --batch N           sequences per dp rank per micro-batch (8)\n"
+    "  --grad-accum N      micro-batches per step (1)\n"
+    "  --steps N           optimizer steps (300)\n"
+    "  --lr X              peak learning rate (1e-3)\n"
+    "  --warmup N          steps of linear warmup, then constant (0)\n"
+    "  --weight-decay X    AdamW decoupled weight decay (0)\n"
+    "  --clip X            clip the global gradient norm to X; 0 = off (1)\n"
+    "  --seed N            model initialisation and data order (1)\n"
+    "  --param-dtype T     f32 or bf16: parameters gathered and computed in (f32)\n"
+    "  --reduce-dtype T    f32 or bf16: gradients reduced in (f32)\n"
+    "  --no-prefetch       issue each all-gather when its unit starts\n"
+    "  --device D          cpu, cuda or auto (MT_DEVICE, else auto)\n"
+    "  --data FILE         training text, bytes as tokens (" DEFAULT_DATA ")\n"
+    "  --eval-every N      held-out loss every N steps and at the end; 0 = never (0)\n"
+    "  --metrics FILE      JSON lines: one per step and one per evaluation (rank 0 writes)\n";
+
+/* ---- options ------------------------------------------------------------------------------- */
+
+static int fail_msg(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail_msg(char *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, ERR_CAP, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int parse_int(const char *name, const char *val, int min, int *out, char *err) {
+    char *end;
+    errno = 0;
+    long v = strtol(val, &end, 10);
+    if (errno || end == val || *end || v < min || v > INT32_MAX)
+        return fail_msg(err, "%s '%s' must be an integer >= %d", name, val, min);
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_float(const char *name, const char *val, float min, float *out, char *err) {
+    char *end;
+    errno = 0;
+    float v = strtof(val, &end);
+    if (errno || end == val || *end || !isfinite(v) || v < min)
+        return fail_msg(err, "%s '%s' must be a number >= %g", name, val, (double)min);
+    *out = v;
+    return 0;
+}
+
+static int parse_dtype(const char *name, const char *val, mt_dtype *out, char *err) {
+    if (mt_dtype_parse(val, out) != MT_OK) {
+        mt_clear_error();
+        return fail_msg(err, "%s '%s' must be f32 or bf16", name, val);
+    }
+    return 0;
+}
+
+/* Returns 0 (options in *o), 1 (--help) or -1 (message in err). */
+static int parse_args(int argc, char **argv, options *o, char *err) {
+    *o = (options){.dp = 0, .tp = 1, .layers = 2, .d_model = 64, .heads = 4, .seq = 64,
+                   .batch = 8, .grad_accum = 1, .steps = 300, .warmup = 0, .eval_every = 0,
+                   .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .seed = 1,
+                   .param_dtype = MT_F32, .reduce_dtype = MT_F32, .prefetch = true,
+                   .device = NULL, .data = DEFAULT_DATA, .metrics = NULL};
+    for (int i = 1; i < argc; i++) {
+        char name[64];
+        const char *arg = argv[i], *eq = strchr(arg, '=');
+        const char *val;
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
+        if (strcmp(arg, "--no-prefetch") == 0) {
+            o->prefetch = false;
+            continue;
+        }
+        if (strncmp(arg, "--", 2) != 0) return fail_msg(err, "unexpected argument '%s'", arg);
+        if (eq) { /* --opt=value */
+            snprintf(name, sizeof name, "%.*s", (int)(eq - arg), arg);
+            val = eq + 1;
+        } else {
+            snprintf(name, sizeof name, "%s", arg);
+            if (i + 1 >= argc) return fail_msg(err, "%s needs a value", arg);
+            val = argv[++i];
+        }
+        int rc;
+        uint64_t seed;
+        char *end;
+        if (!strcmp(name, "--dp")) rc = parse_int(name, val, 1, &o->dp, err);
+        else if (!strcmp(name, "--tp")) rc = parse_int(name, val, 1, &o->tp, err);
+        else if (!strcmp(name, "--layers")) rc = parse_int(name, val, 1, &o->layers, err);
+        else if (!strcmp(name, "--d-model")) rc = parse_int(name, val, 1, &o->d_model, err);
+        else if (!strcmp(name, "--heads")) rc = parse_int(name, val, 1, &o->heads, err);
+        else if (!strcmp(name, "--seq")) rc = parse_int(name, val, 1, &o->seq, err);
+        else if (!strcmp(name, "--batch")) rc = parse_int(name, val, 1, &o->batch, err);
+        else if (!strcmp(name, "--grad-accum")) rc = parse_int(name, val, 1, &o->grad_accum, err);
+        else if (!strcmp(name, "--steps")) rc = parse_int(name, val, 0, &o->steps, err);
+        else if (!strcmp(name, "--warmup")) rc = parse_int(name, val, 0, &o->warmup, err);
+        else if (!strcmp(name, "--eval-every")) rc = parse_int(name, val, 0, &o->eval_every, err);
+        else if (!strcmp(name, "--lr")) rc = parse_float(name, val, 0.0f, &o->lr, err);
+        else if (!strcmp(name, "--weight-decay"))
+            rc = parse_float(name, val, 0.0f, &o->weight_decay, err);
+        else if (!strcmp(name, "--clip")) rc = parse_float(name, val, 0.0f, &o->clip, err);
+        else if (!strcmp(name, "--param-dtype")) rc = parse_dtype(name, val, &o->param_dtype, err);
+        else if (!strcmp(name, "--reduce-dtype"))
+            rc = parse_dtype(name, val, &o->reduce_dtype, err);
+        else if (!strcmp(name, "--seed")) {
+            errno = 0;
+            seed = strtoull(val, &end, 10);
+            rc = errno || end == val || *end || val[0] == '-'
+                     ? fail_msg(err, "--seed '%s' must be a non-negative integer", val)
+                     : 0;
+            o->seed = seed;
+        } else if (!strcmp(name, "--device")) {
+            rc = strcmp(val, "cpu") && strcmp(val, "cuda") && strcmp(val, "auto")
+                     ? fail_msg(err, "--device '%s' must be cpu, cuda or auto", val)
+                     : 0;
+            o->device = val;
+        } else if (!strcmp(name, "--data")) {
+            rc = *val ? 0 : fail_msg(err, "--data needs a file name");
+            o->data = val;
+        } else if (!strcmp(name, "--metrics")) {
+            rc = *val ? 0 : fail_msg(err, "--metrics needs a file name");
+            o->metrics = val;
+        } else {
+            rc = fail_msg(err, "unknown option '%s' (see --help)", name);
+        }
+        if (rc) return rc;
+    }
+    if (o->lr <= 0.0f) return fail_msg(err, "--lr %g must be > 0", (double)o->lr);
+    return 0;
+}
+
+/* The checks that need the world size; identical on every rank, so every rank fails alike. */
+static int check_shape(options *o, int world, char *err) {
+    if (o->dp == 0) {
+        if (world % o->tp != 0)
+            return fail_msg(err, "tp %d does not divide the world size %d", o->tp, world);
+        o->dp = world / o->tp;
+    }
+    if ((long)o->dp * o->tp != world)
+        return fail_msg(err, "dp %d x tp %d = %ld != world size %d", o->dp, o->tp,
+                        (long)o->dp * o->tp, world);
+    if (o->heads % o->tp != 0)
+        return fail_msg(err, "heads %d not divisible by tp %d", o->heads, o->tp);
+    if (o->d_model % o->heads != 0)
+        return fail_msg(err, "d-model %d not divisible by heads %d", o->d_model, o->heads);
+    return 0;
+}
+
+/* ---- data ---------------------------------------------------------------------------------- */
+
+static int load_data(const options *o, dataset *d, char *err) {
+    FILE *f = fopen(o->data, "rb");
+    if (!f) return fail_msg(err, "cannot open data file '%s': %s", o->data, strerror(errno));
+    int rc = 0;
+    long end = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (end < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        rc = fail_msg(err, "cannot read data file '%s': %s", o->data, strerror(errno));
+    } else {
+        d->size = (size_t)end;
+        d->bytes = malloc(d->size ? d->size : 1);
+        if (!d->bytes)
+            rc = fail_msg(err, "no memory for the %zu bytes of data file '%s'", d->size, o->data);
+        else if (fread(d->bytes, 1, d->size, f) != d->size)
+            rc = fail_msg(err, "cannot read data file '%s': %s", o->data,
+                          ferror(f) ? strerror(errno) : "shorter than its size");
+    }
+    fclose(f);
+    if (rc) return rc;
+    d->val_len = d->size / 10;
+    d->train_len = d->size - d->val_len;
+    size_t need = (size_t)o->seq + 1; /* inputs and the targets shifted by one */
+    if (d->train_len < need)
+        return fail_msg(err, "seq %d is longer than the data: a sequence needs %zu bytes but the "
+                        "training part of '%s' (90%% of %zu bytes) has %zu",
+                        o->seq, need, o->data, d->size, d->train_len);
+    if (o->eval_every > 0 && d->val_len < need)
+        return fail_msg(err, "seq %d is longer than the held-out data: a sequence needs %zu "
+                        "bytes but the last 10%% of '%s' (%zu bytes) has %zu",
+                        o->seq, need, o->data, d->size, d->val_len);
+    return 0;
+}
+
+static uint64_t mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Fills tokens with this dp rank's `batch` windows of seq + 1 bytes for (step, micro). A window
+ * is chosen by the sequence's index in the global batch (dp rank * batch + b), not by the rank,
+ * so that dp 2 with --batch 4 trains on exactly the sequences of dp 1 with --batch 8. */
+static void fill_batch(const trainer *t, bool eval, int step, int micro) {
+    const options *o = t->opt;
+    const unsigned char *src = t->data.bytes + (eval ? t->data.train_len : 0);
+    size_t len = eval ? t->data.val_len : t->data.train_len;
+    size_t starts = len - (size_t)o->seq; /* windows [s, s + seq] with s < starts */
+    for (int b = 0; b < o->batch; b++) {
+        uint64_t h = mix64(o->seed ^ (eval ? 0x5EEDull : 0));
+        h = mix64(h ^ (uint64_t)step);
+        h = mix64(h ^ (uint64_t)micro);
+        h = mix64(h ^ ((uint64_t)t->dp_rank * (uint64_t)o->batch + (uint64_t)b));
+        const unsigned char *w = src + h % starts;
+        int *row = t->tokens + (size_t)b * (o->seq + 1);
+        for (int i = 0; i <= o->seq; i++) row[i] = w[i];
+    }
+}
+
+/* ---- reporting ----------------------------------------------------------------------------- */
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Warmup rises linearly to lr over `warmup` steps (step 0 gets lr / warmup), then stays. */
+static float lr_at(const options *o, int step) {
+    if (step < o->warmup) return o->lr * (float)(step + 1) / (float)o->warmup;
+    return o->lr;
+}
+
+/* The memory figures of the metrics: params, grads, optimizer, activations, comm peaks and the
+ * peak of the total, each the maximum over ranks. */
+#define MEM_FIELDS 6
+static const char *const mem_names[MEM_FIELDS] = {"params", "grads", "optimizer", "activations",
+                                                  "comm", "total"};
+
+/* A byte count travels as three exact 22-bit pieces in floats (the collectives reduce f32 and
+ * bf16 only), gathered from every rank; rank 0 takes the maximum. */
+static mt_status gather_peaks(trainer *t, uint64_t out[MEM_FIELDS]) {
+    mt_mem_stats s;
+    mt_device_mem_stats(mt_runtime_device(t->rt), &s);
+    uint64_t mine[MEM_FIELDS] = {s.peak[MT_MEM_PARAMS], s.peak[MT_MEM_GRADS],
+                                 s.peak[MT_MEM_OPTIMIZER], s.peak[MT_MEM_ACTIVATIONS],
+                                 s.peak[MT_MEM_COMM], s.total_peak};
+    float send[MEM_FIELDS * 3];
+    for (int i = 0; i < MEM_FIELDS; i++)
+        for (int k = 0; k < 3; k++) send[i * 3 + k] = (float)((mine[i] >> (22 * k)) & 0x3FFFFF);
+    size_t n = (size_t)t->world_size * MEM_FIELDS * 3;
+    float *all = malloc(n * sizeof *all);
+    if (!all) {
+        fprintf(stderr, PROG ": rank %d: no memory to gather the memory peaks\n", t->rank);
+        return MT_ERR_OUT_OF_MEMORY;
+    }
+    mt_status st = mt_all_gather(t->world, send, all, MEM_FIELDS * 3, MT_F32, NULL);
+    for (int i = 0; i < MEM_FIELDS; i++) {
+        out[i] = 0;
+        for (int r = 0; st == MT_OK && r < t->world_size; r++) {
+            const float *p = all + ((size_t)r * MEM_FIELDS + i) * 3;
+            uint64_t v = (uint64_t)p[0] | (uint64_t)p[1] << 22 | (uint64_t)p[2] << 44;
+            if (v > out[i]) out[i] = v;
+        }
+    }
+    free(all);
+    return st;
+}
+
+/* JSON has no NaN or infinity: a diverged value is written as null. */
+static void json_number(FILE *f, double v, int digits) {
+    if (isfinite(v)) fprintf(f, "%.*g", digits, v);
+    else fputs("null", f);
+}
+
+/* Times and rates with a fixed number of decimals (no exponent). */
+static void json_fixed(FILE *f, double v, int decimals) {
+    if (isfinite(v)) fprintf(f, "%.*f", decimals, v);
+    else fputs("null", f);
+}
+
+static void write_step_metrics(trainer *t, int step, float loss, float lr, float norm,
+                               double ms, double tps, const uint64_t peaks[MEM_FIELDS]) {
+    FILE *f = t->metrics;
+    fprintf(f, "{\"step\": %d, \"loss\": ", step);
+    json_number(f, loss, 9);
+    fputs(", \"lr\": ", f);
+    json_number(f, lr, 7); /* as given: a float holds ~7 digits */
+    fputs(", \"grad_norm\": ", f);
+    json_number(f, norm, 9);
+    fputs(", \"step_ms\": ", f);
+    json_fixed(f, ms, 3);
+    fputs(", \"tokens_per_s\": ", f);
+    json_fixed(f, tps, 1);
+    fputs(", \"peak_bytes\": {", f);
+    for (int i = 0; i < MEM_FIELDS; i++)
+        fprintf(f, "%s\"%s\": %llu", i ? ", " : "", mem_names[i], (unsigned long long)peaks[i]);
+    fputs("}}\n", f);
+    fflush(f);
+}
+
+/* Rank 0: the mesh (every rank's coordinates, host and device) and what the topology offers. */
+static mt_status print_summary(trainer *t) {
+    const options *o = t->opt;
+    mt_device *dev = mt_runtime_device(t->rt);
+    float mine[2] = {(float)mt_device_get_kind(dev), (float)mt_device_index(dev)};
+    float *all = malloc((size_t)t->world_size * 2 * sizeof *all);
+    if (!all) {
+        fprintf(stderr, PROG ": rank %d: no memory for the mesh summary\n", t->rank);
+        return MT_ERR_OUT_OF_MEMORY;
+    }
+    mt_status st = mt_all_gather(t->world, mine, all, 2, MT_F32, NULL);
+    if (st != MT_OK || t->rank != 0) {
+        free(all);
+        return st;
+    }
+    char why[256] = "";
+    int gpus = mt_device_cuda_count(why, sizeof why);
+    printf(PROG ": mesh {\"dp\": %d, \"tp\": %d} over %d ranks on %d node(s), %d rank(s) per "
+           "node; tp groups are consecutive ranks of one node, dp groups the ranks with the same "
+           "tp index\n",
+           o->dp, o->tp, t->world_size, mt_runtime_num_nodes(t->rt),
+           mt_runtime_local_world_size(t->rt));
+    if (gpus > 0) printf(PROG ": topology: %d CUDA GPU(s) on node 0\n", gpus);
+    else printf(PROG ": topology: no CUDA GPU (%s); ranks compute on the CPU\n", why);
+    printf("  %-5s %-3s %-3s %-28s %s\n", "rank", "dp", "tp", "host", "device");
+    for (int r = 0; r < t->world_size; r++) {
+        char devname[32];
+        if ((int)all[r * 2] == MT_DEVICE_CUDA) snprintf(devname, sizeof devname, "cuda:%d",
+                                                        (int)all[r * 2 + 1]);
+        else snprintf(devname, sizeof devname, "cpu");
+        printf("  %-5d %-3d %-3d %-28s %s\n", r, r / o->tp, r % o->tp,
+               mt_runtime_host_of(t->rt, r), devname);
+    }
+    free(all);
+    long tokens = (long)o->dp * o->batch * o->grad_accum * o->seq;
+    printf(PROG ": GPT %d layers, d_model %d, %d heads, seq %d, vocab 256: %zu parameters; "
+           "params %s, gradients reduced in %s, prefetch %s\n",
+           o->layers, o->d_model, o->heads, o->seq, mt_gpt_param_count(t->gpt),
+           mt_dtype_name(o->param_dtype), mt_dtype_name(o->reduce_dtype),
+           o->prefetch ? "on" : "off");
+    printf(PROG ": data %s: %zu bytes, %zu for training, %zu held out; %ld tokens per step "
+           "(dp %d x batch %d x grad-accum %d x seq %d); %d steps, lr %g (warmup %d), "
+           "weight decay %g, clip %g\n",
+           o->data, t->data.size, t->data.train_len, t->data.val_len, tokens, o->dp, o->batch,
+           o->grad_accum, o->seq, o->steps, (double)o->lr, o->warmup, (double)o->weight_decay,
+           (double)o->clip);
+    fflush(stdout);
+    return MT_OK;
+}
+
+/* ---- training ------------------------------------------------------------------------------ */
+
+static mt_status build(trainer *t) {
+    const options *o = t->opt;
+    MT_TRY(mt_mesh_create(t->rt, 2, (int[]){o->dp, o->tp}, (const char *[]){"dp", "tp"},
+                          &t->mesh));
+    MT_TRY(mt_mesh_group(t->mesh, "dp", &t->dp_group));
+    t->dp_rank = mt_mesh_coord(t->mesh, 0);
+
+    mt_gpt_config cfg = {.layers = o->layers, .d_model = o->d_model, .heads = o->heads,
+                         .seq = o->seq, .vocab = 256, .seed = o->seed};
+    MT_TRY(mt_gpt_create(t->mesh, &cfg, &t->gpt));
+
+    /* fully_shard each block, then the root (embeddings, final LayerNorm) over "dp". */
+    mt_fsdp_options fo = mt_fsdp_defaults(t->mesh, "dp");
+    fo.param_dtype = o->param_dtype;
+    fo.reduce_dtype = o->reduce_dtype;
+    for (int l = 0; l < o->layers; l++) MT_TRY(mt_fsdp_shard(mt_gpt_block(t->gpt, l), &fo));
+    mt_module *root = mt_gpt_root(t->gpt);
+    MT_TRY(mt_fsdp_shard(root, &fo));
+    if (!o->prefetch) MT_TRY(mt_fsdp_set_prefetch(root, false));
+
+    /* After sharding: the optimizer holds state for this rank's shards only. */
+    mt_adamw_options ao = {.lr = o->lr, .weight_decay = o->weight_decay};
+    MT_TRY(mt_adamw_create(root, &ao, &t->adam));
+
+    t->tokens = malloc((size_t)o->batch * (o->seq + 1) * sizeof *t->tokens);
+    if (t->rank == 0) t->step_losses = malloc(((size_t)o->steps + 1) * sizeof *t->step_losses);
+    if (!t->tokens || (t->rank == 0 && !t->step_losses)) {
+        fprintf(stderr, PROG ": rank %d: no memory for the token batch\n", t->rank);
+        return MT_ERR_OUT_OF_MEMORY;
+    }
+    return MT_OK;
+}
+
+/* The held-out loss (model after `step` updates), averaged over dp ranks. */
+static mt_status evaluate(trainer *t, int step) {
+    float sum = 0.0f;
+    for (int m = 0; m < EVAL_MICRO_BATCHES; m++) {
+        float loss;
+        fill_batch(t, true, 0, m); /* the same held-out sequences at every evaluation */
+        MT_TRY(mt_gpt_forward(t->gpt, t->tokens, t->opt->batch, &loss));
+        sum += loss;
+    }
+    float val = sum / EVAL_MICRO_BATCHES;
+    MT_TRY(mt_all_reduce(t->dp_group, &val, &val, 1, MT_F32, MT_REDUCE_AVG, NULL));
+    if (t->rank == 0) {
+        printf("eval step %d | val loss %.4f\n", step, (double)val);
+        fflush(stdout);
+        if (t->metrics) {
+            fprintf(t->metrics, "{\"step\": %d, \"val_loss\": ", step);
+            json_number(t->metrics, val, 9);
+            fputs("}\n", t->metrics);
+            fflush(t->metrics);
+        }
+    }
+    return MT_OK;
+}
+
+static mt_status train_step(trainer *t, int step) {
+    const options *o = t->opt;
+    mt_module *root = mt_gpt_root(t->gpt);
+    mt_device_reset_peaks(mt_runtime_device(t->rt)); /* peaks are per step */
+    double t0 = now_ms();
+    float lr = lr_at(o, step), sum = 0.0f, norm = 0.0f;
+    mt_adamw_set_lr(t->adam, lr);
+    for (int m = 0; m < o->grad_accum; m++) {
+        /* Gradients are reduced over dp once, after the last micro-batch. */
+        if (o->grad_accum > 1)
+            MT_TRY(mt_fsdp_set_requires_gradient_sync(root, m == o->grad_accum - 1));
+        float loss;
+        fill_batch(t, false, step, m);
+        MT_TRY(mt_gpt_forward_backward(t->gpt, t->tokens, o->batch, 1.0f / (float)o->grad_accum,
+                                       &loss));
+        sum += loss;
+    }
+    MT_TRY(mt_clip_grad_norm(root, o->clip, &norm));
+    MT_TRY(mt_adamw_step(t->adam));
+    MT_TRY(mt_zero_grad(root));
+    /* Every dp rank saw as many tokens: the global loss is the mean of theirs. */
+    float loss = sum / (float)o->grad_accum;
+    MT_TRY(mt_all_reduce(t->dp_group, &loss, &loss, 1, MT_F32, MT_REDUCE_AVG, NULL));
+    double ms = now_ms() - t0;
+    uint64_t peaks[MEM_FIELDS];
+    MT_TRY(gather_peaks(t, peaks));
+    if (t->rank != 0) return MT_OK;
+
+    double tps = (double)o->dp * o->batch * o->grad_accum * o->seq / (ms / 1e3);
+    char peak[32];
+    printf("step %5d | loss %.4f | lr %.2e | grad norm %.4f | %8.1f ms | %9.0f tok/s | "
+           "peak %s\n",
+           step, (double)loss, (double)lr, (double)norm, ms, tps,
+           mt_format_bytes((size_t)peaks[MEM_FIELDS - 1], peak, sizeof peak));
+    fflush(stdout);
+    t->step_losses[step] = loss;
+    if (t->metrics) write_step_metrics(t, step, loss, lr, norm, ms, tps, peaks);
+    return MT_OK;
+}
+
+/* Rank 0, at the end: the loss at steps 0, 25%, 50%, 75% and the last, each the mean over the
+ * (up to) CURVE_WINDOW steps ending there, since one step's loss is one batch's and noisy. */
+#define CURVE_WINDOW 10
+static void print_loss_curve(const trainer *t) {
+    int n = t->opt->steps;
+    if (n == 0) return;
+    printf("loss curve (mean of the %d steps up to each):", CURVE_WINDOW);
+    int last_shown = -1;
+    for (int q = 0; q <= 4; q++) {
+        int s = (int)((long)(n - 1) * q / 4);
+        if (s == last_shown) continue;
+        last_shown = s;
+        int from = s + 1 > CURVE_WINDOW ? s + 1 - CURVE_WINDOW : 0;
+        double sum = 0.0;
+        for (int i = from; i <= s; i++) sum += t->step_losses[i];
+        printf("%s step %d %.4f", q ? " |" : "", s, sum / (s + 1 - from));
+    }
+    printf("  (ln 256 = %.4f)\n", log(256.0));
+}
+
+static mt_status train(trainer *t) {
+    const options *o = t->opt;
+    MT_TRY(build(t));
+    MT_TRY(print_summary(t));
+    for (int step = 0; step <= o->steps; step++) {
+        bool eval_now = o->eval_every > 0 && (step % o->eval_every == 0 || step == o->steps);
+        if (eval_now) MT_TRY(evaluate(t, step));
+        if (step < o->steps) MT_TRY(train_step(t, step));
+    }
+    if (t->rank == 0) {
+        char report[1024];
+        print_loss_curve(t);
+        printf("memory (rank 0, last step):\n%s\n",
+               mt_memory_report(mt_runtime_device(t->rt), report, sizeof report));
+        fflush(stdout);
+    }
+    return MT_OK;
+}
+
+/* Every rank checks its arguments, data file and (rank 0) metrics file, then all agree: if any
+ * rank failed, the lowest failing rank prints its message and every rank exits non-zero, rather
+ * than the healthy ranks waiting in a collective for the failed one. */
+static mt_status agree_on_errors(trainer *t, const char *err) {
+    size_t n = (size_t)t->world_size;
+    float mine = err[0] ? 1.0f : 0.0f, *all = calloc(n, sizeof *all);
+    if (!all) {
+        fprintf(stderr, PROG ": rank %d: no memory to agree on the arguments\n", t->rank);
+        return MT_ERR_OUT_OF_MEMORY;
+    }
+    mt_status st = mt_all_gather(t->world, &mine, all, 1, MT_F32, NULL);
+    int first = -1;
+    for (size_t r = 0; st == MT_OK && r < n && first < 0; r++)
+        if (all[r] != 0.0f) first = (int)r;
+    free(all);
+    if (st != MT_OK) return st;
+    if (first < 0) return MT_OK;
+    if (first == t->rank) {
+        fprintf(stderr, PROG ": %s\n", err);
+        fflush(stderr);
+    }
+    /* The message is out before anyone exits (a launcher stops the job at the first exit). */
+    (void)mt_barrier(t->world, NULL);
+    mt_clear_error();
+    return MT_ERR_INVALID_ARG;
+}
+
+int main(int argc, char **argv) {
+    options opt;
+    char err[ERR_CAP] = "";
+    int parsed = parse_args(argc, argv, &opt, err);
+    if (parsed == 1) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    /* --device picks the device mt_init opens; without it MT_DEVICE (default auto) decides. */
+    if (parsed == 0 && opt.device) setenv("MT_DEVICE", opt.device, 1);
+
+    trainer t = {.opt = &opt};
+    mt_status st = mt_init(&t.rt, &argc, &argv);
+    if (st != MT_OK) {
+        fprintf(stderr, PROG ": %s\n", mt_last_error());
+        if (t.rt) mt_finalize(t.rt);
+        return 1;
+    }
+    t.rank = mt_runtime_rank(t.rt);
+    t.world_size = mt_runtime_world_size(t.rt);
+    t.world = mt_runtime_world(t.rt);
+    if (!err[0]) check_shape(&opt, t.world_size, err);
+    if (!err[0]) load_data(&opt, &t.data, err);
+    if (!err[0] && t.rank == 0 && opt.metrics && !(t.metrics = fopen(opt.metrics, "w")))
+        fail_msg(err, "cannot write metrics file '%s': %s", opt.metrics, strerror(errno));
+
+    /* Exit 2: bad arguments or inputs, found before training; 1: a failure while training. */
+    int code = 2;
+    st = agree_on_errors(&t, err);
+    if (st == MT_OK) {
+        code = 1;
+        st = train(&t);
+    }
+    if (st != MT_OK && mt_last_error()[0]) fprintf(stderr, PROG ": %s\n", mt_last_error());
+
+    if (t.metrics) fclose(t.metrics);
+    if (t.adam) mt_adamw_destroy(t.adam);
+    if (t.gpt) mt_gpt_destroy(t.gpt);
+    if (t.mesh) mt_mesh_destroy(t.mesh);
+    free(t.tokens);
+    free(t.step_losses);
+    free(t.data.bytes);
+    mt_finalize(t.rt);
+    return st == MT_OK ? 0 : code;
+}

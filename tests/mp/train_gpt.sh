@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# train_gpt through mtrun, as a user runs it (docs/train_gpt.md). Tiny models, a few steps.
+# usage: train_gpt.sh MTRUN TRAIN_GPT VARIANT
+#   tp          tp 2 (2 ranks) and tp 4 (4 ranks) against 1 rank: losses of 5 f32 steps
+#   dp_tp       dp 2 x tp 2 on 4 ranks with --batch halved (the same global batch) against 1 x 1
+#   two_nodes   two mtrun as two nodes (2 ranks each, UCX over tcp on lo), tp inside each node
+#               and dp across, against 1 x 1
+#   accum       dp 2 x tp 2, 2 micro-batches of 2 per dp rank, against 1 x 1 with 2 of 4
+#   loss_falls  a small model on the default text: the first loss is about ln 256, the loss of
+#               the last steps and the final held-out loss are clearly below it
+#   errors      bad arguments: one clear message, a non-zero exit on every rank, no hang
+set -u
+MTRUN=$1
+PROG=$2
+VARIANT=$3
+TMP_PREFIX=train_gpt
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+export MT_TIMEOUT_S=${MT_TIMEOUT_S:-60} MT_DEVICE=cpu
+
+# f32: dp and tp sum the same terms in other orders (the batch split over dp ranks' gemms, the
+# heads and vocabulary split over tp ranks, the reductions over ranks), which moves the losses by
+# ~1e-7 relative; issue 6 asks for 1e-5.
+TOL=1e-5
+# 5 steps of a tiny model; lr large enough that the weights move visibly in 5 steps.
+TINY=(--layers 2 --d-model 32 --heads 4 --seq 16 --steps 5 --lr 1e-2 --seed 7)
+
+# train NAME NPROC ARGS...: one mtrun; metrics in $TMP/NAME.jsonl, output in $TMP/NAME.out/.err
+train() {
+    local name=$1 np=$2
+    shift 2
+    if timeout 200 "$MTRUN" --standalone --nproc_per_node "$np" "$PROG" \
+        --metrics "$TMP/$name.jsonl" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"; then
+        pass "$name: trained on $np rank(s): $(grep -F 'step     4 ' "$TMP/$name.out" | head -n 1)"
+    else
+        fail "$name: training on $np rank(s) failed"
+        show "$name"
+    fi
+}
+
+# mesh_is NAME DP TP: NAME's run announced that mesh (the options took effect)
+mesh_is() {
+    check "$1 ran on the mesh dp $2 x tp $3" has_text "$TMP/$1.out" "mesh {\"dp\": $2, \"tp\": $3}"
+}
+
+# same REF NAME: NAME's step losses and gradient norms match REF's within TOL (relative), with as
+# many steps; and REF's loss moved (a run that learned nothing would compare equal trivially)
+same() {
+    if python3 - "$TMP/$1.jsonl" "$TMP/$2.jsonl" "$TOL" "$2 vs $1" <<'EOF'; then
+import json, sys
+ref_path, got_path, tol, label = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+def steps(path):
+    rows = [json.loads(l) for l in open(path) if l.strip()]
+    return [r for r in rows if "loss" in r]
+ref, got = steps(ref_path), steps(got_path)
+if len(ref) != len(got) or not ref:
+    sys.exit(f"{label}: {len(got)} steps against {len(ref)}")
+worst = 0.0
+for a, b in zip(ref, got):
+    for key in ("loss", "grad_norm"):
+        x, y = a[key], b[key]
+        if x is None or y is None:
+            sys.exit(f"{label}: step {a['step']} {key} is not a number")
+        rel = abs(x - y) / max(abs(x), 1e-30)
+        worst = max(worst, rel)
+        if rel > tol:
+            sys.exit(f"{label}: step {a['step']} {key} {y!r} against {x!r}: relative {rel:.2e} > {tol}")
+if not ref[-1]["loss"] < ref[0]["loss"]:
+    sys.exit(f"{label}: the reference loss did not move ({ref[0]['loss']} -> {ref[-1]['loss']})")
+print(f"{label}: {len(ref)} steps, worst relative difference {worst:.2e} (tolerance {tol})")
+EOF
+        pass "$2 matches $1"
+    else
+        fail "$2 differs from $1"
+    fi
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# two_nodes NAME ARGS...: two mtrun (--nnodes 2, 2 ranks each) on 127.0.0.1, UCX over tcp
+two_nodes() {
+    local name=$1 port
+    shift
+    port=$(free_port)
+    local common=(--nnodes 2 --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$port"
+                  --rdzv_id "train-gpt-$port")
+    export UCX_TLS=tcp,self UCX_NET_DEVICES=lo
+    start_bg "${name}_node1" "$MTRUN" "${common[@]}" --node_rank 1 "$PROG" "$@"
+    start_bg "$name" "$MTRUN" "${common[@]}" --node_rank 0 "$PROG" \
+        --metrics "$TMP/$name.jsonl" "$@"
+    expect_rc "$name" 0 200
+    expect_rc "${name}_node1" 0 60
+    unset UCX_TLS UCX_NET_DEVICES
+}
+
+# refused NAME NPROC TEXT ARGS...: mtrun exits non-zero in time; TEXT appears exactly once
+# (one rank reports for all); no step ran
+refused() {
+    local name=$1 np=$2 text=$3
+    shift 3
+    start_bg "$name" "$MTRUN" --standalone --nproc_per_node "$np" "$PROG" "$@"
+    expect_rc "$name" nonzero 60
+    local n
+    n=$(cat "$TMP/$name.out" "$TMP/$name.err" | grep -cF -- "$text")
+    if [ "$n" -eq 1 ]; then
+        pass "$name: one message: $(cat "$TMP/$name.out" "$TMP/$name.err" | grep -F -- "$text")"
+    else
+        fail "$name: '$text' appears $n times, expected once"
+        show "$name"
+    fi
+    if grep -qF 'step ' "$TMP/$name.out"; then
+        fail "$name: a training step ran"
+    fi
+}
+
+case $VARIANT in
+tp)
+    train ref 1 "${TINY[@]}" --batch 4
+    for tp in 2 4; do
+        train tp$tp $tp "${TINY[@]}" --batch 4 --tp $tp
+        mesh_is tp$tp 1 $tp
+        same ref tp$tp
+    done
+    ;;
+dp_tp)
+    train ref 1 "${TINY[@]}" --batch 4
+    train dp2tp2 4 "${TINY[@]}" --batch 2 --dp 2 --tp 2
+    mesh_is dp2tp2 2 2
+    same ref dp2tp2
+    ;;
+two_nodes)
+    train ref 1 "${TINY[@]}" --batch 4
+    two_nodes nodes2 "${TINY[@]}" --batch 2 --dp 2 --tp 2
+    mesh_is nodes2 2 2
+    check "nodes2 ran on 2 nodes" has_text "$TMP/nodes2.out" "on 2 node(s), 2 rank(s) per node"
+    same ref nodes2
+    ;;
+accum)
+    # 2 micro-batches of 2 sequences per dp rank (gradient sync on the last only) against 1 x 1
+    # with 2 micro-batches of 4: the same sequences, the same gradients.
+    train ref 1 "${TINY[@]}" --batch 4 --grad-accum 2
+    train dp2tp2 4 "${TINY[@]}" --batch 2 --grad-accum 2 --dp 2 --tp 2
+    same ref dp2tp2
+    ;;
+loss_falls)
+    # ln 256 = 5.545 is the loss of a uniform guess over bytes; a model that has learnt only the
+    # byte frequencies of English text is near 3.0 (their entropy, ~4.3 bits). The run must start
+    # near ln 256 (within 0.5), end with a training loss (mean of the last 10 steps) below
+    # THRESHOLD and a held-out loss below VAL_THRESHOLD (the held-out 10% is the end of the GPL,
+    # unlike the rest, so it stays higher). Measured: 5.53 -> 2.35 (training), 5.51 -> 2.88
+    # (held-out), in about 10 s on 2 cores.
+    THRESHOLD=3.0
+    VAL_THRESHOLD=3.5
+    train falls 2 --tp 2 --layers 2 --d-model 64 --heads 4 --seq 64 --batch 8 --steps 300 \
+        --lr 1e-3 --warmup 20 --eval-every 150
+    python3 - "$TMP/falls.jsonl" "$THRESHOLD" "$VAL_THRESHOLD" <<'EOF' && pass "the loss falls" || fail "the loss does not fall below the thresholds"
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+threshold, val_threshold = float(sys.argv[2]), float(sys.argv[3])
+steps = [r["loss"] for r in rows if "loss" in r]
+evals = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
+first, last = steps[0], sum(steps[-10:]) / 10
+print(f"first loss {first:.4f} (ln 256 = {math.log(256):.4f}), mean of the last 10 {last:.4f} "
+      f"(threshold {threshold}); held-out {evals} (threshold {val_threshold})")
+ok = len(steps) == 300 and abs(first - math.log(256)) < 0.5 and last < threshold
+ok = ok and [s for s, _ in evals] == [0, 150, 300] and evals[-1][1] < val_threshold
+sys.exit(0 if ok else 1)
+EOF
+    grep -F 'loss curve' "$TMP/falls.out" || fail "no loss curve summary"
+    ;;
+errors)
+    small=$TMP/small.txt
+    head -c 50 /usr/share/common-licenses/GPL-3 >"$small" 2>/dev/null || printf '%050d' 0 >"$small"
+    refused world 4 "dp 3 x tp 2 = 6 != world size 4" --dp 3 --tp 2
+    refused tp_world 4 "tp 3 does not divide the world size 4" --tp 3
+    refused heads 2 "heads 3 not divisible by tp 2" --tp 2 --heads 3 --d-model 48
+    refused d_model 2 "d-model 30 not divisible by heads 4" --d-model 30
+    refused no_data 2 "cannot open data file '$TMP/none.txt'" --data "$TMP/none.txt"
+    refused short_data 2 "seq 64 is longer than the data" --data "$small" --seq 64
+    refused short_val 2 "seq 40 is longer than the held-out data" --data "$small" --seq 40 \
+        --eval-every 1
+    refused metrics 2 "cannot write metrics file '$TMP/none/m.jsonl'" --metrics "$TMP/none/m.jsonl"
+    refused option 2 "unknown option '--bogus'" --bogus 1
+    refused layers 2 "--layers '0' must be an integer >= 1" --layers 0
+    refused dtype 2 "--param-dtype 'f16' must be f32 or bf16" --param-dtype f16
+    refused device 2 "--device 'tpu' must be cpu, cuda or auto" --device tpu
+    refused value 2 "--steps needs a value" --steps
+    # Without a launcher, each rank exits non-zero by itself (nobody stops it).
+    port=$(free_port)
+    for r in 0 1; do
+        start_bg hand$r env RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
+            MT_RDZV_ID="hand-$port" "$PROG" --dp 3
+    done
+    for r in 0 1; do expect_rc hand$r nonzero 60; done
+    check "rank 0 named the shape" has_text "$TMP/hand0.err" "dp 3 x tp 1 = 3 != world size 2"
+    ;;
+*)
+    fail "unknown variant '$VARIANT'"
+    ;;
+esac
+finish
