@@ -376,8 +376,13 @@ static mt_status print_summary(trainer *t) {
            "tp index\n",
            o->dp, o->tp, t->world_size, mt_runtime_num_nodes(t->rt),
            mt_runtime_local_world_size(t->rt));
-    if (gpus > 0) printf(PROG ": topology: %d CUDA GPU(s) on node 0\n", gpus);
-    else printf(PROG ": topology: no CUDA GPU (%s); ranks compute on the CPU\n", why);
+    char topo[1024];
+    if (mt_runtime_topology_summary(t->rt, topo, sizeof topo) == MT_OK)
+        printf(PROG ": topology of node 0 (%s)\n", topo);
+    else
+        printf(PROG ": topology of node 0 unknown: %s\n", mt_last_error());
+    if (gpus > 0) printf(PROG ": %d CUDA GPU(s) on node 0\n", gpus);
+    else printf(PROG ": no CUDA GPU (%s); ranks compute on the CPU\n", why);
     printf("  %-5s %-3s %-3s %-28s %s\n", "rank", "dp", "tp", "host", "device");
     for (int r = 0; r < t->world_size; r++) {
         char devname[32];

@@ -15,6 +15,7 @@
 #include "mesh/transport.h"
 
 #include "core/error.h"
+#include "topo/classify.h"
 #include "topo/topo_open.h"
 
 #include <meshtrain/log.h>
@@ -375,6 +376,28 @@ mt_device *mt_runtime_device(mt_runtime *rt) { return rt->device; }
 mt_group *mt_runtime_world(mt_runtime *rt) { return rt->world_group; }
 double mt_runtime_timeout(const mt_runtime *rt) { return rt->timeout; }
 mt_transport *mt_runtime_transport(mt_runtime *rt) { return rt ? rt->transport : NULL; }
+
+mt_status mt_runtime_topology_summary(mt_runtime *rt, char *buf, size_t size) {
+    if (!buf || size == 0) return mt_error(MT_ERR_INVALID_ARG, "topology summary: no buffer");
+    buf[0] = '\0';
+    const mt_topo *t = NULL;
+    MT_TRY(mt_runtime_topology(rt, &t));
+    size_t len = (size_t)snprintf(buf, size, "%s: %zu package(s), %zu NUMA node(s), %zu core(s), "
+                                  "%zu GPU(s)", t->source, t->n_packages, t->n_numa, t->n_cores,
+                                  t->n_gpus);
+    if (t->n_gpus > 0 && len < size) {
+        int *island = malloc(t->n_gpus * sizeof *island);
+        size_t n_islands = 0;
+        if (island && mt_topo_nvlink_islands(t, island, &n_islands) == MT_OK)
+            len += (size_t)snprintf(buf + len, size - len, " in %zu NVLink island(s)%s", n_islands,
+                                    t->nvlink_note && *t->nvlink_note ? " (NVLink unknown)" : "");
+        free(island);
+    }
+    if (len < size) len += (size_t)snprintf(buf + len, size - len, ", %zu NIC(s)", t->n_nics);
+    for (size_t i = 0; i < t->n_nics && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? " " : ": ", t->nics[i].name);
+    return MT_OK;
+}
 
 mt_status mt_runtime_use_gpu(mt_runtime *rt, int index) {
     if (!rt || !rt->device || mt_device_get_kind(rt->device) != MT_DEVICE_CUDA || index < 0 ||

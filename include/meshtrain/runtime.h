@@ -52,6 +52,11 @@ mt_device *mt_runtime_device(mt_runtime *rt);
 /* The group of all ranks. */
 mt_group *mt_runtime_world(mt_runtime *rt);
 
+/* One line describing this host's topology (MT_TOPO_FILE when set, else discovered once):
+ * source, packages, NUMA nodes, cores, GPUs with their NVLink islands, NICs. Returns
+ * MT_OK with buf filled, or the error of loading the topology. */
+mt_status mt_runtime_topology_summary(mt_runtime *rt, char *buf, size_t size);
+
 /* MT_TIMEOUT_S in seconds (300 when unset). */
 double mt_runtime_timeout(const mt_runtime *rt);
 
