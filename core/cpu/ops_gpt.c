@@ -2,27 +2,13 @@
  * causal attention and the vocabulary-parallel cross-entropy, as plain loops in the formulas of
  * llm.c. Reductions that feed a loss or a normalisation accumulate in double: the results are
  * compared across tp sizes, where float rounding that depends on the slice split would show. */
+#include "core/cpu/ops_check.h"
 #include "core/error.h"
 
 #include <meshtrain/ops.h>
 
 #include <math.h>
 #include <stdint.h>
-
-static mt_status check_device(mt_device *dev, const char *op) {
-    if (!dev) return mt_error(MT_ERR_INVALID_ARG, "%s: the device is NULL", op);
-    if (mt_device_get_kind(dev) != MT_DEVICE_CPU)
-        return mt_error(MT_ERR_UNSUPPORTED,
-                        "%s: no implementation for device %s yet (only the CPU device computes)",
-                        op, mt_device_name(dev));
-    return MT_OK;
-}
-
-/* A NULL buffer is only acceptable when it would hold no element. */
-static mt_status check_ptr(const void *p, size_t elems, const char *op, const char *what) {
-    if (!p && elems > 0) return mt_error(MT_ERR_INVALID_ARG, "%s: %s is NULL", op, what);
-    return MT_OK;
-}
 
 static mt_status check_nonneg(const char *op, const char *what, int v) {
     if (v < 0) return mt_error(MT_ERR_INVALID_ARG, "%s: negative %s (%d)", op, what, v);
