@@ -1,10 +1,6 @@
 /* Compute ops (include/meshtrain/ops.h) on the CPU device: matrix products through OpenBLAS,
- * everything else as flat loops the compiler vectorises. A CUDA device is refused until it has
- * its own kernels: running these loops on device pointers would crash, not compute. */
-#include "core/cpu/ops_check.h"
-#include "core/error.h"
-
-#include <meshtrain/ops.h>
+ * everything else as flat loops the compiler vectorises. core/ops.c has checked the arguments. */
+#include "core/cpu/ops_cpu.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -12,15 +8,8 @@
 
 static int max1(int x) { return x > 1 ? x : 1; }
 
-mt_status mt_op_gemm(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                     const float *a, const float *b, float beta, float *c) {
-    static const char *op = "gemm";
-    MT_TRY(check_device(dev, op));
-    if (m < 0 || n < 0 || k < 0)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: negative size (m %d, n %d, k %d)", op, m, n, k);
-    MT_TRY(check_ptr(a, (size_t)m * (size_t)k, op, "A"));
-    MT_TRY(check_ptr(b, (size_t)k * (size_t)n, op, "B"));
-    MT_TRY(check_ptr(c, (size_t)m * (size_t)n, op, "C"));
+mt_status mt_cpu_op_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                         const float *a, const float *b, float beta, float *c) {
     if (m == 0 || n == 0) return MT_OK;
     if (k == 0) {
         /* BLAS rejects a leading dimension of 0; the product is empty, only beta applies. */
@@ -36,22 +25,9 @@ mt_status mt_op_gemm(mt_device *dev, bool trans_a, bool trans_b, int m, int n, i
     return MT_OK;
 }
 
-static mt_status check_linear(const char *op, int batch, int in_features, int out_features) {
-    if (batch < 0 || in_features < 0 || out_features < 0)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: negative size (batch %d, in %d, out %d)", op,
-                        batch, in_features, out_features);
-    return MT_OK;
-}
-
-mt_status mt_op_linear_forward(mt_device *dev, const float *in, const float *w, const float *bias,
-                               float *out, int batch, int in_features, int out_features) {
-    static const char *op = "linear_forward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_linear(op, batch, in_features, out_features));
+mt_status mt_cpu_op_linear_forward(const float *in, const float *w, const float *bias, float *out,
+                                   int batch, int in_features, int out_features) {
     size_t rows = (size_t)batch, cols = (size_t)out_features;
-    MT_TRY(check_ptr(in, rows * (size_t)in_features, op, "the input"));
-    MT_TRY(check_ptr(w, cols * (size_t)in_features, op, "the weight"));
-    MT_TRY(check_ptr(out, rows * cols, op, "the output"));
     /* Start from the bias rows so that the product adds onto them (beta = 1). */
     for (size_t r = 0; r < rows; r++) {
         float *o = out + r * cols;
@@ -60,25 +36,18 @@ mt_status mt_op_linear_forward(mt_device *dev, const float *in, const float *w, 
         else
             for (size_t j = 0; j < cols; j++) o[j] = 0.0f;
     }
-    return mt_op_gemm(dev, false, true, batch, out_features, in_features, 1.0f, in, w, 1.0f, out);
+    return mt_cpu_op_gemm(false, true, batch, out_features, in_features, 1.0f, in, w, 1.0f, out);
 }
 
-mt_status mt_op_linear_backward(mt_device *dev, const float *d_out, const float *in,
-                                const float *w, float *d_in, float *d_w, float *d_bias, int batch,
-                                int in_features, int out_features) {
-    static const char *op = "linear_backward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_linear(op, batch, in_features, out_features));
+mt_status mt_cpu_op_linear_backward(const float *d_out, const float *in, const float *w,
+                                    float *d_in, float *d_w, float *d_bias, int batch,
+                                    int in_features, int out_features) {
     size_t rows = (size_t)batch, cols = (size_t)out_features;
-    MT_TRY(check_ptr(d_out, rows * cols, op, "the output gradient"));
-    MT_TRY(check_ptr(in, rows * (size_t)in_features, op, "the input"));
-    if (d_in) MT_TRY(check_ptr(w, cols * (size_t)in_features, op, "the weight"));
-    MT_TRY(check_ptr(d_w, cols * (size_t)in_features, op, "the weight gradient"));
     if (d_in)
-        MT_TRY(mt_op_gemm(dev, false, false, batch, in_features, out_features, 1.0f, d_out, w,
-                          1.0f, d_in));
-    MT_TRY(mt_op_gemm(dev, true, false, out_features, in_features, batch, 1.0f, d_out, in, 1.0f,
-                      d_w));
+        MT_TRY(mt_cpu_op_gemm(false, false, batch, in_features, out_features, 1.0f, d_out, w,
+                              1.0f, d_in));
+    MT_TRY(mt_cpu_op_gemm(true, false, out_features, in_features, batch, 1.0f, d_out, in, 1.0f,
+                          d_w));
     if (d_bias) {
         for (size_t r = 0; r < rows; r++) {
             const float *g = d_out + r * cols;
@@ -88,34 +57,17 @@ mt_status mt_op_linear_backward(mt_device *dev, const float *d_out, const float 
     return MT_OK;
 }
 
-mt_status mt_op_relu_forward(mt_device *dev, const float *in, float *out, size_t n) {
-    static const char *op = "relu_forward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_ptr(in, n, op, "the input"));
-    MT_TRY(check_ptr(out, n, op, "the output"));
+mt_status mt_cpu_op_relu_forward(const float *in, float *out, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
     return MT_OK;
 }
 
-mt_status mt_op_relu_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
-                              size_t n) {
-    static const char *op = "relu_backward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_ptr(out, n, op, "the forward output"));
-    MT_TRY(check_ptr(d_out, n, op, "the output gradient"));
-    MT_TRY(check_ptr(d_in, n, op, "the input gradient"));
+mt_status mt_cpu_op_relu_backward(const float *out, const float *d_out, float *d_in, size_t n) {
     for (size_t i = 0; i < n; i++) d_in[i] += out[i] > 0.0f ? d_out[i] : 0.0f;
     return MT_OK;
 }
 
-mt_status mt_op_mse_forward(mt_device *dev, const float *pred, const float *target, size_t n,
-                            float *loss) {
-    static const char *op = "mse_forward";
-    MT_TRY(check_device(dev, op));
-    if (n == 0) return mt_error(MT_ERR_INVALID_ARG, "%s: no values (the mean of 0 values)", op);
-    MT_TRY(check_ptr(pred, n, op, "the prediction"));
-    MT_TRY(check_ptr(target, n, op, "the target"));
-    MT_TRY(check_ptr(loss, 1, op, "the loss output"));
+mt_status mt_cpu_op_mse_forward(const float *pred, const float *target, size_t n, float *loss) {
     /* Double accumulation: the loss is compared across rank counts, where a float sum's
      * order-dependent rounding would show. */
     double sum = 0.0;
@@ -127,32 +79,15 @@ mt_status mt_op_mse_forward(mt_device *dev, const float *pred, const float *targ
     return MT_OK;
 }
 
-mt_status mt_op_mse_backward(mt_device *dev, const float *pred, const float *target, size_t n,
-                             float scale, float *d_pred) {
-    static const char *op = "mse_backward";
-    MT_TRY(check_device(dev, op));
-    if (n == 0) return mt_error(MT_ERR_INVALID_ARG, "%s: no values (the mean of 0 values)", op);
-    MT_TRY(check_ptr(pred, n, op, "the prediction"));
-    MT_TRY(check_ptr(target, n, op, "the target"));
-    MT_TRY(check_ptr(d_pred, n, op, "the prediction gradient"));
+mt_status mt_cpu_op_mse_backward(const float *pred, const float *target, size_t n, float scale,
+                                 float *d_pred) {
     float k = (float)(2.0 * (double)scale / (double)n);
     for (size_t i = 0; i < n; i++) d_pred[i] += k * (pred[i] - target[i]);
     return MT_OK;
 }
 
-mt_status mt_op_adamw(mt_device *dev, float *param, const float *grad, float *m, float *v,
-                      size_t n, long t, float lr, float beta1, float beta2, float eps,
-                      float weight_decay) {
-    static const char *op = "adamw";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_ptr(param, n, op, "the parameter"));
-    MT_TRY(check_ptr(grad, n, op, "the gradient"));
-    MT_TRY(check_ptr(m, n, op, "the first moment"));
-    MT_TRY(check_ptr(v, n, op, "the second moment"));
-    if (t < 1) return mt_error(MT_ERR_INVALID_ARG, "%s: step %ld (steps count from 1)", op, t);
-    if (!(beta1 >= 0.0f && beta1 < 1.0f) || !(beta2 >= 0.0f && beta2 < 1.0f))
-        return mt_error(MT_ERR_INVALID_ARG, "%s: betas (%g, %g) outside [0, 1)", op,
-                        (double)beta1, (double)beta2);
+mt_status mt_cpu_op_adamw(float *param, const float *grad, float *m, float *v, size_t n, long t,
+                          float lr, float beta1, float beta2, float eps, float weight_decay) {
     /* Bias corrections in double: beta2^t is close to 1 for many steps. */
     float c1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t)));
     float c2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)t)));

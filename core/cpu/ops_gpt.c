@@ -2,28 +2,11 @@
  * causal attention and the vocabulary-parallel cross-entropy, as plain loops in the formulas of
  * llm.c. Reductions that feed a loss or a normalisation accumulate in double: the results are
  * compared across tp sizes, where float rounding that depends on the slice split would show. */
-#include "core/cpu/ops_check.h"
+#include "core/cpu/ops_cpu.h"
 #include "core/error.h"
-
-#include <meshtrain/ops.h>
 
 #include <math.h>
 #include <stdint.h>
-
-static mt_status check_nonneg(const char *op, const char *what, int v) {
-    if (v < 0) return mt_error(MT_ERR_INVALID_ARG, "%s: negative %s (%d)", op, what, v);
-    return MT_OK;
-}
-
-static mt_status check_slice(const char *op, int vocab_start, int vocab_local) {
-    if (vocab_start < 0 || vocab_local < 0)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: bad vocabulary slice (start %d, size %d)", op,
-                        vocab_start, vocab_local);
-    if ((long long)vocab_start + vocab_local > INT32_MAX)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: vocabulary slice [%d, +%d) overflows int", op,
-                        vocab_start, vocab_local);
-    return MT_OK;
-}
 
 /* Row of the slice that id selects, or -1 when id lies outside [start, start + local). */
 static long slice_row(int id, int vocab_start, int vocab_local) {
@@ -33,17 +16,9 @@ static long slice_row(int id, int vocab_start, int vocab_local) {
 
 /* ---- embeddings ------------------------------------------------------------------------------ */
 
-mt_status mt_op_embedding_forward(mt_device *dev, const int *ids, size_t n, const float *wte,
-                                  int vocab_start, int vocab_local, int channels, float *out,
-                                  bool accumulate) {
-    static const char *op = "embedding_forward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_slice(op, vocab_start, vocab_local));
-    MT_TRY(check_nonneg(op, "channel count", channels));
+mt_status mt_cpu_op_embedding_forward(const int *ids, size_t n, const float *wte, int vocab_start,
+                                      int vocab_local, int channels, float *out, bool accumulate) {
     size_t c = (size_t)channels;
-    MT_TRY(check_ptr(ids, n, op, "the token ids"));
-    MT_TRY(check_ptr(wte, (size_t)vocab_local * c, op, "the embedding table"));
-    MT_TRY(check_ptr(out, n * c, op, "the output"));
     for (size_t i = 0; i < n; i++) {
         float *o = out + i * c;
         long r = slice_row(ids[i], vocab_start, vocab_local);
@@ -61,16 +36,10 @@ mt_status mt_op_embedding_forward(mt_device *dev, const int *ids, size_t n, cons
     return MT_OK;
 }
 
-mt_status mt_op_embedding_backward(mt_device *dev, const int *ids, size_t n, const float *d_out,
-                                   int vocab_start, int vocab_local, int channels, float *d_wte) {
-    static const char *op = "embedding_backward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_slice(op, vocab_start, vocab_local));
-    MT_TRY(check_nonneg(op, "channel count", channels));
+mt_status mt_cpu_op_embedding_backward(const int *ids, size_t n, const float *d_out,
+                                       int vocab_start, int vocab_local, int channels,
+                                       float *d_wte) {
     size_t c = (size_t)channels;
-    MT_TRY(check_ptr(ids, n, op, "the token ids"));
-    MT_TRY(check_ptr(d_out, n * c, op, "the output gradient"));
-    MT_TRY(check_ptr(d_wte, (size_t)vocab_local * c, op, "the embedding gradient"));
     for (size_t i = 0; i < n; i++) {
         long r = slice_row(ids[i], vocab_start, vocab_local);
         if (r < 0) continue;
@@ -81,21 +50,9 @@ mt_status mt_op_embedding_backward(mt_device *dev, const int *ids, size_t n, con
     return MT_OK;
 }
 
-static mt_status check_btc(const char *op, int batch, int seq, int channels) {
-    if (batch < 0 || seq < 0 || channels < 0)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: negative size (B %d, T %d, C %d)", op, batch,
-                        seq, channels);
-    return MT_OK;
-}
-
-mt_status mt_op_position_forward(mt_device *dev, const float *wpe, int batch, int seq, int channels,
-                                 float *out) {
-    static const char *op = "position_forward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_btc(op, batch, seq, channels));
+mt_status mt_cpu_op_position_forward(const float *wpe, int batch, int seq, int channels,
+                                     float *out) {
     size_t t_n = (size_t)seq, c = (size_t)channels;
-    MT_TRY(check_ptr(wpe, t_n * c, op, "the position table"));
-    MT_TRY(check_ptr(out, (size_t)batch * t_n * c, op, "the output"));
     for (size_t b = 0; b < (size_t)batch; b++) {
         float *o = out + b * t_n * c;
         for (size_t i = 0; i < t_n * c; i++) o[i] += wpe[i];
@@ -103,14 +60,9 @@ mt_status mt_op_position_forward(mt_device *dev, const float *wpe, int batch, in
     return MT_OK;
 }
 
-mt_status mt_op_position_backward(mt_device *dev, const float *d_out, int batch, int seq,
-                                  int channels, float *d_wpe) {
-    static const char *op = "position_backward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_btc(op, batch, seq, channels));
+mt_status mt_cpu_op_position_backward(const float *d_out, int batch, int seq, int channels,
+                                      float *d_wpe) {
     size_t t_n = (size_t)seq, c = (size_t)channels;
-    MT_TRY(check_ptr(d_out, (size_t)batch * t_n * c, op, "the output gradient"));
-    MT_TRY(check_ptr(d_wpe, t_n * c, op, "the position gradient"));
     for (size_t b = 0; b < (size_t)batch; b++) {
         const float *d = d_out + b * t_n * c;
         for (size_t i = 0; i < t_n * c; i++) d_wpe[i] += d[i];
@@ -122,20 +74,10 @@ mt_status mt_op_position_backward(mt_device *dev, const float *d_out, int batch,
 
 static const double layernorm_eps = 1e-5;
 
-mt_status mt_op_layernorm_forward(mt_device *dev, const float *in, const float *gamma,
-                                  const float *beta, size_t n, int channels, float *out,
-                                  float *mean, float *rstd) {
-    static const char *op = "layernorm_forward";
-    MT_TRY(check_device(dev, op));
-    if (channels <= 0 && n > 0)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: %d channels (the mean of none)", op, channels);
+mt_status mt_cpu_op_layernorm_forward(const float *in, const float *gamma, const float *beta,
+                                      size_t n, int channels, float *out, float *mean,
+                                      float *rstd) {
     size_t c = channels > 0 ? (size_t)channels : 0;
-    MT_TRY(check_ptr(in, n * c, op, "the input"));
-    MT_TRY(check_ptr(gamma, c, op, "the scale"));
-    MT_TRY(check_ptr(beta, c, op, "the shift"));
-    MT_TRY(check_ptr(out, n * c, op, "the output"));
-    MT_TRY(check_ptr(mean, n, op, "the saved mean"));
-    MT_TRY(check_ptr(rstd, n, op, "the saved rstd"));
     for (size_t i = 0; i < n; i++) {
         const float *x = in + i * c;
         double m = 0.0;
@@ -157,23 +99,10 @@ mt_status mt_op_layernorm_forward(mt_device *dev, const float *in, const float *
     return MT_OK;
 }
 
-mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, const float *in,
-                                   const float *gamma, const float *mean, const float *rstd,
-                                   size_t n, int channels, float *d_in, float *d_gamma,
-                                   float *d_beta) {
-    static const char *op = "layernorm_backward";
-    MT_TRY(check_device(dev, op));
-    if (channels <= 0 && n > 0)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: %d channels (the mean of none)", op, channels);
+mt_status mt_cpu_op_layernorm_backward(const float *d_out, const float *in, const float *gamma,
+                                       const float *mean, const float *rstd, size_t n,
+                                       int channels, float *d_in, float *d_gamma, float *d_beta) {
     size_t c = channels > 0 ? (size_t)channels : 0;
-    MT_TRY(check_ptr(d_out, n * c, op, "the output gradient"));
-    MT_TRY(check_ptr(in, n * c, op, "the input"));
-    MT_TRY(check_ptr(gamma, c, op, "the scale"));
-    MT_TRY(check_ptr(mean, n, op, "the saved mean"));
-    MT_TRY(check_ptr(rstd, n, op, "the saved rstd"));
-    MT_TRY(check_ptr(d_in, n * c, op, "the input gradient"));
-    MT_TRY(check_ptr(d_gamma, c, op, "the scale gradient"));
-    MT_TRY(check_ptr(d_beta, c, op, "the shift gradient"));
     for (size_t i = 0; i < n; i++) {
         const float *x = in + i * c, *dy = d_out + i * c;
         float m = mean[i], rs = rstd[i];
@@ -205,11 +134,7 @@ mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, const flo
 static const float gelu_k = 0.7978845608028654f;
 static const float gelu_c = 0.044715f;
 
-mt_status mt_op_gelu_forward(mt_device *dev, const float *in, float *out, size_t n) {
-    static const char *op = "gelu_forward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_ptr(in, n, op, "the input"));
-    MT_TRY(check_ptr(out, n, op, "the output"));
+mt_status mt_cpu_op_gelu_forward(const float *in, float *out, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float x = in[i];
         out[i] = 0.5f * x * (1.0f + tanhf(gelu_k * (x + gelu_c * x * x * x)));
@@ -217,13 +142,7 @@ mt_status mt_op_gelu_forward(mt_device *dev, const float *in, float *out, size_t
     return MT_OK;
 }
 
-mt_status mt_op_gelu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,
-                              size_t n) {
-    static const char *op = "gelu_backward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_ptr(in, n, op, "the input"));
-    MT_TRY(check_ptr(d_out, n, op, "the output gradient"));
-    MT_TRY(check_ptr(d_in, n, op, "the input gradient"));
+mt_status mt_cpu_op_gelu_backward(const float *in, const float *d_out, float *d_in, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float x = in[i];
         float th = tanhf(gelu_k * (x + gelu_c * x * x * x));
@@ -236,27 +155,12 @@ mt_status mt_op_gelu_backward(mt_device *dev, const float *in, const float *d_ou
     return MT_OK;
 }
 
-mt_status mt_op_add(mt_device *dev, const float *a, const float *b, float *out, size_t n) {
-    static const char *op = "add";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_ptr(a, n, op, "the first input"));
-    MT_TRY(check_ptr(b, n, op, "the second input"));
-    MT_TRY(check_ptr(out, n, op, "the output"));
+mt_status mt_cpu_op_add(const float *a, const float *b, float *out, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
     return MT_OK;
 }
 
 /* ---- causal self-attention ------------------------------------------------------------------- */
-
-static mt_status check_attention(const char *op, int batch, int seq, int heads, int head_dim) {
-    if (batch < 0 || seq < 0 || heads < 0 || head_dim < 0)
-        return mt_error(MT_ERR_INVALID_ARG,
-                        "%s: negative size (B %d, T %d, heads %d, head_dim %d)", op, batch, seq,
-                        heads, head_dim);
-    if (head_dim == 0 && heads > 0 && batch > 0 && seq > 0)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: head_dim 0 (the scale 1/sqrt(0))", op);
-    return MT_OK;
-}
 
 static float dot(const float *a, const float *b, size_t n) {
     float s = 0.0f;
@@ -264,16 +168,10 @@ static float dot(const float *a, const float *b, size_t n) {
     return s;
 }
 
-mt_status mt_op_attention_forward(mt_device *dev, const float *qkv, int batch, int seq, int heads,
-                                  int head_dim, float *out, float *att) {
-    static const char *op = "attention_forward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_attention(op, batch, seq, heads, head_dim));
+mt_status mt_cpu_op_attention_forward(const float *qkv, int batch, int seq, int heads,
+                                      int head_dim, float *out, float *att) {
     size_t nb = (size_t)batch, t_n = (size_t)seq, nh = (size_t)heads, hd = (size_t)head_dim;
     size_t width = nh * hd, rows = nb * t_n;
-    MT_TRY(check_ptr(qkv, rows * 3 * width, op, "the qkv input"));
-    MT_TRY(check_ptr(out, rows * width, op, "the output"));
-    MT_TRY(check_ptr(att, nb * nh * t_n * t_n, op, "the attention buffer"));
     if (rows == 0 || width == 0) return MT_OK;
     float scale = (float)(1.0 / sqrt((double)head_dim));
     for (size_t b = 0; b < nb; b++) {
@@ -307,18 +205,10 @@ mt_status mt_op_attention_forward(mt_device *dev, const float *qkv, int batch, i
     return MT_OK;
 }
 
-mt_status mt_op_attention_backward(mt_device *dev, const float *d_out, const float *qkv,
-                                   const float *att, int batch, int seq, int heads, int head_dim,
-                                   float *d_qkv) {
-    static const char *op = "attention_backward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_attention(op, batch, seq, heads, head_dim));
+mt_status mt_cpu_op_attention_backward(const float *d_out, const float *qkv, const float *att,
+                                       int batch, int seq, int heads, int head_dim, float *d_qkv) {
     size_t nb = (size_t)batch, t_n = (size_t)seq, nh = (size_t)heads, hd = (size_t)head_dim;
     size_t width = nh * hd, rows = nb * t_n;
-    MT_TRY(check_ptr(d_out, rows * width, op, "the output gradient"));
-    MT_TRY(check_ptr(qkv, rows * 3 * width, op, "the qkv input"));
-    MT_TRY(check_ptr(att, nb * nh * t_n * t_n, op, "the attention probabilities"));
-    MT_TRY(check_ptr(d_qkv, rows * 3 * width, op, "the qkv gradient"));
     if (rows == 0 || width == 0) return MT_OK;
     float scale = (float)(1.0 / sqrt((double)head_dim));
     for (size_t b = 0; b < nb; b++) {
@@ -358,14 +248,9 @@ mt_status mt_op_attention_backward(mt_device *dev, const float *d_out, const flo
 
 /* ---- vocabulary-parallel cross-entropy ------------------------------------------------------- */
 
-mt_status mt_op_xent_local_max(mt_device *dev, const float *logits, size_t n, int vocab_local,
-                               float *row_max) {
-    static const char *op = "xent_local_max";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_nonneg(op, "vocabulary slice size", vocab_local));
+mt_status mt_cpu_op_xent_local_max(const float *logits, size_t n, int vocab_local,
+                                   float *row_max) {
     size_t v = (size_t)vocab_local;
-    MT_TRY(check_ptr(logits, n * v, op, "the logits"));
-    MT_TRY(check_ptr(row_max, n, op, "the row maxima"));
     for (size_t i = 0; i < n; i++) {
         /* An empty slice gives -inf, the identity of the MAX all-reduce. */
         const float *l = logits + i * v;
@@ -377,25 +262,18 @@ mt_status mt_op_xent_local_max(mt_device *dev, const float *logits, size_t n, in
     return MT_OK;
 }
 
-mt_status mt_op_xent_local_sums(mt_device *dev, const float *logits, const int *targets, size_t n,
-                                int vocab_start, int vocab_local, const float *row_max,
-                                float *sum_exp, float *target_logit) {
-    static const char *op = "xent_local_sums";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_slice(op, vocab_start, vocab_local));
+mt_status mt_cpu_op_xent_local_sums(const float *logits, const int *targets, size_t n,
+                                    int vocab_start, int vocab_local, const float *row_max,
+                                    float *sum_exp, float *target_logit) {
     size_t v = (size_t)vocab_local;
-    MT_TRY(check_ptr(logits, n * v, op, "the logits"));
-    MT_TRY(check_ptr(targets, n, op, "the targets"));
-    MT_TRY(check_ptr(row_max, n, op, "the row maxima"));
-    MT_TRY(check_ptr(sum_exp, n, op, "the exponential sums"));
-    MT_TRY(check_ptr(target_logit, n, op, "the target logits"));
     for (size_t i = 0; i < n; i++) {
         const float *l = logits + i * v;
         float mx = row_max[i];
         if (!isfinite(mx))
             return mt_error(MT_ERR_INVALID_ARG,
-                            "%s: row %zu has maximum %g (a non-finite logit, or no logits at all)",
-                            op, i, (double)mx);
+                            "xent_local_sums: row %zu has maximum %g (a non-finite logit, or no "
+                            "logits at all)",
+                            i, (double)mx);
         /* Every exponent is <= 0 once mx is the all-reduced maximum: nothing overflows. */
         double s = 0.0;
         for (size_t j = 0; j < v; j++) s += exp((double)(l[j] - mx));
@@ -406,27 +284,18 @@ mt_status mt_op_xent_local_sums(mt_device *dev, const float *logits, const int *
     return MT_OK;
 }
 
-mt_status mt_op_xent_loss_backward(mt_device *dev, const float *logits, const int *targets,
-                                   size_t n, int vocab_start, int vocab_local,
-                                   const float *row_max, const float *sum_exp,
-                                   const float *target_logit, float scale, float *loss,
-                                   float *d_logits) {
-    static const char *op = "xent_loss_backward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_slice(op, vocab_start, vocab_local));
+mt_status mt_cpu_op_xent_loss_backward(const float *logits, const int *targets, size_t n,
+                                       int vocab_start, int vocab_local, const float *row_max,
+                                       const float *sum_exp, const float *target_logit,
+                                       float scale, float *loss, float *d_logits) {
     size_t v = (size_t)vocab_local;
-    MT_TRY(check_ptr(logits, n * v, op, "the logits"));
-    MT_TRY(check_ptr(targets, n, op, "the targets"));
-    MT_TRY(check_ptr(row_max, n, op, "the row maxima"));
-    MT_TRY(check_ptr(sum_exp, n, op, "the exponential sums"));
-    MT_TRY(check_ptr(target_logit, n, op, "the target logits"));
-    MT_TRY(check_ptr(loss, n, op, "the loss output"));
     /* d_logits may be NULL: an evaluation pass wants the loss only. */
     for (size_t i = 0; i < n; i++) {
         if (!(sum_exp[i] > 0.0f) || !isfinite(sum_exp[i]) || !isfinite(row_max[i]))
             return mt_error(MT_ERR_INVALID_ARG,
-                            "%s: row %zu has sum %g and maximum %g (were the all-reduces done?)",
-                            op, i, (double)sum_exp[i], (double)row_max[i]);
+                            "xent_loss_backward: row %zu has sum %g and maximum %g (were the "
+                            "all-reduces done?)",
+                            i, (double)sum_exp[i], (double)row_max[i]);
         double lse = log((double)sum_exp[i]) + (double)row_max[i];
         loss[i] = (float)(lse - (double)target_logit[i]);
         if (!d_logits) continue;

@@ -1,14 +1,19 @@
-/* The CUDA device: GPU memory through the CUDA runtime. Plain C against cuda_runtime.h (no
- * kernels here). The runtime's current device is per thread, so every entry point selects the
- * device first: the comm progress thread and the compute thread may both call in. */
+/* The CUDA device: GPU memory through the CUDA runtime and the caching allocator
+ * (core/cuda/cuda_alloc.c). Plain C against cuda_runtime.h (no kernels here). The runtime's
+ * current device is per thread, so every entry point selects the device first: the comm progress
+ * thread and the compute thread may both call in. */
+#include "core/cuda/cuda_internal.h"
 #include "core/device_internal.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
+#include <meshtrain/memory.h>
 
 #include <cuda_runtime.h>
 
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static mt_status cuda_fail(const mt_device *dev, cudaError_t err, const char *what) {
     mt_status st = err == cudaErrorMemoryAllocation ? MT_ERR_OUT_OF_MEMORY : MT_ERR_SYSTEM;
@@ -38,25 +43,11 @@ static cudaStream_t native_stream(const mt_stream *stream) {
 
 static mt_status cuda_alloc(mt_device *dev, size_t bytes, void **out) {
     MT_TRY(select_device(dev));
-    /* cudaMalloc returns memory aligned to at least 256 bytes. */
-    cudaError_t err = cudaMalloc(out, bytes);
-    if (err == cudaSuccess) return MT_OK;
-    (void)cudaGetLastError(); /* do not leave the sticky-looking error for the next call */
-    size_t free_bytes = 0, total_bytes = 0;
-    if (err == cudaErrorMemoryAllocation &&
-        cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
-        char free_s[32], total_s[32];
-        return mt_error(MT_ERR_OUT_OF_MEMORY, "cudaMalloc failed, %s free of %s on the GPU",
-                        mt_format_bytes(free_bytes, free_s, sizeof free_s),
-                        mt_format_bytes(total_bytes, total_s, sizeof total_s));
-    }
-    return cuda_fail(dev, err, "cudaMalloc");
+    /* cudaMalloc returns memory aligned to at least 256 bytes; cached blocks came from it. */
+    return mt_cuda_alloc_get(dev->backend, bytes, out);
 }
 
-static void cuda_free(mt_device *dev, void *ptr) {
-    if (select_device(dev) != MT_OK) return;
-    warn_on_error(dev, cudaFree(ptr), "cudaFree");
-}
+static void cuda_free(mt_device *dev, void *ptr) { mt_cuda_alloc_put(dev->backend, ptr); }
 
 static enum cudaMemcpyKind native_copy_kind(mt_copy_kind kind) {
     switch (kind) {
@@ -92,6 +83,8 @@ static mt_status cuda_memset(mt_device *dev, void *dst, int value, size_t bytes,
 static mt_status cuda_synchronize(mt_device *dev) {
     MT_TRY(select_device(dev));
     CUDA_CHECK(dev, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    /* Every block freed so far is now safe to hand out again. */
+    mt_cuda_alloc_all_done(dev->backend);
     return MT_OK;
 }
 
@@ -101,12 +94,18 @@ static mt_status cuda_stream_create(mt_device *dev, mt_stream *stream) {
     /* Non-blocking: a communication stream must not serialise with the legacy default stream. */
     CUDA_CHECK(dev, cudaStreamCreateWithFlags(&native, cudaStreamNonBlocking),
                "cudaStreamCreateWithFlags");
+    mt_status st = mt_cuda_alloc_track_stream(dev->backend, native);
+    if (st != MT_OK) {
+        cudaStreamDestroy(native);
+        return st;
+    }
     stream->handle = (void *)native;
     return MT_OK;
 }
 
 static void cuda_stream_destroy(mt_stream *stream) {
     if (select_device(stream->dev) != MT_OK) return;
+    mt_cuda_alloc_untrack_stream(stream->dev->backend, native_stream(stream));
     warn_on_error(stream->dev, cudaStreamDestroy(native_stream(stream)), "cudaStreamDestroy");
 }
 
@@ -165,6 +164,11 @@ static mt_status cuda_event_query(mt_event *event, bool *done) {
     return MT_OK;
 }
 
+static void cuda_close(mt_device *dev) {
+    mt_cuda_alloc_destroy(dev->backend);
+    dev->backend = NULL;
+}
+
 static const mt_device_ops cuda_ops = {
     .alloc = cuda_alloc,
     .free = cuda_free,
@@ -180,7 +184,7 @@ static const mt_device_ops cuda_ops = {
     .event_record = cuda_event_record,
     .event_synchronize = cuda_event_synchronize,
     .event_query = cuda_event_query,
-    .close = NULL,
+    .close = cuda_close,
 };
 
 void mt_cuda_device_count(int *count, char *why, size_t why_cap) {
@@ -197,12 +201,69 @@ void mt_cuda_device_count(int *count, char *why, size_t why_cap) {
     else snprintf(why, why_cap, "%d GPU(s)", n);
 }
 
+/* MT_CUDA_CACHE_BYTES bounds the bytes the caching allocator keeps; unset or empty: no bound, as
+ * the cache is emptied before an allocation fails anyway; 0 turns caching off (e.g. for
+ * compute-sanitizer, which sees reused blocks as valid). */
+static mt_status cache_limit_from_env(const mt_device *dev, size_t *limit) {
+    const char *env = getenv("MT_CUDA_CACHE_BYTES");
+    *limit = SIZE_MAX;
+    if (!env || !*env) return MT_OK;
+    mt_status st = mt_parse_bytes(env, limit);
+    if (st != MT_OK)
+        return mt_error_wrap(st, "cannot open %s: MT_CUDA_CACHE_BYTES=\"%s\" is malformed",
+                             dev->name, env);
+    return MT_OK;
+}
+
 mt_status mt_cuda_device_init(mt_device *dev, int index) {
     dev->ops = &cuda_ops;
     dev->backend = NULL;
+    size_t limit;
+    MT_TRY(cache_limit_from_env(dev, &limit));
     MT_TRY(select_device(dev));
     /* Create the context now, so that the first allocation does not pay for it (and a broken
      * driver shows up at open, not in the middle of a step). */
     CUDA_CHECK(dev, cudaFree(NULL), "creating the CUDA context");
+    mt_cuda_alloc *alloc = NULL;
+    MT_TRY(mt_cuda_alloc_create(index, dev->name, limit, &alloc));
+    dev->backend = alloc;
+    return MT_OK;
+}
+
+static mt_cuda_alloc *allocator_of(mt_device *dev) {
+    if (!dev || dev->kind != MT_DEVICE_CUDA || dev->fallback || dev->ops != &cuda_ops) return NULL;
+    return dev->backend;
+}
+
+static mt_status not_cuda(const char *what, const mt_device *dev) {
+    return mt_error(MT_ERR_INVALID_ARG, "%s: %s is not a CUDA device", what,
+                    dev ? dev->name : "(no device)");
+}
+
+mt_status mt_cuda_device_track_stream(mt_device *dev, cudaStream_t stream) {
+    mt_cuda_alloc *a = allocator_of(dev);
+    if (!a) return not_cuda("mt_cuda_device_track_stream", dev);
+    return mt_cuda_alloc_track_stream(a, stream);
+}
+
+void mt_cuda_device_untrack_stream(mt_device *dev, cudaStream_t stream) {
+    mt_cuda_alloc *a = allocator_of(dev);
+    if (a) mt_cuda_alloc_untrack_stream(a, stream);
+}
+
+mt_status mt_cuda_device_alloc_stats(mt_device *dev, mt_cuda_alloc_stats *out) {
+    mt_cuda_alloc *a = allocator_of(dev);
+    if (!a) {
+        *out = (mt_cuda_alloc_stats){0};
+        return not_cuda("mt_cuda_device_alloc_stats", dev);
+    }
+    mt_cuda_alloc_get_stats(a, out);
+    return MT_OK;
+}
+
+mt_status mt_cuda_device_empty_cache(mt_device *dev) {
+    mt_cuda_alloc *a = allocator_of(dev);
+    if (!a) return not_cuda("mt_cuda_device_empty_cache", dev);
+    mt_cuda_alloc_empty_cache(a);
     return MT_OK;
 }

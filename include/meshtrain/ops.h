@@ -1,7 +1,10 @@
 /* Compute ops on device memory, forward and backward, in llm.c's explicit style. The CPU
- * implementations (core/cpu/) use OpenBLAS for matrix products and plain loops otherwise; a CUDA
- * device gets its own implementations later. Shapes are row-major; every op checks its device
- * and arguments and returns mt_status. Backward ops accumulate (+=) into gradient outputs. */
+ * implementations (core/cpu/) use OpenBLAS for matrix products and plain loops otherwise; on a
+ * CUDA device (core/cuda/ops_*.cu, cuBLAS for matrix products) pointers are device memory, ops are
+ * queued on the default stream and return before the GPU is done, except mse forward (its loss may
+ * be host or device memory) and the cross-entropy sums and loss steps, which wait. core/ops.c
+ * checks the arguments once and dispatches on the device kind. Shapes are row-major; every op
+ * returns mt_status. Backward ops accumulate (+=) into gradient outputs. */
 #ifndef MESHTRAIN_OPS_H
 #define MESHTRAIN_OPS_H
 

@@ -1,7 +1,7 @@
 # CPU compute ops and AdamW math (core/cpu/ops_cpu.c): no runtime, no engine.
 mt_add_unit_test(test_ops SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops.c TIMEOUT 60 LABELS fsdp)
 
-# (MT_DEVICE=cpu: the ops have no CUDA implementation yet, so a GPU machine runs these on the CPU.)
+# (MT_DEVICE=cpu: the FSDP engine's casts and shard sums are still host loops, so a GPU machine runs these on the CPU.)
 # The reference MLP through the FSDP engine on one rank: gradients against finite differences,
 # clipping, one AdamW step (models/mlp.c, fsdp/clip.c, fsdp/optim_adamw.c).
 mt_add_test_program(test_mlp_grad ${CMAKE_CURRENT_LIST_DIR}/test_mlp_grad.c)

@@ -1,0 +1,60 @@
+/* Internal: the CPU implementations of the compute ops (include/meshtrain/ops.h). core/ops.c has
+ * already checked the device and every argument that needs no look at the data; these functions
+ * only compute (and check values, e.g. a non-finite row maximum). Same meaning and arguments as
+ * the public mt_op_* functions, without the device. */
+#ifndef MT_CORE_CPU_OPS_CPU_H
+#define MT_CORE_CPU_OPS_CPU_H
+
+#include <meshtrain/status.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+
+mt_status mt_cpu_op_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                         const float *a, const float *b, float beta, float *c);
+mt_status mt_cpu_op_linear_forward(const float *in, const float *w, const float *bias, float *out,
+                                   int batch, int in_features, int out_features);
+mt_status mt_cpu_op_linear_backward(const float *d_out, const float *in, const float *w,
+                                    float *d_in, float *d_w, float *d_bias, int batch,
+                                    int in_features, int out_features);
+mt_status mt_cpu_op_relu_forward(const float *in, float *out, size_t n);
+mt_status mt_cpu_op_relu_backward(const float *out, const float *d_out, float *d_in, size_t n);
+mt_status mt_cpu_op_mse_forward(const float *pred, const float *target, size_t n, float *loss);
+mt_status mt_cpu_op_mse_backward(const float *pred, const float *target, size_t n, float scale,
+                                 float *d_pred);
+mt_status mt_cpu_op_adamw(float *param, const float *grad, float *m, float *v, size_t n, long t,
+                          float lr, float beta1, float beta2, float eps, float weight_decay);
+
+mt_status mt_cpu_op_embedding_forward(const int *ids, size_t n, const float *wte, int vocab_start,
+                                      int vocab_local, int channels, float *out, bool accumulate);
+mt_status mt_cpu_op_embedding_backward(const int *ids, size_t n, const float *d_out,
+                                       int vocab_start, int vocab_local, int channels,
+                                       float *d_wte);
+mt_status mt_cpu_op_position_forward(const float *wpe, int batch, int seq, int channels,
+                                     float *out);
+mt_status mt_cpu_op_position_backward(const float *d_out, int batch, int seq, int channels,
+                                      float *d_wpe);
+mt_status mt_cpu_op_layernorm_forward(const float *in, const float *gamma, const float *beta,
+                                      size_t n, int channels, float *out, float *mean,
+                                      float *rstd);
+mt_status mt_cpu_op_layernorm_backward(const float *d_out, const float *in, const float *gamma,
+                                       const float *mean, const float *rstd, size_t n,
+                                       int channels, float *d_in, float *d_gamma, float *d_beta);
+mt_status mt_cpu_op_gelu_forward(const float *in, float *out, size_t n);
+mt_status mt_cpu_op_gelu_backward(const float *in, const float *d_out, float *d_in, size_t n);
+mt_status mt_cpu_op_add(const float *a, const float *b, float *out, size_t n);
+mt_status mt_cpu_op_attention_forward(const float *qkv, int batch, int seq, int heads,
+                                      int head_dim, float *out, float *att);
+mt_status mt_cpu_op_attention_backward(const float *d_out, const float *qkv, const float *att,
+                                       int batch, int seq, int heads, int head_dim, float *d_qkv);
+mt_status mt_cpu_op_xent_local_max(const float *logits, size_t n, int vocab_local,
+                                   float *row_max);
+mt_status mt_cpu_op_xent_local_sums(const float *logits, const int *targets, size_t n,
+                                    int vocab_start, int vocab_local, const float *row_max,
+                                    float *sum_exp, float *target_logit);
+mt_status mt_cpu_op_xent_loss_backward(const float *logits, const int *targets, size_t n,
+                                       int vocab_start, int vocab_local, const float *row_max,
+                                       const float *sum_exp, const float *target_logit,
+                                       float scale, float *loss, float *d_logits);
+
+#endif

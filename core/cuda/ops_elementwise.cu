@@ -1,0 +1,174 @@
+/* Elementwise ops on a CUDA device: ReLU, GELU, the residual add, the MSE loss and AdamW. Each is
+ * a grid-stride loop over n in the formulas of the CPU versions (core/cpu/ops_cpu.c,
+ * core/cpu/ops_gpt.c), so the two agree to float rounding. */
+#include "core/cuda/ops_cuda.h"
+
+#define GRID_STRIDE(i, n)                                                                          \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                        \
+         i += (size_t)gridDim.x * blockDim.x)
+
+#define LAUNCH(kernel, n, ...)                                                                     \
+    kernel<<<mt_cuda_blocks((n), MT_CUDA_THREADS), MT_CUDA_THREADS>>>(__VA_ARGS__)
+
+/* ---- ReLU, GELU, add ------------------------------------------------------------------------- */
+
+__global__ void relu_forward_kernel(const float *in, float *out, size_t n) {
+    GRID_STRIDE(i, n) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+}
+
+__global__ void relu_backward_kernel(const float *out, const float *d_out, float *d_in, size_t n) {
+    GRID_STRIDE(i, n) d_in[i] += out[i] > 0.0f ? d_out[i] : 0.0f;
+}
+
+/* sqrt(2 / pi) and the cubic coefficient of GPT-2's tanh GELU. */
+#define GELU_K 0.7978845608028654f
+#define GELU_C 0.044715f
+
+__global__ void gelu_forward_kernel(const float *in, float *out, size_t n) {
+    GRID_STRIDE(i, n) {
+        float x = in[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x)));
+    }
+}
+
+__global__ void gelu_backward_kernel(const float *in, const float *d_out, float *d_in, size_t n) {
+    GRID_STRIDE(i, n) {
+        float x = in[i];
+        float th = tanhf(GELU_K * (x + GELU_C * x * x * x));
+        /* sech^2 as 1 - tanh^2: cosh overflows for large |x|, tanh saturates cleanly. */
+        float sech2 = 1.0f - th * th;
+        float grad =
+            0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+        d_in[i] += grad * d_out[i];
+    }
+}
+
+/* out may alias a or b: each element is read before it is written, by the same thread. */
+__global__ void add_kernel(const float *a, const float *b, float *out, size_t n) {
+    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+extern "C" mt_status mt_cuda_op_relu_forward(mt_device *dev, const float *in, float *out,
+                                             size_t n) {
+    static const char *op = "relu_forward";
+    if (n == 0) return MT_OK;
+    MT_TRY(mt_cuda_ops_select(dev, op));
+    LAUNCH(relu_forward_kernel, n, in, out, n);
+    return mt_cuda_ops_launched(dev, op);
+}
+
+extern "C" mt_status mt_cuda_op_relu_backward(mt_device *dev, const float *out, const float *d_out,
+                                              float *d_in, size_t n) {
+    static const char *op = "relu_backward";
+    if (n == 0) return MT_OK;
+    MT_TRY(mt_cuda_ops_select(dev, op));
+    LAUNCH(relu_backward_kernel, n, out, d_out, d_in, n);
+    return mt_cuda_ops_launched(dev, op);
+}
+
+extern "C" mt_status mt_cuda_op_gelu_forward(mt_device *dev, const float *in, float *out,
+                                             size_t n) {
+    static const char *op = "gelu_forward";
+    if (n == 0) return MT_OK;
+    MT_TRY(mt_cuda_ops_select(dev, op));
+    LAUNCH(gelu_forward_kernel, n, in, out, n);
+    return mt_cuda_ops_launched(dev, op);
+}
+
+extern "C" mt_status mt_cuda_op_gelu_backward(mt_device *dev, const float *in, const float *d_out,
+                                              float *d_in, size_t n) {
+    static const char *op = "gelu_backward";
+    if (n == 0) return MT_OK;
+    MT_TRY(mt_cuda_ops_select(dev, op));
+    LAUNCH(gelu_backward_kernel, n, in, d_out, d_in, n);
+    return mt_cuda_ops_launched(dev, op);
+}
+
+extern "C" mt_status mt_cuda_op_add(mt_device *dev, const float *a, const float *b, float *out,
+                                    size_t n) {
+    static const char *op = "add";
+    if (n == 0) return MT_OK;
+    MT_TRY(mt_cuda_ops_select(dev, op));
+    LAUNCH(add_kernel, n, a, b, out, n);
+    return mt_cuda_ops_launched(dev, op);
+}
+
+/* ---- MSE ------------------------------------------------------------------------------------- */
+
+/* One block sums every squared difference in double (as the CPU does: the loss is compared across
+ * rank counts) and writes the mean. One block keeps the order fixed, so the result is the same on
+ * every run; the MSE heads are small. */
+__global__ void mse_forward_kernel(const float *pred, const float *target, size_t n, float *loss) {
+    double s = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+        double d = (double)pred[i] - (double)target[i];
+        s += d * d;
+    }
+    s = mt_block_sum<double>(s);
+    if (threadIdx.x == 0) *loss = (float)(s / (double)n);
+}
+
+__global__ void mse_backward_kernel(const float *pred, const float *target, size_t n, float k,
+                                    float *d_pred) {
+    GRID_STRIDE(i, n) d_pred[i] += k * (pred[i] - target[i]);
+}
+
+extern "C" mt_status mt_cuda_op_mse_forward(mt_device *dev, const float *pred, const float *target,
+                                            size_t n, float *loss) {
+    static const char *op = "mse_forward";
+    MT_TRY(mt_cuda_ops_select(dev, op));
+    float *d_loss = NULL;
+    MT_TRY(mt_device_alloc(dev, sizeof(float), MT_MEM_OTHER, (void **)&d_loss));
+    mse_forward_kernel<<<1, 1024>>>(pred, target, n, d_loss);
+    mt_status st = mt_cuda_ops_launched(dev, op);
+    if (st == MT_OK) {
+        /* cudaMemcpyDefault: the callers pass a host float, a device one works as well. The copy
+         * waits for the kernel (same default stream). */
+        cudaError_t err = cudaMemcpy(loss, d_loss, sizeof(float), cudaMemcpyDefault);
+        if (err != cudaSuccess)
+            st = mt_error(MT_ERR_SYSTEM, "%s on %s: reading the loss back failed: %s", op,
+                          mt_device_name(dev), cudaGetErrorString(err));
+    }
+    mt_device_free(dev, d_loss);
+    return st;
+}
+
+extern "C" mt_status mt_cuda_op_mse_backward(mt_device *dev, const float *pred,
+                                             const float *target, size_t n, float scale,
+                                             float *d_pred) {
+    static const char *op = "mse_backward";
+    MT_TRY(mt_cuda_ops_select(dev, op));
+    float k = (float)(2.0 * (double)scale / (double)n);
+    LAUNCH(mse_backward_kernel, n, pred, target, n, k, d_pred);
+    return mt_cuda_ops_launched(dev, op);
+}
+
+/* ---- AdamW ----------------------------------------------------------------------------------- */
+
+__global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n,
+                             float lr, float beta1, float beta2, float eps, float c1, float c2,
+                             float decay) {
+    GRID_STRIDE(i, n) {
+        float g = grad[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float p = param[i];
+        param[i] = p - lr * (mi * c1) / (sqrtf(vi * c2) + eps) - decay * p;
+    }
+}
+
+extern "C" mt_status mt_cuda_op_adamw(mt_device *dev, float *param, const float *grad, float *m,
+                                      float *v, size_t n, long t, float lr, float beta1,
+                                      float beta2, float eps, float weight_decay) {
+    static const char *op = "adamw";
+    if (n == 0) return MT_OK;
+    MT_TRY(mt_cuda_ops_select(dev, op));
+    /* The bias corrections on the host in double, exactly as the CPU computes them. */
+    float c1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t)));
+    float c2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)t)));
+    LAUNCH(adamw_kernel, n, param, grad, m, v, n, lr, beta1, beta2, eps, c1, c2,
+           lr * weight_decay);
+    return mt_cuda_ops_launched(dev, op);
+}

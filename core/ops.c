@@ -1,0 +1,378 @@
+/* The public compute ops (include/meshtrain/ops.h): each checks its arguments once, then runs the
+ * implementation of the device's kind, core/cpu/ops_*.c or core/cuda/ops_*.cu. Checks that need
+ * to look at the data (a non-finite row maximum) stay with each implementation. */
+#include "core/cpu/ops_check.h"
+#include "core/cpu/ops_cpu.h"
+#include "core/error.h"
+
+#include <meshtrain/ops.h>
+
+#ifdef MT_HAVE_CUDA
+#include "core/cuda/ops_cuda.h"
+/* The CUDA implementation of an op, on a CUDA device. */
+#define CUDA_OP(dev, op, call) (call)
+#else
+/* Without CUDA support no CUDA device can be opened (mt_device_open falls back to the CPU), but a
+ * sentence is better than a crash should one ever arrive here. */
+#define CUDA_OP(dev, op, call) no_cuda(dev, op)
+static mt_status no_cuda(mt_device *dev, const char *op) {
+    return mt_error(MT_ERR_UNSUPPORTED,
+                    "%s: no implementation for device %s (this build has no CUDA support)", op,
+                    mt_device_name(dev));
+}
+#endif
+
+static mt_status check_device(mt_device *dev, const char *op) {
+    if (!dev) return mt_error(MT_ERR_INVALID_ARG, "%s: the device is NULL", op);
+    return MT_OK;
+}
+
+static bool on_cpu(mt_device *dev) { return mt_device_get_kind(dev) == MT_DEVICE_CPU; }
+
+/* ---- matrix products and the MLP ops --------------------------------------------------------- */
+
+mt_status mt_op_gemm(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                     const float *a, const float *b, float beta, float *c) {
+    static const char *op = "gemm";
+    MT_TRY(check_device(dev, op));
+    if (m < 0 || n < 0 || k < 0)
+        return mt_error(MT_ERR_INVALID_ARG, "%s: negative size (m %d, n %d, k %d)", op, m, n, k);
+    MT_TRY(check_ptr(a, (size_t)m * (size_t)k, op, "A"));
+    MT_TRY(check_ptr(b, (size_t)k * (size_t)n, op, "B"));
+    MT_TRY(check_ptr(c, (size_t)m * (size_t)n, op, "C"));
+    if (on_cpu(dev)) return mt_cpu_op_gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_gemm(dev, trans_a, trans_b, m, n, k, alpha, a, b, beta, c));
+}
+
+mt_status mt_op_linear_forward(mt_device *dev, const float *in, const float *w, const float *bias,
+                               float *out, int batch, int in_features, int out_features) {
+    static const char *op = "linear_forward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_linear(op, batch, in_features, out_features));
+    size_t rows = (size_t)batch, cols = (size_t)out_features;
+    MT_TRY(check_ptr(in, rows * (size_t)in_features, op, "the input"));
+    MT_TRY(check_ptr(w, cols * (size_t)in_features, op, "the weight"));
+    MT_TRY(check_ptr(out, rows * cols, op, "the output"));
+    if (on_cpu(dev))
+        return mt_cpu_op_linear_forward(in, w, bias, out, batch, in_features, out_features);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_linear_forward(dev, in, w, bias, out, batch, in_features,
+                                             out_features));
+}
+
+mt_status mt_op_linear_backward(mt_device *dev, const float *d_out, const float *in,
+                                const float *w, float *d_in, float *d_w, float *d_bias, int batch,
+                                int in_features, int out_features) {
+    static const char *op = "linear_backward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_linear(op, batch, in_features, out_features));
+    size_t rows = (size_t)batch, cols = (size_t)out_features;
+    MT_TRY(check_ptr(d_out, rows * cols, op, "the output gradient"));
+    MT_TRY(check_ptr(in, rows * (size_t)in_features, op, "the input"));
+    if (d_in) MT_TRY(check_ptr(w, cols * (size_t)in_features, op, "the weight"));
+    MT_TRY(check_ptr(d_w, cols * (size_t)in_features, op, "the weight gradient"));
+    if (on_cpu(dev))
+        return mt_cpu_op_linear_backward(d_out, in, w, d_in, d_w, d_bias, batch, in_features,
+                                         out_features);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_linear_backward(dev, d_out, in, w, d_in, d_w, d_bias, batch,
+                                              in_features, out_features));
+}
+
+mt_status mt_op_relu_forward(mt_device *dev, const float *in, float *out, size_t n) {
+    static const char *op = "relu_forward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_ptr(in, n, op, "the input"));
+    MT_TRY(check_ptr(out, n, op, "the output"));
+    if (on_cpu(dev)) return mt_cpu_op_relu_forward(in, out, n);
+    return CUDA_OP(dev, op, mt_cuda_op_relu_forward(dev, in, out, n));
+}
+
+mt_status mt_op_relu_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
+                              size_t n) {
+    static const char *op = "relu_backward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_ptr(out, n, op, "the forward output"));
+    MT_TRY(check_ptr(d_out, n, op, "the output gradient"));
+    MT_TRY(check_ptr(d_in, n, op, "the input gradient"));
+    if (on_cpu(dev)) return mt_cpu_op_relu_backward(out, d_out, d_in, n);
+    return CUDA_OP(dev, op, mt_cuda_op_relu_backward(dev, out, d_out, d_in, n));
+}
+
+mt_status mt_op_mse_forward(mt_device *dev, const float *pred, const float *target, size_t n,
+                            float *loss) {
+    static const char *op = "mse_forward";
+    MT_TRY(check_device(dev, op));
+    if (n == 0) return mt_error(MT_ERR_INVALID_ARG, "%s: no values (the mean of 0 values)", op);
+    MT_TRY(check_ptr(pred, n, op, "the prediction"));
+    MT_TRY(check_ptr(target, n, op, "the target"));
+    MT_TRY(check_ptr(loss, 1, op, "the loss output"));
+    if (on_cpu(dev)) return mt_cpu_op_mse_forward(pred, target, n, loss);
+    return CUDA_OP(dev, op, mt_cuda_op_mse_forward(dev, pred, target, n, loss));
+}
+
+mt_status mt_op_mse_backward(mt_device *dev, const float *pred, const float *target, size_t n,
+                             float scale, float *d_pred) {
+    static const char *op = "mse_backward";
+    MT_TRY(check_device(dev, op));
+    if (n == 0) return mt_error(MT_ERR_INVALID_ARG, "%s: no values (the mean of 0 values)", op);
+    MT_TRY(check_ptr(pred, n, op, "the prediction"));
+    MT_TRY(check_ptr(target, n, op, "the target"));
+    MT_TRY(check_ptr(d_pred, n, op, "the prediction gradient"));
+    if (on_cpu(dev)) return mt_cpu_op_mse_backward(pred, target, n, scale, d_pred);
+    return CUDA_OP(dev, op, mt_cuda_op_mse_backward(dev, pred, target, n, scale, d_pred));
+}
+
+mt_status mt_op_adamw(mt_device *dev, float *param, const float *grad, float *m, float *v,
+                      size_t n, long t, float lr, float beta1, float beta2, float eps,
+                      float weight_decay) {
+    static const char *op = "adamw";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_ptr(param, n, op, "the parameter"));
+    MT_TRY(check_ptr(grad, n, op, "the gradient"));
+    MT_TRY(check_ptr(m, n, op, "the first moment"));
+    MT_TRY(check_ptr(v, n, op, "the second moment"));
+    if (t < 1) return mt_error(MT_ERR_INVALID_ARG, "%s: step %ld (steps count from 1)", op, t);
+    if (!(beta1 >= 0.0f && beta1 < 1.0f) || !(beta2 >= 0.0f && beta2 < 1.0f))
+        return mt_error(MT_ERR_INVALID_ARG, "%s: betas (%g, %g) outside [0, 1)", op,
+                        (double)beta1, (double)beta2);
+    if (on_cpu(dev))
+        return mt_cpu_op_adamw(param, grad, m, v, n, t, lr, beta1, beta2, eps, weight_decay);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_adamw(dev, param, grad, m, v, n, t, lr, beta1, beta2, eps,
+                                    weight_decay));
+}
+
+/* ---- GPT ops --------------------------------------------------------------------------------- */
+
+mt_status mt_op_embedding_forward(mt_device *dev, const int *ids, size_t n, const float *wte,
+                                  int vocab_start, int vocab_local, int channels, float *out,
+                                  bool accumulate) {
+    static const char *op = "embedding_forward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_slice(op, vocab_start, vocab_local));
+    MT_TRY(check_nonneg(op, "channel count", channels));
+    size_t c = (size_t)channels;
+    MT_TRY(check_ptr(ids, n, op, "the token ids"));
+    MT_TRY(check_ptr(wte, (size_t)vocab_local * c, op, "the embedding table"));
+    MT_TRY(check_ptr(out, n * c, op, "the output"));
+    if (on_cpu(dev))
+        return mt_cpu_op_embedding_forward(ids, n, wte, vocab_start, vocab_local, channels, out,
+                                           accumulate);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_embedding_forward(dev, ids, n, wte, vocab_start, vocab_local,
+                                                channels, out, accumulate));
+}
+
+mt_status mt_op_embedding_backward(mt_device *dev, const int *ids, size_t n, const float *d_out,
+                                   int vocab_start, int vocab_local, int channels, float *d_wte) {
+    static const char *op = "embedding_backward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_slice(op, vocab_start, vocab_local));
+    MT_TRY(check_nonneg(op, "channel count", channels));
+    size_t c = (size_t)channels;
+    MT_TRY(check_ptr(ids, n, op, "the token ids"));
+    MT_TRY(check_ptr(d_out, n * c, op, "the output gradient"));
+    MT_TRY(check_ptr(d_wte, (size_t)vocab_local * c, op, "the embedding gradient"));
+    if (on_cpu(dev))
+        return mt_cpu_op_embedding_backward(ids, n, d_out, vocab_start, vocab_local, channels,
+                                            d_wte);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_embedding_backward(dev, ids, n, d_out, vocab_start, vocab_local,
+                                                 channels, d_wte));
+}
+
+mt_status mt_op_position_forward(mt_device *dev, const float *wpe, int batch, int seq, int channels,
+                                 float *out) {
+    static const char *op = "position_forward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_btc(op, batch, seq, channels));
+    size_t t_n = (size_t)seq, c = (size_t)channels;
+    MT_TRY(check_ptr(wpe, t_n * c, op, "the position table"));
+    MT_TRY(check_ptr(out, (size_t)batch * t_n * c, op, "the output"));
+    if (on_cpu(dev)) return mt_cpu_op_position_forward(wpe, batch, seq, channels, out);
+    return CUDA_OP(dev, op, mt_cuda_op_position_forward(dev, wpe, batch, seq, channels, out));
+}
+
+mt_status mt_op_position_backward(mt_device *dev, const float *d_out, int batch, int seq,
+                                  int channels, float *d_wpe) {
+    static const char *op = "position_backward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_btc(op, batch, seq, channels));
+    size_t t_n = (size_t)seq, c = (size_t)channels;
+    MT_TRY(check_ptr(d_out, (size_t)batch * t_n * c, op, "the output gradient"));
+    MT_TRY(check_ptr(d_wpe, t_n * c, op, "the position gradient"));
+    if (on_cpu(dev)) return mt_cpu_op_position_backward(d_out, batch, seq, channels, d_wpe);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_position_backward(dev, d_out, batch, seq, channels, d_wpe));
+}
+
+mt_status mt_op_layernorm_forward(mt_device *dev, const float *in, const float *gamma,
+                                  const float *beta, size_t n, int channels, float *out,
+                                  float *mean, float *rstd) {
+    static const char *op = "layernorm_forward";
+    MT_TRY(check_device(dev, op));
+    if (channels <= 0 && n > 0)
+        return mt_error(MT_ERR_INVALID_ARG, "%s: %d channels (the mean of none)", op, channels);
+    size_t c = channels > 0 ? (size_t)channels : 0;
+    MT_TRY(check_ptr(in, n * c, op, "the input"));
+    MT_TRY(check_ptr(gamma, c, op, "the scale"));
+    MT_TRY(check_ptr(beta, c, op, "the shift"));
+    MT_TRY(check_ptr(out, n * c, op, "the output"));
+    MT_TRY(check_ptr(mean, n, op, "the saved mean"));
+    MT_TRY(check_ptr(rstd, n, op, "the saved rstd"));
+    if (on_cpu(dev))
+        return mt_cpu_op_layernorm_forward(in, gamma, beta, n, channels, out, mean, rstd);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_layernorm_forward(dev, in, gamma, beta, n, channels, out, mean,
+                                                rstd));
+}
+
+mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, const float *in,
+                                   const float *gamma, const float *mean, const float *rstd,
+                                   size_t n, int channels, float *d_in, float *d_gamma,
+                                   float *d_beta) {
+    static const char *op = "layernorm_backward";
+    MT_TRY(check_device(dev, op));
+    if (channels <= 0 && n > 0)
+        return mt_error(MT_ERR_INVALID_ARG, "%s: %d channels (the mean of none)", op, channels);
+    size_t c = channels > 0 ? (size_t)channels : 0;
+    MT_TRY(check_ptr(d_out, n * c, op, "the output gradient"));
+    MT_TRY(check_ptr(in, n * c, op, "the input"));
+    MT_TRY(check_ptr(gamma, c, op, "the scale"));
+    MT_TRY(check_ptr(mean, n, op, "the saved mean"));
+    MT_TRY(check_ptr(rstd, n, op, "the saved rstd"));
+    MT_TRY(check_ptr(d_in, n * c, op, "the input gradient"));
+    MT_TRY(check_ptr(d_gamma, c, op, "the scale gradient"));
+    MT_TRY(check_ptr(d_beta, c, op, "the shift gradient"));
+    if (on_cpu(dev))
+        return mt_cpu_op_layernorm_backward(d_out, in, gamma, mean, rstd, n, channels, d_in,
+                                            d_gamma, d_beta);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_layernorm_backward(dev, d_out, in, gamma, mean, rstd, n, channels,
+                                                 d_in, d_gamma, d_beta));
+}
+
+mt_status mt_op_gelu_forward(mt_device *dev, const float *in, float *out, size_t n) {
+    static const char *op = "gelu_forward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_ptr(in, n, op, "the input"));
+    MT_TRY(check_ptr(out, n, op, "the output"));
+    if (on_cpu(dev)) return mt_cpu_op_gelu_forward(in, out, n);
+    return CUDA_OP(dev, op, mt_cuda_op_gelu_forward(dev, in, out, n));
+}
+
+mt_status mt_op_gelu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,
+                              size_t n) {
+    static const char *op = "gelu_backward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_ptr(in, n, op, "the input"));
+    MT_TRY(check_ptr(d_out, n, op, "the output gradient"));
+    MT_TRY(check_ptr(d_in, n, op, "the input gradient"));
+    if (on_cpu(dev)) return mt_cpu_op_gelu_backward(in, d_out, d_in, n);
+    return CUDA_OP(dev, op, mt_cuda_op_gelu_backward(dev, in, d_out, d_in, n));
+}
+
+mt_status mt_op_add(mt_device *dev, const float *a, const float *b, float *out, size_t n) {
+    static const char *op = "add";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_ptr(a, n, op, "the first input"));
+    MT_TRY(check_ptr(b, n, op, "the second input"));
+    MT_TRY(check_ptr(out, n, op, "the output"));
+    if (on_cpu(dev)) return mt_cpu_op_add(a, b, out, n);
+    return CUDA_OP(dev, op, mt_cuda_op_add(dev, a, b, out, n));
+}
+
+mt_status mt_op_attention_forward(mt_device *dev, const float *qkv, int batch, int seq, int heads,
+                                  int head_dim, float *out, float *att) {
+    static const char *op = "attention_forward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_attention(op, batch, seq, heads, head_dim));
+    size_t nb = (size_t)batch, t_n = (size_t)seq, nh = (size_t)heads, hd = (size_t)head_dim;
+    size_t width = nh * hd, rows = nb * t_n;
+    MT_TRY(check_ptr(qkv, rows * 3 * width, op, "the qkv input"));
+    MT_TRY(check_ptr(out, rows * width, op, "the output"));
+    MT_TRY(check_ptr(att, nb * nh * t_n * t_n, op, "the attention buffer"));
+    if (on_cpu(dev))
+        return mt_cpu_op_attention_forward(qkv, batch, seq, heads, head_dim, out, att);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_attention_forward(dev, qkv, batch, seq, heads, head_dim, out, att));
+}
+
+mt_status mt_op_attention_backward(mt_device *dev, const float *d_out, const float *qkv,
+                                   const float *att, int batch, int seq, int heads, int head_dim,
+                                   float *d_qkv) {
+    static const char *op = "attention_backward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_attention(op, batch, seq, heads, head_dim));
+    size_t nb = (size_t)batch, t_n = (size_t)seq, nh = (size_t)heads, hd = (size_t)head_dim;
+    size_t width = nh * hd, rows = nb * t_n;
+    MT_TRY(check_ptr(d_out, rows * width, op, "the output gradient"));
+    MT_TRY(check_ptr(qkv, rows * 3 * width, op, "the qkv input"));
+    MT_TRY(check_ptr(att, nb * nh * t_n * t_n, op, "the attention probabilities"));
+    MT_TRY(check_ptr(d_qkv, rows * 3 * width, op, "the qkv gradient"));
+    if (on_cpu(dev))
+        return mt_cpu_op_attention_backward(d_out, qkv, att, batch, seq, heads, head_dim, d_qkv);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_attention_backward(dev, d_out, qkv, att, batch, seq, heads,
+                                                 head_dim, d_qkv));
+}
+
+mt_status mt_op_xent_local_max(mt_device *dev, const float *logits, size_t n, int vocab_local,
+                               float *row_max) {
+    static const char *op = "xent_local_max";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_nonneg(op, "vocabulary slice size", vocab_local));
+    size_t v = (size_t)vocab_local;
+    MT_TRY(check_ptr(logits, n * v, op, "the logits"));
+    MT_TRY(check_ptr(row_max, n, op, "the row maxima"));
+    if (on_cpu(dev)) return mt_cpu_op_xent_local_max(logits, n, vocab_local, row_max);
+    return CUDA_OP(dev, op, mt_cuda_op_xent_local_max(dev, logits, n, vocab_local, row_max));
+}
+
+mt_status mt_op_xent_local_sums(mt_device *dev, const float *logits, const int *targets, size_t n,
+                                int vocab_start, int vocab_local, const float *row_max,
+                                float *sum_exp, float *target_logit) {
+    static const char *op = "xent_local_sums";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_slice(op, vocab_start, vocab_local));
+    size_t v = (size_t)vocab_local;
+    MT_TRY(check_ptr(logits, n * v, op, "the logits"));
+    MT_TRY(check_ptr(targets, n, op, "the targets"));
+    MT_TRY(check_ptr(row_max, n, op, "the row maxima"));
+    MT_TRY(check_ptr(sum_exp, n, op, "the exponential sums"));
+    MT_TRY(check_ptr(target_logit, n, op, "the target logits"));
+    if (on_cpu(dev))
+        return mt_cpu_op_xent_local_sums(logits, targets, n, vocab_start, vocab_local, row_max,
+                                         sum_exp, target_logit);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_xent_local_sums(dev, logits, targets, n, vocab_start, vocab_local,
+                                              row_max, sum_exp, target_logit));
+}
+
+mt_status mt_op_xent_loss_backward(mt_device *dev, const float *logits, const int *targets,
+                                   size_t n, int vocab_start, int vocab_local,
+                                   const float *row_max, const float *sum_exp,
+                                   const float *target_logit, float scale, float *loss,
+                                   float *d_logits) {
+    static const char *op = "xent_loss_backward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_slice(op, vocab_start, vocab_local));
+    size_t v = (size_t)vocab_local;
+    MT_TRY(check_ptr(logits, n * v, op, "the logits"));
+    MT_TRY(check_ptr(targets, n, op, "the targets"));
+    MT_TRY(check_ptr(row_max, n, op, "the row maxima"));
+    MT_TRY(check_ptr(sum_exp, n, op, "the exponential sums"));
+    MT_TRY(check_ptr(target_logit, n, op, "the target logits"));
+    MT_TRY(check_ptr(loss, n, op, "the loss output"));
+    /* d_logits may be NULL: an evaluation pass wants the loss only. */
+    if (on_cpu(dev))
+        return mt_cpu_op_xent_loss_backward(logits, targets, n, vocab_start, vocab_local,
+                                            row_max, sum_exp, target_logit, scale, loss,
+                                            d_logits);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_xent_loss_backward(dev, logits, targets, n, vocab_start,
+                                                 vocab_local, row_max, sum_exp, target_logit,
+                                                 scale, loss, d_logits));
+}

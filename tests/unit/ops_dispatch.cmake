@@ -1,0 +1,3 @@
+# The public ops' argument checks and their dispatch on the device kind (core/ops.c).
+mt_add_unit_test(test_ops_dispatch SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops_dispatch.c TIMEOUT 30
+                 LABELS core)
