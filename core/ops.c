@@ -29,6 +29,38 @@ static mt_status check_device(mt_device *dev, const char *op) {
 
 static bool on_cpu(mt_device *dev) { return mt_device_get_kind(dev) == MT_DEVICE_CPU; }
 
+/* ---- casts ----------------------------------------------------------------------------------- */
+
+static mt_status check_cast_dtype(mt_dtype dt, const char *op, const char *what) {
+    if (dt != MT_F32 && dt != MT_BF16)
+        return mt_error(MT_ERR_INVALID_ARG, "%s: %s dtype %d is neither f32 nor bf16", op, what,
+                        (int)dt);
+    return MT_OK;
+}
+
+mt_status mt_op_cast(mt_device *dev, const void *src, mt_dtype src_dtype, void *dst,
+                     mt_dtype dst_dtype, size_t n) {
+    static const char *op = "cast";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_cast_dtype(src_dtype, op, "the source"));
+    MT_TRY(check_cast_dtype(dst_dtype, op, "the destination"));
+    MT_TRY(check_ptr(src, n, op, "the source"));
+    MT_TRY(check_ptr(dst, n, op, "the destination"));
+    if (on_cpu(dev)) return mt_cpu_op_cast(src, src_dtype, dst, dst_dtype, n);
+    return CUDA_OP(dev, op, mt_cuda_op_cast(dev, src, src_dtype, dst, dst_dtype, n));
+}
+
+mt_status mt_op_accumulate(mt_device *dev, float *dst, const void *src, mt_dtype src_dtype,
+                           size_t n) {
+    static const char *op = "accumulate";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_cast_dtype(src_dtype, op, "the source"));
+    MT_TRY(check_ptr(src, n, op, "the source"));
+    MT_TRY(check_ptr(dst, n, op, "the destination"));
+    if (on_cpu(dev)) return mt_cpu_op_accumulate(dst, src, src_dtype, n);
+    return CUDA_OP(dev, op, mt_cuda_op_accumulate(dev, dst, src, src_dtype, n));
+}
+
 /* ---- matrix products and the MLP ops --------------------------------------------------------- */
 
 mt_status mt_op_gemm(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k, float alpha,

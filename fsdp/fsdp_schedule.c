@@ -14,6 +14,7 @@
 #include "core/error.h"
 
 #include <meshtrain/log.h>
+#include <meshtrain/ops.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,15 +174,8 @@ static mt_status finish_rs(mt_fsdp_unit *p) {
             mt_error_wrap(st, "all-reduce of the gradients of %s over '%s'",
                           mt_fsdp_unit_desc(p, desc, sizeof desc), p->replicate_dim);
     }
-    if (st == MT_OK && p->S > 0) {
-        if (p->reduce_dtype == MT_BF16) {
-            const mt_bf16 *r = p->rs_recv;
-            for (size_t i = 0; i < p->S; i++) p->grad_shard[i] += mt_bf16_to_f32(r[i]);
-        } else {
-            const float *r = p->rs_recv;
-            for (size_t i = 0; i < p->S; i++) p->grad_shard[i] += r[i];
-        }
-    }
+    if (st == MT_OK && p->S > 0)
+        st = mt_op_accumulate(p->dev, p->grad_shard, p->rs_recv, p->reduce_dtype, p->S);
     mt_device_free(p->dev, p->rs_send);
     mt_device_free(p->dev, p->rs_recv);
     mt_device_free(p->dev, p->full_grad);
@@ -205,7 +199,8 @@ static mt_status issue_rs(mt_fsdp_unit *o, mt_fsdp_unit *u) {
     const void *send = u->full_grad;
     if (st == MT_OK && u->reduce_dtype == MT_BF16) {
         st = mt_device_alloc(u->dev, u->padded * es, MT_MEM_COMM, &u->rs_send);
-        if (st == MT_OK) mt_f32_to_bf16_array(u->full_grad, u->rs_send, u->padded);
+        if (st == MT_OK)
+            st = mt_op_cast(u->dev, u->full_grad, MT_F32, u->rs_send, MT_BF16, u->padded);
         send = u->rs_send;
     }
     if (st == MT_OK && u->S > 0)

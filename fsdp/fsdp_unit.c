@@ -5,6 +5,7 @@
 #include "core/error.h"
 
 #include <meshtrain/log.h>
+#include <meshtrain/ops.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,7 +262,12 @@ mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options) {
         return mt_error_wrap(st, "mt_fsdp_shard('%s')", module->name);
     }
     fill_master(u);
-    if (u->shard_lp) mt_f32_to_bf16_array(u->master, u->shard_lp, u->S);
+    if (u->shard_lp) st = mt_op_cast(u->dev, u->master, MT_F32, u->shard_lp, MT_BF16, u->S);
+    if (st != MT_OK) {
+        free_buffers(u);
+        unit_free_struct(u);
+        return mt_error_wrap(st, "mt_fsdp_shard('%s')", module->name);
+    }
     /* The per-parameter buffers go: from here on the shard is the only copy. */
     for (size_t i = 0; i < u->n_params; i++) {
         mt_param *p = u->params[i];
@@ -431,7 +437,10 @@ mt_status mt_fsdp_shards_updated(mt_module *root) {
     mt_status st = MT_OK;
     for (size_t i = 0; i < count; i++) {
         mt_fsdp_unit *u = units[i];
-        if (u->shard_lp) mt_f32_to_bf16_array(u->master, u->shard_lp, u->S);
+        if (u->shard_lp) {
+            mt_status s = mt_op_cast(u->dev, u->master, MT_F32, u->shard_lp, MT_BF16, u->S);
+            if (st == MT_OK) st = s;
+        }
         /* A unit left unsharded (no reshard after forward) holds the old values. */
         if (u->state != MT_UNIT_SHARDED && !u->in_backward) {
             mt_status s = mt_fsdp_reshard(u);

@@ -5,6 +5,7 @@
 #include "core/error.h"
 
 #include <meshtrain/dtype.h>
+#include <meshtrain/ops.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -249,11 +250,8 @@ mt_status mt_param_read_f32(mt_param *param, float *dst) {
         return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s' is sharded: its values "
                         "exist only inside its unit's forward or backward", param->name,
                         param->owner->name);
-    if (mt_param_dtype(param) == MT_BF16)
-        mt_bf16_to_f32_array(param->data, dst, param->numel);
-    else
-        memcpy(dst, param->data, param->numel * sizeof(float));
-    return MT_OK;
+    return mt_op_cast(param->owner->dev, param->data, mt_param_dtype(param), dst, MT_F32,
+                      param->numel);
 }
 
 float *mt_param_grad(mt_param *param) { return param ? param->grad : NULL; }

@@ -5,6 +5,7 @@
 #ifndef MT_CORE_CPU_OPS_CPU_H
 #define MT_CORE_CPU_OPS_CPU_H
 
+#include <meshtrain/dtype.h>
 #include <meshtrain/status.h>
 
 #include <stdbool.h>
@@ -24,6 +25,10 @@ mt_status mt_cpu_op_mse_backward(const float *pred, const float *target, size_t 
                                  float *d_pred);
 mt_status mt_cpu_op_adamw(float *param, const float *grad, float *m, float *v, size_t n, long t,
                           float lr, float beta1, float beta2, float eps, float weight_decay);
+
+mt_status mt_cpu_op_cast(const void *src, mt_dtype src_dtype, void *dst, mt_dtype dst_dtype,
+                         size_t n);
+mt_status mt_cpu_op_accumulate(float *dst, const void *src, mt_dtype src_dtype, size_t n);
 
 mt_status mt_cpu_op_embedding_forward(const int *ids, size_t n, const float *wte, int vocab_start,
                                       int vocab_local, int channels, float *out, bool accumulate);

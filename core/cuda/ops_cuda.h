@@ -10,6 +10,7 @@
 #define MT_CORE_CUDA_OPS_CUDA_H
 
 #include <meshtrain/device.h>
+#include <meshtrain/dtype.h>
 #include <meshtrain/status.h>
 
 #include <stdbool.h>
@@ -27,6 +28,10 @@ mt_status mt_cuda_op_linear_forward(mt_device *dev, const float *in, const float
 mt_status mt_cuda_op_linear_backward(mt_device *dev, const float *d_out, const float *in,
                                      const float *w, float *d_in, float *d_w, float *d_bias,
                                      int batch, int in_features, int out_features);
+mt_status mt_cuda_op_cast(mt_device *dev, const void *src, mt_dtype src_dtype, void *dst,
+                          mt_dtype dst_dtype, size_t n);
+mt_status mt_cuda_op_accumulate(mt_device *dev, float *dst, const void *src, mt_dtype src_dtype,
+                                size_t n);
 mt_status mt_cuda_op_relu_forward(mt_device *dev, const float *in, float *out, size_t n);
 mt_status mt_cuda_op_relu_backward(mt_device *dev, const float *out, const float *d_out,
                                    float *d_in, size_t n);

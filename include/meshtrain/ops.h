@@ -9,6 +9,7 @@
 #define MESHTRAIN_OPS_H
 
 #include <meshtrain/device.h>
+#include <meshtrain/dtype.h>
 #include <meshtrain/status.h>
 
 #include <stdbool.h>
@@ -49,6 +50,16 @@ mt_status mt_op_adamw(mt_device *dev, float *param, const float *grad, float *m,
                       size_t n, long t, float lr, float beta1, float beta2, float eps,
                       float weight_decay);
 
+
+/* ---- casts (FSDP's low-precision copies and gradient reductions) ------------------------------ */
+
+/* dst (n elements of dst_dtype) = src (n elements of src_dtype), for f32 and bf16 either way;
+ * f32 -> bf16 rounds to nearest, ties to even, exactly as mt_f32_to_bf16. */
+mt_status mt_op_cast(mt_device *dev, const void *src, mt_dtype src_dtype, void *dst,
+                     mt_dtype dst_dtype, size_t n);
+/* dst[i] += src[i], src f32 or bf16 (widened to f32). */
+mt_status mt_op_accumulate(mt_device *dev, float *dst, const void *src, mt_dtype src_dtype,
+                           size_t n);
 
 /* ---- GPT ops (rows = B*T tokens, C channels) ------------------------------------------------- */
 
