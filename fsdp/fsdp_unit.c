@@ -187,16 +187,18 @@ static void unit_free_struct(mt_fsdp_unit *u) {
 }
 
 /* Fills the master shard from the parameters' own f32 buffers (padding stays 0). */
-static void fill_master(mt_fsdp_unit *u) {
+static mt_status fill_master(mt_fsdp_unit *u) {
     size_t lo = (size_t)u->rank * u->S, hi = lo + u->S;
     for (size_t i = 0; i < u->n_params; i++) {
         mt_param *p = u->params[i];
         size_t b = p->offset > lo ? p->offset : lo;
         size_t e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (b < e)
-            memcpy(u->master + (b - lo), (const float *)p->data + (b - p->offset),
-                   (e - b) * sizeof(float));
+            MT_TRY(mt_device_copy(u->dev, u->master + (b - lo),
+                                  (const float *)p->data + (b - p->offset),
+                                  (e - b) * sizeof(float), MT_COPY_DEVICE_TO_DEVICE, NULL));
     }
+    return MT_OK;
 }
 
 static mt_status alloc_shards(mt_fsdp_unit *u) {
@@ -261,8 +263,8 @@ mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options) {
         unit_free_struct(u);
         return mt_error_wrap(st, "mt_fsdp_shard('%s')", module->name);
     }
-    fill_master(u);
-    if (u->shard_lp) st = mt_op_cast(u->dev, u->master, MT_F32, u->shard_lp, MT_BF16, u->S);
+    st = fill_master(u);
+    if (st == MT_OK && u->shard_lp) st = mt_op_cast(u->dev, u->master, MT_F32, u->shard_lp, MT_BF16, u->S);
     if (st != MT_OK) {
         free_buffers(u);
         unit_free_struct(u);
