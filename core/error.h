@@ -16,8 +16,8 @@ mt_status mt_error_wrap(mt_status status, const char *fmt, ...) __attribute__((f
 mt_status mt_error_errno(mt_status status, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Sets the last error to exactly saved (a message taken earlier from mt_last_error(), which
- * already carries its rank prefix), after calls that overwrote it. Returns status. */
+/* Puts back a message taken earlier from mt_last_error() after calls that overwrote it, with the
+ * rank prefix added when it lacks one (taken before the rank was known). Returns status. */
 mt_status mt_error_restore(mt_status status, const char *saved);
 
 #endif

@@ -29,6 +29,17 @@ static mt_status check_device(mt_device *dev, const char *op) {
 
 static bool on_cpu(mt_device *dev) { return mt_device_get_kind(dev) == MT_DEVICE_CPU; }
 
+/* The checks of an elementwise op over n elements: the device, then each named buffer (a third
+ * may be absent: name NULL). */
+static mt_status check_elementwise(mt_device *dev, const char *op, size_t n, const void *a,
+                                   const char *a_name, const void *b, const char *b_name,
+                                   const void *c, const char *c_name) {
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_ptr(a, n, op, a_name));
+    MT_TRY(check_ptr(b, n, op, b_name));
+    return c_name ? check_ptr(c, n, op, c_name) : MT_OK;
+}
+
 /* ---- casts ----------------------------------------------------------------------------------- */
 
 static mt_status check_cast_dtype(mt_dtype dt, const char *op, const char *what) {
@@ -114,9 +125,7 @@ mt_status mt_op_linear_backward(mt_device *dev, const float *d_out, const float 
 
 mt_status mt_op_relu_forward(mt_device *dev, const float *in, float *out, size_t n) {
     static const char *op = "relu_forward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_ptr(in, n, op, "the input"));
-    MT_TRY(check_ptr(out, n, op, "the output"));
+    MT_TRY(check_elementwise(dev, op, n, in, "the input", out, "the output", NULL, NULL));
     if (on_cpu(dev)) return mt_cpu_op_relu_forward(in, out, n);
     return CUDA_OP(dev, op, mt_cuda_op_relu_forward(dev, in, out, n));
 }
@@ -124,10 +133,8 @@ mt_status mt_op_relu_forward(mt_device *dev, const float *in, float *out, size_t
 mt_status mt_op_relu_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
                               size_t n) {
     static const char *op = "relu_backward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_ptr(out, n, op, "the forward output"));
-    MT_TRY(check_ptr(d_out, n, op, "the output gradient"));
-    MT_TRY(check_ptr(d_in, n, op, "the input gradient"));
+    MT_TRY(check_elementwise(dev, op, n, out, "the forward output", d_out, "the output gradient",
+                             d_in, "the input gradient"));
     if (on_cpu(dev)) return mt_cpu_op_relu_backward(out, d_out, d_in, n);
     return CUDA_OP(dev, op, mt_cuda_op_relu_backward(dev, out, d_out, d_in, n));
 }
@@ -288,9 +295,7 @@ mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, const flo
 
 mt_status mt_op_gelu_forward(mt_device *dev, const float *in, float *out, size_t n) {
     static const char *op = "gelu_forward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_ptr(in, n, op, "the input"));
-    MT_TRY(check_ptr(out, n, op, "the output"));
+    MT_TRY(check_elementwise(dev, op, n, in, "the input", out, "the output", NULL, NULL));
     if (on_cpu(dev)) return mt_cpu_op_gelu_forward(in, out, n);
     return CUDA_OP(dev, op, mt_cuda_op_gelu_forward(dev, in, out, n));
 }
@@ -298,20 +303,16 @@ mt_status mt_op_gelu_forward(mt_device *dev, const float *in, float *out, size_t
 mt_status mt_op_gelu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,
                               size_t n) {
     static const char *op = "gelu_backward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_ptr(in, n, op, "the input"));
-    MT_TRY(check_ptr(d_out, n, op, "the output gradient"));
-    MT_TRY(check_ptr(d_in, n, op, "the input gradient"));
+    MT_TRY(check_elementwise(dev, op, n, in, "the input", d_out, "the output gradient", d_in,
+                             "the input gradient"));
     if (on_cpu(dev)) return mt_cpu_op_gelu_backward(in, d_out, d_in, n);
     return CUDA_OP(dev, op, mt_cuda_op_gelu_backward(dev, in, d_out, d_in, n));
 }
 
 mt_status mt_op_add(mt_device *dev, const float *a, const float *b, float *out, size_t n) {
     static const char *op = "add";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_ptr(a, n, op, "the first input"));
-    MT_TRY(check_ptr(b, n, op, "the second input"));
-    MT_TRY(check_ptr(out, n, op, "the output"));
+    MT_TRY(check_elementwise(dev, op, n, a, "the first input", b, "the second input", out,
+                             "the output"));
     if (on_cpu(dev)) return mt_cpu_op_add(a, b, out, n);
     return CUDA_OP(dev, op, mt_cuda_op_add(dev, a, b, out, n));
 }

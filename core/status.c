@@ -37,7 +37,15 @@ const char *mt_last_error(void) { return last_error; }
 void mt_clear_error(void) { last_error[0] = '\0'; }
 
 mt_status mt_error_restore(mt_status status, const char *saved) {
-    snprintf(last_error, sizeof last_error, "%s", saved ? saved : "");
+    if (!saved) saved = "";
+    char prefix[32] = "";
+    if (mt_log_rank() >= 0) snprintf(prefix, sizeof prefix, "rank %d: ", mt_log_rank());
+    size_t n = strlen(prefix);
+    /* A message taken before this rank was known gets the prefix now, as mt_error would. */
+    if (n && strncmp(saved, prefix, n) != 0)
+        snprintf(last_error, sizeof last_error, "%s%s", prefix, saved);
+    else
+        snprintf(last_error, sizeof last_error, "%s", saved);
     return status;
 }
 

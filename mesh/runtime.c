@@ -58,14 +58,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Sets the last error to exactly `saved` (which already carries the rank prefix). */
-static mt_status restore_error(mt_status st, const char *saved) {
-    char prefix[32] = "";
-    if (mt_log_rank() >= 0) snprintf(prefix, sizeof prefix, "rank %d: ", mt_log_rank());
-    size_t n = strlen(prefix);
-    return mt_error(st, "%s", n && strncmp(saved, prefix, n) == 0 ? saved + n : saved);
-}
-
 /* Tells the other processes why this one gives up, keeping this process's own error. */
 static mt_status publish_failure(mt_runtime *rt, mt_status st) {
     if (!rt->store) return st;
@@ -73,7 +65,7 @@ static mt_status publish_failure(mt_runtime *rt, mt_status st) {
     snprintf(saved, sizeof saved, "%s", mt_last_error());
     if (mt_store_abort(rt->store, ABORT_KEY, st, saved) != MT_OK)
         mt_log(MT_LOG_DEBUG, "could not publish the failure: %s", mt_last_error());
-    return restore_error(st, saved);
+    return mt_error_restore(st, saved);
 }
 
 /* A store host that fails lets the others read why before the store disappears with it. */
@@ -345,7 +337,7 @@ mt_status mt_init(mt_runtime **out, int *argc, char ***argv) {
         char saved[2048];
         snprintf(saved, sizeof saved, "%s", mt_last_error());
         teardown(rt, ABORT_LINGER_S);
-        return restore_error(st, saved);
+        return mt_error_restore(st, saved);
     }
     log_summary(rt);
     log_affinity(rt);
