@@ -123,6 +123,96 @@ mt_status mt_op_linear_backward(mt_device *dev, const float *d_out, const float 
                                               in_features, out_features));
 }
 
+/* ---- bf16 matrix products ---------------------------------------------------------------------- */
+
+static mt_status check_ab_dtype(mt_dtype dt, const char *op) {
+    if (dt != MT_F32 && dt != MT_BF16)
+        return mt_error(MT_ERR_INVALID_ARG, "%s: input dtype %d is neither f32 nor bf16", op,
+                        (int)dt);
+    return MT_OK;
+}
+
+mt_status mt_op_gemm_ex(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k,
+                        float alpha, const void *a, const void *b, mt_dtype ab_dtype, float beta,
+                        float *c) {
+    static const char *op = "gemm_ex";
+    MT_TRY(check_ab_dtype(ab_dtype, op));
+    if (ab_dtype == MT_F32) return mt_op_gemm(dev, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    MT_TRY(check_device(dev, op));
+    if (m < 0 || n < 0 || k < 0)
+        return mt_error(MT_ERR_INVALID_ARG, "%s: negative size (m %d, n %d, k %d)", op, m, n, k);
+    MT_TRY(check_ptr(a, (size_t)m * (size_t)k, op, "A"));
+    MT_TRY(check_ptr(b, (size_t)k * (size_t)n, op, "B"));
+    MT_TRY(check_ptr(c, (size_t)m * (size_t)n, op, "C"));
+    if (on_cpu(dev))
+        return mt_cpu_op_gemm_bf16(dev, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_gemm_bf16(dev, trans_a, trans_b, m, n, k, alpha, a, b, beta, c));
+}
+
+mt_status mt_op_linear_forward_ex(mt_device *dev, const float *in, const void *w, mt_dtype w_dtype,
+                                  const float *bias, float *out, int batch, int in_features,
+                                  int out_features) {
+    static const char *op = "linear_forward_ex";
+    MT_TRY(check_ab_dtype(w_dtype, op));
+    if (w_dtype == MT_F32)
+        return mt_op_linear_forward(dev, in, w, bias, out, batch, in_features, out_features);
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_linear(op, batch, in_features, out_features));
+    size_t rows = (size_t)batch, cols = (size_t)out_features;
+    MT_TRY(check_ptr(in, rows * (size_t)in_features, op, "the input"));
+    MT_TRY(check_ptr(w, cols * (size_t)in_features, op, "the weight"));
+    MT_TRY(check_ptr(out, rows * cols, op, "the output"));
+    if (on_cpu(dev))
+        return mt_cpu_op_linear_forward_bf16(dev, in, w, bias, out, batch, in_features,
+                                             out_features);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_linear_forward_bf16(dev, in, w, bias, out, batch, in_features,
+                                                  out_features));
+}
+
+mt_status mt_op_linear_backward_ex(mt_device *dev, const float *d_out, const float *in,
+                                   const void *w, mt_dtype w_dtype, float *d_in, float *d_w,
+                                   float *d_bias, int batch, int in_features, int out_features) {
+    static const char *op = "linear_backward_ex";
+    MT_TRY(check_ab_dtype(w_dtype, op));
+    if (w_dtype == MT_F32)
+        return mt_op_linear_backward(dev, d_out, in, w, d_in, d_w, d_bias, batch, in_features,
+                                     out_features);
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_linear(op, batch, in_features, out_features));
+    size_t rows = (size_t)batch, cols = (size_t)out_features;
+    MT_TRY(check_ptr(d_out, rows * cols, op, "the output gradient"));
+    MT_TRY(check_ptr(in, rows * (size_t)in_features, op, "the input"));
+    if (d_in) MT_TRY(check_ptr(w, cols * (size_t)in_features, op, "the weight"));
+    MT_TRY(check_ptr(d_w, cols * (size_t)in_features, op, "the weight gradient"));
+    if (on_cpu(dev))
+        return mt_cpu_op_linear_backward_bf16(dev, d_out, in, w, d_in, d_w, d_bias, batch,
+                                              in_features, out_features);
+    return CUDA_OP(dev, op,
+                   mt_cuda_op_linear_backward_bf16(dev, d_out, in, w, d_in, d_w, d_bias, batch,
+                                                   in_features, out_features));
+}
+
+/* ---- reductions for gradient clipping ----------------------------------------------------------- */
+
+mt_status mt_op_sum_squares(mt_device *dev, const float *x, size_t n, double *acc) {
+    static const char *op = "sum_squares";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_ptr(x, n, op, "the input"));
+    MT_TRY(check_ptr(acc, 1, op, "the accumulator"));
+    if (on_cpu(dev)) return mt_cpu_op_sum_squares(x, n, acc);
+    return CUDA_OP(dev, op, mt_cuda_op_sum_squares(dev, x, n, acc));
+}
+
+mt_status mt_op_scale(mt_device *dev, float *x, float factor, size_t n) {
+    static const char *op = "scale";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_ptr(x, n, op, "the input"));
+    if (on_cpu(dev)) return mt_cpu_op_scale(x, factor, n);
+    return CUDA_OP(dev, op, mt_cuda_op_scale(dev, x, factor, n));
+}
+
 mt_status mt_op_relu_forward(mt_device *dev, const float *in, float *out, size_t n) {
     static const char *op = "relu_forward";
     MT_TRY(check_elementwise(dev, op, n, in, "the input", out, "the output", NULL, NULL));

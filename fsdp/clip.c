@@ -4,30 +4,52 @@
  * real elements; the shard group's ranks hold disjoint pieces (sum over it); tp ranks hold
  * disjoint slices of Shard parameters but identical copies of Replicate ones, which only tp rank
  * 0 counts (sum over tp). HSDP replicas hold identical gradients after their all-reduce, so the
- * replicate group is not summed over. */
+ * replicate group is not summed over.
+ *
+ * The shards live in device memory: the squares are summed by mt_op_sum_squares into one double
+ * on the device (queued, no wait per range), read back once, reduced across ranks as a host
+ * scalar, and the gradients are scaled in place by mt_op_scale. */
 #include "core/error.h"
 #include "fsdp/fsdp_shards.h"
 
 #include <meshtrain/comm.h>
 #include <meshtrain/fsdp.h>
+#include <meshtrain/ops.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
-static double local_sum_of_squares(const mt_fsdp_shard_view *views, size_t n, int tp_rank) {
-    double sum = 0.0;
-    for (size_t u = 0; u < n; u++) {
+/* This rank's sum of squares into *out (host memory). The accumulator is scratch of the step,
+ * charged to activations and freed before returning. On the CPU device the op adds element by
+ * element into one running double in the order of the ranges, so the result has the bits of the
+ * plain host loop this replaced. */
+static mt_status local_sum_of_squares(mt_device *dev, const mt_fsdp_shard_view *views, size_t n,
+                                      int tp_rank, double *out) {
+    double *acc = NULL;
+    mt_status st = mt_device_alloc(dev, sizeof *acc, MT_MEM_ACTIVATIONS, (void **)&acc);
+    if (st != MT_OK)
+        return mt_error_wrap(st, "clip_grad_norm: the accumulator of the squared norm");
+    st = mt_device_memset(dev, acc, 0, sizeof *acc, NULL);
+    for (size_t u = 0; u < n && st == MT_OK; u++) {
         const mt_fsdp_shard_view *view = &views[u];
-        for (size_t r = 0; r < view->n_ranges; r++) {
+        for (size_t r = 0; r < view->n_ranges && st == MT_OK; r++) {
             const mt_fsdp_range *range = &view->ranges[r];
             if (range->tp_replicated && tp_rank > 0) continue;
-            for (size_t i = range->begin; i < range->end && i < view->n; i++) {
-                double g = view->grad[i];
-                sum += g * g;
-            }
+            size_t end = range->end < view->n ? range->end : view->n;
+            if (range->begin >= end) continue;
+            st = mt_op_sum_squares(dev, view->grad + range->begin, end - range->begin, acc);
+            if (st != MT_OK)
+                mt_error_wrap(st, "clip_grad_norm: sum of squares of unit '%s'",
+                              view->unit_name);
         }
     }
-    return sum;
+    if (st == MT_OK) {
+        st = mt_device_copy(dev, out, acc, sizeof *out, MT_COPY_DEVICE_TO_HOST, NULL);
+        if (st != MT_OK) mt_error_wrap(st, "clip_grad_norm: reading back the squared norm");
+    }
+    mt_device_free(dev, acc);
+    return st;
 }
 
 static mt_status sum_over(mt_group *group, float *value) {
@@ -39,6 +61,17 @@ static mt_status sum_over(mt_group *group, float *value) {
     return MT_OK;
 }
 
+/* x[i] *= c over every unit's whole shard (padding is 0 and stays 0). */
+static mt_status scale_shards(mt_device *dev, const mt_fsdp_shard_view *views, size_t n, float c) {
+    for (size_t u = 0; u < n; u++) {
+        mt_status st = mt_op_scale(dev, views[u].grad, c, views[u].n);
+        if (st != MT_OK)
+            return mt_error_wrap(st, "clip_grad_norm: scaling the gradients of unit '%s'",
+                                 views[u].unit_name);
+    }
+    return MT_OK;
+}
+
 mt_status mt_clip_grad_norm(mt_module *root, float max_norm, float *norm) {
     if (!root) return mt_error(MT_ERR_INVALID_ARG, "clip_grad_norm: root is NULL");
     mt_group *shard = NULL, *replicate = NULL, *tp = NULL;
@@ -47,30 +80,32 @@ mt_status mt_clip_grad_norm(mt_module *root, float max_norm, float *norm) {
     if (st != MT_OK)
         return mt_error_wrap(st, "clip_grad_norm: module '%s' is not an FSDP root",
                              mt_module_name(root));
+    mt_device *dev = mt_fsdp_device(root);
     mt_fsdp_shard_view *views = NULL;
     size_t n = 0;
     MT_TRY(mt_fsdp_collect_shards(root, &views, &n));
 
-    /* Every rank takes part in the reductions, whatever its own shard holds. */
-    float sq = (float)local_sum_of_squares(views, n, tp_rank);
+    /* Every rank takes part in the reductions, whatever its own shard holds. A rank whose local
+     * sum failed still does, with a NaN, so that the others get a NaN norm (and leave their
+     * gradients alone) instead of waiting for it until the timeout; it returns its own error. */
+    double local = 0.0;
+    char saved[1024];
+    mt_status local_st = local_sum_of_squares(dev, views, n, tp_rank, &local);
+    if (local_st != MT_OK) snprintf(saved, sizeof saved, "%s", mt_last_error());
+    float sq = local_st == MT_OK ? (float)local : NAN;
     st = sum_over(shard, &sq);
     if (st == MT_OK) st = sum_over(tp, &sq);
-    if (st != MT_OK) {
+    if (local_st != MT_OK || st != MT_OK) {
         free(views);
-        return st;
+        return local_st != MT_OK ? mt_error_restore(local_st, saved) : st;
     }
     float total = sqrtf(sq);
     if (norm) *norm = total;
 
     /* A NaN or infinite norm gives no finite factor: leave the gradients for the caller to see. */
     double coef = (double)max_norm / ((double)total + 1e-6);
-    if (max_norm > 0.0f && isfinite(total) && coef < 1.0) {
-        float c = (float)coef;
-        for (size_t u = 0; u < n; u++) {
-            float *g = views[u].grad;
-            for (size_t i = 0; i < views[u].n; i++) g[i] *= c;
-        }
-    }
+    if (max_norm > 0.0f && isfinite(total) && coef < 1.0) st = scale_shards(dev, views, n,
+                                                                             (float)coef);
     free(views);
-    return MT_OK;
+    return st;
 }

@@ -17,6 +17,8 @@ typedef struct mt_fsdp_range {
     bool tp_replicated; /* the parameter is Replicate on tp: every tp rank holds the same values */
 } mt_fsdp_range;
 
+/* param and grad are device memory (on a GPU not readable from the host): read and change them
+ * through ops (include/meshtrain/ops.h), mt_device_copy and mt_device_memset only. */
 typedef struct mt_fsdp_shard_view {
     const char *unit_name;
     float *param;  /* the f32 master shard: n elements */
@@ -27,8 +29,9 @@ typedef struct mt_fsdp_shard_view {
 } mt_fsdp_shard_view;
 
 /* The shards of root's unit and of every unit below it, in a fixed order (depth-first, the
- * units below a module before its own: the sharding order of "layers first, then the root"). *views is malloc'd (caller frees the array only). MT_ERR_INVALID_ARG when
- * root is not an FSDP unit. */
+ * units below a module before its own: the sharding order of "layers first, then the root").
+ * *views is malloc'd (caller frees the array only). MT_ERR_INVALID_ARG when root is not an FSDP
+ * unit. */
 mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, size_t *n);
 
 /* The groups of root's unit: the shard group, the replicate group (NULL without HSDP) and the

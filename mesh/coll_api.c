@@ -1,10 +1,13 @@
 /* The public collective and point-to-point calls: argument checks, then a work item for the
- * progress thread. */
+ * progress thread, or for the group's NCCL communicator when the buffers are GPU memory
+ * (mesh/nccl_comm.h). */
+#include "mesh/nccl_comm.h"
 #include "mesh/transport_internal.h"
 
 #include "core/error.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 
 static mt_status check_common(mt_group *g, const char *op, size_t count, mt_dtype dtype,
                               const void *a, const void *b) {
@@ -30,6 +33,27 @@ static mt_status make(mt_group *g, mt_op_kind kind, const void *send, void *recv
     w->dtype = dtype;
     w->rop = rop;
     w->root = root;
+    bool use_nccl = false;
+    mt_status st = mt_nccl_route(g, mt_op_name(kind), send, recv, &use_nccl);
+    if (st == MT_OK && use_nccl) {
+        w->refs = 1; /* never seen by the progress thread */
+        st = mt_nccl_enqueue(g, w);
+        if (st != MT_OK) {
+            free(w);
+            return st;
+        }
+        if (work) {
+            *work = w;
+            return MT_OK;
+        }
+        st = mt_work_wait(w, -1);
+        mt_work_free(w);
+        return st;
+    }
+    if (st != MT_OK) {
+        free(w);
+        return st;
+    }
     return mt_work_submit_or_wait(w, work);
 }
 

@@ -176,3 +176,12 @@ mt_status mt_group_check_usable(mt_group *g, const char *op) {
     }
     return MT_OK;
 }
+
+void mt_group_mark_failed(mt_group *g, const char *msg) {
+    pthread_mutex_lock(&g->tr->mu);
+    if (!atomic_load(&g->failed)) {
+        snprintf(g->fail_msg, sizeof g->fail_msg, "%s", msg);
+        atomic_store(&g->failed, true);
+    }
+    pthread_mutex_unlock(&g->tr->mu);
+}

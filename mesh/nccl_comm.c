@@ -17,18 +17,10 @@
 #include <time.h>
 
 #ifdef MT_HAVE_NCCL
-#include <cuda_runtime.h>
-#include <nccl.h>
+#include "core/cuda/cuda_internal.h"
+#include "mesh/nccl_internal.h"
 
-struct mt_nccl_comm {
-    mt_device *dev;
-    ncclComm_t comm;
-    cudaStream_t stream;
-    size_t charged;
-    char name[64];
-};
-
-static double now_s(void) {
+double mt_nccl_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -64,24 +56,45 @@ static mt_status exchange_id(mt_runtime *rt, mt_group *group, ncclUniqueId *id) 
     return MT_OK;
 }
 
-/* Polls a non-blocking initialisation until it is done, fails, or runs past the timeout. */
-static mt_status wait_init(mt_runtime *rt, mt_nccl_comm *c) {
-    double deadline = now_s() + mt_runtime_timeout(rt);
-    for (;;) {
+mt_status mt_nccl_wait_ready(mt_nccl_comm *c, const char *what, double timeout_s) {
+    double deadline = mt_nccl_now_s() + timeout_s;
+    for (long polls = 0;; polls++) {
         ncclResult_t async = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(c->comm, &async);
         if (r != ncclSuccess) async = r;
         if (async == ncclSuccess) return MT_OK;
-        if (async != ncclInProgress)
-            return mt_error(MT_ERR_COMM, "NCCL communicator of group '%s' failed to initialise: "
-                            "%s (%s)", c->name, ncclGetErrorString(async), ncclGetLastError(c->comm));
-        if (now_s() > deadline)
-            return mt_error(MT_ERR_TIMEOUT, "NCCL communicator of group '%s' did not initialise "
-                            "within %.0f s (MT_TIMEOUT_S): a member did not join", c->name,
-                            mt_runtime_timeout(rt));
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
+        if (async != ncclInProgress) {
+            char msg[MT_NCCL_MSG_CAP];
+            snprintf(msg, sizeof msg, "%s on NCCL communicator of group '%s' failed: %s (%s)",
+                     what, c->name, ncclGetErrorString(async), ncclGetLastError(c->comm));
+            return mt_nccl_break(c, MT_ERR_COMM, msg);
+        }
+        if (mt_nccl_now_s() > deadline) {
+            char msg[MT_NCCL_MSG_CAP];
+            snprintf(msg, sizeof msg, "%s on NCCL communicator of group '%s' did not finish "
+                     "within %.0f s (MT_TIMEOUT_S): a member did not join; the communicator was "
+                     "aborted", what, c->name, timeout_s);
+            return mt_nccl_break(c, MT_ERR_TIMEOUT, msg);
+        }
+        if (polls > 1000) {
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
     }
+}
+
+mt_status mt_nccl_break(mt_nccl_comm *c, mt_status status, const char *msg) {
+    if (!c->broken) {
+        c->broken = true;
+        snprintf(c->msg, sizeof c->msg, "%s", msg);
+        /* Abort rather than destroy: it never waits on peers that may be gone, and it makes the
+         * communicator's kernels return, so the streams behind them drain. */
+        if (c->comm) ncclCommAbort(c->comm);
+        c->comm = NULL;
+        if (c->group) mt_group_mark_failed(c->group, c->msg);
+        mt_log(MT_LOG_ERROR, "%s", c->msg);
+    }
+    return mt_error(status, "%s", c->msg);
 }
 
 mt_status mt_nccl_comm_create(mt_runtime *rt, mt_group *group, mt_nccl_comm **out) {
@@ -90,6 +103,7 @@ mt_status mt_nccl_comm_create(mt_runtime *rt, mt_group *group, mt_nccl_comm **ou
     if (!dev || mt_device_get_kind(dev) != MT_DEVICE_CUDA) return MT_OK;
     mt_nccl_comm *c = calloc(1, sizeof *c);
     if (!c) return mt_error(MT_ERR_OUT_OF_MEMORY, "NCCL communicator: out of memory");
+    c->rt = rt;
     c->dev = dev;
     snprintf(c->name, sizeof c->name, "%s", mt_group_name(group));
     ncclUniqueId id;
@@ -110,11 +124,17 @@ mt_status mt_nccl_comm_create(mt_runtime *rt, mt_group *group, mt_nccl_comm **ou
                           c->name, mt_group_rank(group), mt_group_size(group),
                           ncclGetErrorString(r));
         else
-            st = wait_init(rt, c);
+            st = mt_nccl_wait_ready(c, "initialisation", mt_runtime_timeout(rt));
     }
-    if (st == MT_OK && cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess)
-        st = mt_error(MT_ERR_COMM, "NCCL communicator of group '%s': cannot create its stream",
-                      c->name);
+    if (st == MT_OK && (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) !=
+                            cudaSuccess ||
+                        cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming) != cudaSuccess))
+        st = mt_error(MT_ERR_COMM, "NCCL communicator of group '%s': cannot create its stream "
+                      "and event", c->name);
+    /* The allocator must see the stream: a buffer freed while a collective still reads it is not
+     * handed out again before the stream passed that point. */
+    if (st == MT_OK && (st = mt_cuda_device_track_stream(dev, c->stream)) == MT_OK)
+        c->stream_tracked = true;
     if (st == MT_OK && cudaMemGetInfo(&free_after, &total) == cudaSuccess &&
         free_after < free_before) {
         c->charged = free_before - free_after;
@@ -124,16 +144,29 @@ mt_status mt_nccl_comm_create(mt_runtime *rt, mt_group *group, mt_nccl_comm **ou
         mt_nccl_comm_destroy(c);
         return st;
     }
+    c->group = group;
+    group->nccl = c;
     *out = c;
     return MT_OK;
 }
 
 void mt_nccl_comm_destroy(mt_nccl_comm *c) {
     if (!c) return;
+    if (c->group) c->group->nccl = NULL;
     if (c->comm) {
+        /* Work still queued must not touch freed memory: let the stream drain first, for at
+         * most MT_TIMEOUT_S (a peer that never comes is then cut off by the abort). */
+        double deadline = mt_nccl_now_s() + mt_runtime_timeout(c->rt);
+        while (c->stream && cudaStreamQuery(c->stream) == cudaErrorNotReady &&
+               mt_nccl_now_s() < deadline) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
         /* Abort rather than destroy: it never waits on peers that may be gone. */
         ncclCommAbort(c->comm);
     }
+    if (c->stream_tracked) mt_cuda_device_untrack_stream(c->dev, c->stream);
+    if (c->ready) cudaEventDestroy(c->ready);
     if (c->stream) cudaStreamDestroy(c->stream);
     if (c->charged) mt_device_release_external(c->dev, MT_MEM_COMM, c->charged);
     free(c);

@@ -7,6 +7,7 @@
  * moves it arms the worker and sleeps in poll() on the worker's event fd. The poll timeout only
  * bounds how late a stop or abort request is seen; it is not a polling loop.
  */
+#include "mesh/nccl_comm.h"
 #include "mesh/transport_internal.h"
 
 #include "core/error.h"
@@ -363,6 +364,7 @@ static mt_status finished_status(mt_work *w) {
 
 mt_status mt_work_wait(mt_work *w, double timeout_s) {
     if (!w) return mt_error(MT_ERR_INVALID_ARG, "mt_work_wait: work is NULL");
+    if (w->nccl_op) return mt_nccl_work_wait(w, timeout_s);
     mt_transport *tr = w->tr;
     if (timeout_s < 0) timeout_s = mt_runtime_timeout(tr->rt);
     struct timespec deadline;
@@ -401,6 +403,7 @@ mt_status mt_work_wait(mt_work *w, double timeout_s) {
 mt_status mt_work_test(mt_work *w, bool *done) {
     *done = false;
     if (!w) return mt_error(MT_ERR_INVALID_ARG, "mt_work_test: work is NULL");
+    if (w->nccl_op) return mt_nccl_work_test(w, done);
     mt_transport *tr = w->tr;
     pthread_mutex_lock(&tr->mu);
     mt_status st = MT_OK;
@@ -414,6 +417,12 @@ mt_status mt_work_test(mt_work *w, bool *done) {
 
 void mt_work_free(mt_work *w) {
     if (!w) return;
+    if (w->nccl_op) {
+        mt_nccl_work_release(w);
+        free(w->tasks);
+        free(w);
+        return;
+    }
     mt_transport *tr = w->tr;
     pthread_mutex_lock(&tr->mu);
     bool done = w->done;

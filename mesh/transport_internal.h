@@ -95,6 +95,8 @@ typedef struct mt_task {
 } mt_task;
 
 typedef struct mt_transport mt_transport;
+struct mt_nccl_comm;
+struct mt_nccl_op;
 
 struct mt_work {
     mt_op_kind kind;
@@ -129,6 +131,9 @@ struct mt_work {
     mt_status status;
     char errmsg[MT_ERRMSG_CAP];
     int refs; /* user handle + progress thread */
+    /* Set when the work runs on the group's NCCL communicator (mesh/nccl_coll.c): it never goes
+     * to the progress thread, and wait/test/free go to NCCL's event instead. */
+    struct mt_nccl_op *nccl_op;
 };
 
 struct mt_group {
@@ -155,6 +160,9 @@ struct mt_group {
     atomic_bool failed;
     char fail_msg[MT_ERRMSG_CAP];
     int pending; /* queued or running work, under tr->mu (destroy waits for 0) */
+    /* The mesh dimension's NCCL communicator (mesh/nccl_comm.h), or NULL: GPU buffers given to
+     * this group's collectives go through it. Owned by the mesh. */
+    struct mt_nccl_comm *nccl;
 };
 
 typedef struct mt_membership_count {
@@ -272,6 +280,7 @@ void mt_group_free_scratch(mt_group *group);
 
 /* group.c */
 mt_status mt_group_check_usable(mt_group *group, const char *op);
+/* Makes the group unusable with msg (the first failure wins); takes tr->mu. */
 void mt_group_mark_failed(mt_group *group, const char *msg);
 mt_group *mt_group_alloc(mt_transport *tr, const int *ranks, int nranks, const char *name);
 void mt_group_free(mt_group *group);

@@ -28,6 +28,12 @@ enum {
 };
 enum { R_WTE, R_WPE, R_LNF_W, R_LNF_B, ROOT_PARAMS };
 
+/* The block parameters that only enter matrix products: with a bf16 param_dtype they go to the
+ * linears as bf16 (bf16 x bf16 products accumulated in f32, as autocast runs them); the others
+ * (LayerNorm, biases) are converted to f32 copies. */
+static const bool block_matmul[BLOCK_PARAMS] = {
+    [P_QKV_W] = true, [P_ATTN_W] = true, [P_FC_W] = true, [P_PROJ_W] = true};
+
 typedef struct gpt_block {
     mt_gpt *gpt;
     int index;
@@ -193,10 +199,11 @@ static void free_all(mt_device *dev, float **bufs, size_t n) {
     }
 }
 
-/* The values of params[0..n) as f32: their own data when f32, else converted copies in
- * scratch[i] (activations; free with free_all). */
-static mt_status read_params(mt_device *dev, mt_param **params, int n, const float **vals,
-                             float **scratch) {
+/* The values of params[0..n): their own data when f32 or when matmul[i] (a weight that only
+ * enters matrix products, which take bf16 directly: the _ex linears; dtypes[i] says which), else
+ * f32 copies converted into scratch[i] (activations; free with free_all). matmul may be NULL. */
+static mt_status read_params(mt_device *dev, mt_param **params, int n, const bool *matmul,
+                             const void **vals, mt_dtype *dtypes, float **scratch) {
     for (int i = 0; i < n; i++) {
         mt_param *p = params[i];
         scratch[i] = NULL;
@@ -204,10 +211,12 @@ static mt_status read_params(mt_device *dev, mt_param **params, int n, const flo
         if (!data)
             return mt_error(MT_ERR_INVALID_ARG, "gpt: parameter '%s' has no values here (its "
                             "unit is sharded)", mt_param_name(p));
-        if (mt_param_dtype(p) == MT_F32) {
+        dtypes[i] = mt_param_dtype(p);
+        if (dtypes[i] == MT_F32 || (matmul && matmul[i])) {
             vals[i] = data;
             continue;
         }
+        dtypes[i] = MT_F32;
         MT_TRY(act_alloc(dev, mt_param_numel(p), false, &scratch[i]));
         MT_TRY(mt_param_read_f32(p, scratch[i]));
         vals[i] = scratch[i];
@@ -250,7 +259,9 @@ static mt_status block_alloc(mt_gpt *g, gpt_pass *pass, block_acts *a) {
     return act_alloc(dev, n * C, false, &a->res_out);
 }
 
-static mt_status block_forward_run(mt_gpt *g, gpt_pass *pass, int l, const float **w) {
+/* w: the block's parameters (f32 except the four linear weights, which are in wt's dtypes). */
+static mt_status block_forward_run(mt_gpt *g, gpt_pass *pass, int l, const void *const *w,
+                                   const mt_dtype *wt) {
     block_acts *a = &pass->acts[l];
     mt_device *dev = g->dev;
     const mt_tp_ctx *tp = &g->tp;
@@ -260,17 +271,20 @@ static mt_status block_forward_run(mt_gpt *g, gpt_pass *pass, int l, const float
     MT_TRY(block_alloc(g, pass, a));
     MT_TRY(mt_op_layernorm_forward(dev, x, w[P_LN1_W], w[P_LN1_B], pass->n, C, a->ln1,
                                    a->ln1_mean, a->ln1_rstd));
-    MT_TRY(mt_tp_column_linear_forward(tp, a->ln1, w[P_QKV_W], w[P_QKV_B], a->qkv, n, C, 3 * cl));
+    MT_TRY(mt_tp_column_linear_forward_ex(tp, a->ln1, w[P_QKV_W], wt[P_QKV_W], w[P_QKV_B], a->qkv,
+                                          n, C, 3 * cl));
     MT_TRY(mt_op_attention_forward(dev, a->qkv, pass->batch, g->cfg.seq, g->heads_local,
                                    g->head_dim, a->atty, a->att));
-    MT_TRY(mt_tp_row_linear_forward(tp, a->atty, w[P_ATTN_W], w[P_ATTN_B], a->res_mid, n, cl, C));
+    MT_TRY(mt_tp_row_linear_forward_ex(tp, a->atty, w[P_ATTN_W], wt[P_ATTN_W], w[P_ATTN_B],
+                                       a->res_mid, n, cl, C));
     MT_TRY(mt_op_add(dev, x, a->res_mid, a->res_mid, nc));
     MT_TRY(mt_op_layernorm_forward(dev, a->res_mid, w[P_LN2_W], w[P_LN2_B], pass->n, C, a->ln2,
                                    a->ln2_mean, a->ln2_rstd));
-    MT_TRY(mt_tp_column_linear_forward(tp, a->ln2, w[P_FC_W], w[P_FC_B], a->fc, n, C, fl));
+    MT_TRY(mt_tp_column_linear_forward_ex(tp, a->ln2, w[P_FC_W], wt[P_FC_W], w[P_FC_B], a->fc, n,
+                                          C, fl));
     MT_TRY(mt_op_gelu_forward(dev, a->fc, a->fc_gelu, pass->n * (size_t)fl));
-    MT_TRY(mt_tp_row_linear_forward(tp, a->fc_gelu, w[P_PROJ_W], w[P_PROJ_B], a->res_out, n, fl,
-                                    C));
+    MT_TRY(mt_tp_row_linear_forward_ex(tp, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W], w[P_PROJ_B],
+                                       a->res_out, n, fl, C));
     return mt_op_add(dev, a->res_mid, a->res_out, a->res_out, nc);
 }
 
@@ -278,10 +292,11 @@ static mt_status block_forward(mt_module *module, void *ctx) {
     gpt_block *blk = mt_module_user(module);
     gpt_pass *pass = ctx;
     mt_gpt *g = blk->gpt;
-    const float *w[BLOCK_PARAMS];
+    const void *w[BLOCK_PARAMS];
+    mt_dtype wt[BLOCK_PARAMS];
     float *scratch[BLOCK_PARAMS] = {0};
-    mt_status st = read_params(g->dev, blk->p, BLOCK_PARAMS, w, scratch);
-    if (st == MT_OK) st = block_forward_run(g, pass, blk->index, w);
+    mt_status st = read_params(g->dev, blk->p, BLOCK_PARAMS, block_matmul, w, wt, scratch);
+    if (st == MT_OK) st = block_forward_run(g, pass, blk->index, w, wt);
     free_all(g->dev, scratch, BLOCK_PARAMS);
     if (st != MT_OK) return mt_error_wrap(st, "gpt: forward of block %d", blk->index);
     return MT_OK;
@@ -292,8 +307,8 @@ typedef struct block_grads {
     float *d_fc_gelu, *d_fc, *d_ln2, *d_atty, *d_qkv, *d_ln1;
 } block_grads;
 
-static mt_status block_backward_run(mt_gpt *g, gpt_pass *pass, int l, const float **w,
-                                    float **gr, block_grads *d) {
+static mt_status block_backward_run(mt_gpt *g, gpt_pass *pass, int l, const void *const *w,
+                                    const mt_dtype *wt, float **gr, block_grads *d) {
     block_acts *a = &pass->acts[l];
     mt_device *dev = g->dev;
     const mt_tp_ctx *tp = &g->tp;
@@ -308,20 +323,20 @@ static mt_status block_backward_run(mt_gpt *g, gpt_pass *pass, int l, const floa
     MT_TRY(act_alloc(dev, N * 3 * (size_t)cl, true, &d->d_qkv));
     MT_TRY(act_alloc(dev, N * (size_t)C, true, &d->d_ln1));
     /* MLP branch; the residual passes d_res through unchanged, the LayerNorm adds to it. */
-    MT_TRY(mt_tp_row_linear_backward(tp, d_res, a->fc_gelu, w[P_PROJ_W], d->d_fc_gelu,
-                                     gr[P_PROJ_W], gr[P_PROJ_B], n, fl, C));
+    MT_TRY(mt_tp_row_linear_backward_ex(tp, d_res, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W],
+                                        d->d_fc_gelu, gr[P_PROJ_W], gr[P_PROJ_B], n, fl, C));
     MT_TRY(mt_op_gelu_backward(dev, a->fc, d->d_fc_gelu, d->d_fc, N * (size_t)fl));
-    MT_TRY(mt_tp_column_linear_backward(tp, d->d_fc, a->ln2, w[P_FC_W], d->d_ln2, gr[P_FC_W],
-                                        gr[P_FC_B], n, C, fl));
+    MT_TRY(mt_tp_column_linear_backward_ex(tp, d->d_fc, a->ln2, w[P_FC_W], wt[P_FC_W], d->d_ln2,
+                                           gr[P_FC_W], gr[P_FC_B], n, C, fl));
     MT_TRY(mt_op_layernorm_backward(dev, d->d_ln2, a->res_mid, w[P_LN2_W], a->ln2_mean,
                                     a->ln2_rstd, N, C, d_res, gr[P_LN2_W], gr[P_LN2_B]));
     /* Attention branch. */
-    MT_TRY(mt_tp_row_linear_backward(tp, d_res, a->atty, w[P_ATTN_W], d->d_atty, gr[P_ATTN_W],
-                                     gr[P_ATTN_B], n, cl, C));
+    MT_TRY(mt_tp_row_linear_backward_ex(tp, d_res, a->atty, w[P_ATTN_W], wt[P_ATTN_W], d->d_atty,
+                                        gr[P_ATTN_W], gr[P_ATTN_B], n, cl, C));
     MT_TRY(mt_op_attention_backward(dev, d->d_atty, a->qkv, a->att, pass->batch, g->cfg.seq,
                                     g->heads_local, g->head_dim, d->d_qkv));
-    MT_TRY(mt_tp_column_linear_backward(tp, d->d_qkv, a->ln1, w[P_QKV_W], d->d_ln1, gr[P_QKV_W],
-                                        gr[P_QKV_B], n, C, 3 * cl));
+    MT_TRY(mt_tp_column_linear_backward_ex(tp, d->d_qkv, a->ln1, w[P_QKV_W], wt[P_QKV_W],
+                                           d->d_ln1, gr[P_QKV_W], gr[P_QKV_B], n, C, 3 * cl));
     return mt_op_layernorm_backward(dev, d->d_ln1, x, w[P_LN1_W], a->ln1_mean, a->ln1_rstd, N, C,
                                     d_res, gr[P_LN1_W], gr[P_LN1_B]);
 }
@@ -330,15 +345,16 @@ static mt_status block_backward(mt_module *module, void *ctx) {
     gpt_block *blk = mt_module_user(module);
     gpt_pass *pass = ctx;
     mt_gpt *g = blk->gpt;
-    const float *w[BLOCK_PARAMS];
+    const void *w[BLOCK_PARAMS];
+    mt_dtype wt[BLOCK_PARAMS];
     float *gr[BLOCK_PARAMS];
     float *scratch[BLOCK_PARAMS] = {0};
     block_grads d = {0};
     char name[32];
     snprintf(name, sizeof name, "block%d", blk->index);
     mt_status st = grads_of(blk->p, BLOCK_PARAMS, name, gr);
-    if (st == MT_OK) st = read_params(g->dev, blk->p, BLOCK_PARAMS, w, scratch);
-    if (st == MT_OK) st = block_backward_run(g, pass, blk->index, w, gr, &d);
+    if (st == MT_OK) st = read_params(g->dev, blk->p, BLOCK_PARAMS, block_matmul, w, wt, scratch);
+    if (st == MT_OK) st = block_backward_run(g, pass, blk->index, w, wt, gr, &d);
     free_all(g->dev, scratch, BLOCK_PARAMS);
     free_all(g->dev, (float **)&d, sizeof d / sizeof(float *));
     if (st != MT_OK) return mt_error_wrap(st, "gpt: backward of block %d", blk->index);
@@ -351,9 +367,11 @@ static mt_status block_backward(mt_module *module, void *ctx) {
 
 static mt_status embed(mt_gpt *g, gpt_pass *pass) {
     mt_param *ps[2] = {g->rp[R_WTE], g->rp[R_WPE]};
-    const float *w[2];
+    const void *w[2];
+    mt_dtype wt[2];
     float *scratch[2] = {0};
-    mt_status st = read_params(g->dev, ps, 2, w, scratch);
+    /* The lookup reads f32 rows: wte is converted here, although the head takes it as bf16. */
+    mt_status st = read_params(g->dev, ps, 2, NULL, w, wt, scratch);
     if (st == MT_OK) st = act_alloc(g->dev, pass->n * (size_t)g->C, false, &pass->x0);
     if (st == MT_OK)
         st = mt_tp_vocab_embedding_forward(&g->tp, pass->ids, (int)pass->n, w[0], g->vocab_local,
@@ -367,11 +385,13 @@ static mt_status embed(mt_gpt *g, gpt_pass *pass) {
 /* ln_f, the tied head on this rank's vocabulary columns, the loss (and its gradient). */
 static mt_status head_forward(mt_gpt *g, gpt_pass *pass) {
     mt_param *ps[3] = {g->rp[R_LNF_W], g->rp[R_LNF_B], g->rp[R_WTE]};
-    const float *w[3];
+    static const bool matmul[3] = {false, false, true};
+    const void *w[3];
+    mt_dtype wt[3];
     float *scratch[3] = {0}, *logits = NULL;
     size_t n = pass->n, C = (size_t)g->C, v = (size_t)g->vocab_real;
     const float *x = pass->acts[g->cfg.layers - 1].res_out;
-    mt_status st = read_params(g->dev, ps, 3, w, scratch);
+    mt_status st = read_params(g->dev, ps, 3, matmul, w, wt, scratch);
     if (st == MT_OK) st = act_alloc(g->dev, n * C, false, &pass->lnf);
     if (st == MT_OK) st = act_alloc(g->dev, n, false, &pass->lnf_mean);
     if (st == MT_OK) st = act_alloc(g->dev, n, false, &pass->lnf_rstd);
@@ -381,8 +401,8 @@ static mt_status head_forward(mt_gpt *g, gpt_pass *pass) {
     if (st == MT_OK) st = act_alloc(g->dev, n * v, false, &logits);
     /* The head is a column-parallel linear without bias: wte's first vocab_real local rows. */
     if (st == MT_OK)
-        st = mt_tp_column_linear_forward(&g->tp, pass->lnf, w[2], NULL, logits, (int)n, g->C,
-                                         g->vocab_real);
+        st = mt_tp_column_linear_forward_ex(&g->tp, pass->lnf, w[2], wt[2], NULL, logits, (int)n,
+                                            g->C, g->vocab_real);
     if (st == MT_OK && pass->backward) st = act_alloc(g->dev, n * v, true, &pass->d_logits);
     if (st == MT_OK)
         st = mt_tp_vocab_cross_entropy_range(&g->tp, logits, pass->targets, (int)n,
@@ -404,15 +424,18 @@ static mt_status root_forward(mt_module *module, void *ctx) {
 
 static mt_status head_backward(mt_gpt *g, gpt_pass *pass, float **gr) {
     mt_param *ps[2] = {g->rp[R_LNF_W], g->rp[R_WTE]};
-    const float *w[2];
+    static const bool matmul[2] = {false, true};
+    const void *w[2];
+    mt_dtype wt[2];
     float *scratch[2] = {0}, *d_lnf = NULL;
     size_t n = pass->n, C = (size_t)g->C;
     const float *x = pass->acts[g->cfg.layers - 1].res_out;
-    mt_status st = read_params(g->dev, ps, 2, w, scratch);
+    mt_status st = read_params(g->dev, ps, 2, matmul, w, wt, scratch);
     if (st == MT_OK) st = act_alloc(g->dev, n * C, true, &d_lnf);
     if (st == MT_OK)
-        st = mt_tp_column_linear_backward(&g->tp, pass->d_logits, pass->lnf, w[1], d_lnf,
-                                          gr[R_WTE], NULL, (int)n, g->C, g->vocab_real);
+        st = mt_tp_column_linear_backward_ex(&g->tp, pass->d_logits, pass->lnf, w[1], wt[1],
+                                             d_lnf, gr[R_WTE], NULL, (int)n, g->C,
+                                             g->vocab_real);
     if (st == MT_OK) st = act_alloc(g->dev, n * C, true, &pass->d_res);
     if (st == MT_OK)
         st = mt_op_layernorm_backward(g->dev, d_lnf, x, w[0], pass->lnf_mean, pass->lnf_rstd, n,

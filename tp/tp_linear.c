@@ -58,64 +58,96 @@ static mt_status check_sizes(const char *what, int n, int in, int out) {
     return MT_OK;
 }
 
-mt_status mt_tp_column_linear_forward(const mt_tp_ctx *tp, const float *in, const float *w_local,
-                                      const float *b_local, float *out_local, int n,
-                                      int in_features, int out_features_local) {
+mt_status mt_tp_column_linear_forward_ex(const mt_tp_ctx *tp, const float *in, const void *w_local,
+                                         mt_dtype w_dtype, const float *b_local, float *out_local,
+                                         int n, int in_features, int out_features_local) {
     static const char what[] = "tp column-parallel linear forward";
     MT_TRY(mt_tp_check_ctx(tp, what));
     MT_TRY(check_sizes(what, n, in_features, out_features_local));
     if (n == 0) return MT_OK;
-    return mt_op_linear_forward(tp->dev, in, w_local, b_local, out_local, n, in_features,
-                                out_features_local);
+    return mt_op_linear_forward_ex(tp->dev, in, w_local, w_dtype, b_local, out_local, n,
+                                   in_features, out_features_local);
 }
 
-mt_status mt_tp_column_linear_backward(const mt_tp_ctx *tp, const float *d_out_local,
-                                       const float *in, const float *w_local, float *d_in,
-                                       float *d_w, float *d_b, int n, int in_features,
-                                       int out_features_local) {
+mt_status mt_tp_column_linear_backward_ex(const mt_tp_ctx *tp, const float *d_out_local,
+                                          const float *in, const void *w_local, mt_dtype w_dtype,
+                                          float *d_in, float *d_w, float *d_b, int n,
+                                          int in_features, int out_features_local) {
     static const char what[] = "tp column-parallel linear backward";
     MT_TRY(mt_tp_check_ctx(tp, what));
     MT_TRY(check_sizes(what, n, in_features, out_features_local));
     if (n == 0) return MT_OK;
     if (!d_in || tp->size == 1)
-        return mt_op_linear_backward(tp->dev, d_out_local, in, w_local, d_in, d_w, d_b, n,
-                                     in_features, out_features_local);
+        return mt_op_linear_backward_ex(tp->dev, d_out_local, in, w_local, w_dtype, d_in, d_w,
+                                        d_b, n, in_features, out_features_local);
     /* Each rank holds only its output features' part of the input gradient: sum it over tp in a
      * scratch buffer, then accumulate, so that d_in keeps its += meaning. */
     size_t count = (size_t)n * (size_t)in_features;
     float *part = NULL;
     MT_TRY(mt_tp_scratch(tp, count, sizeof(float), (void **)&part));
-    mt_status st = mt_op_linear_backward(tp->dev, d_out_local, in, w_local, part, d_w, d_b, n,
-                                         in_features, out_features_local);
+    mt_status st = mt_op_linear_backward_ex(tp->dev, d_out_local, in, w_local, w_dtype, part, d_w,
+                                            d_b, n, in_features, out_features_local);
     if (st == MT_OK) st = mt_tp_all_reduce(tp, part, count, MT_REDUCE_SUM, what);
     if (st == MT_OK) st = mt_op_add(tp->dev, d_in, part, d_in, count);
     mt_device_free(tp->dev, part);
     return st;
 }
 
-mt_status mt_tp_row_linear_forward(const mt_tp_ctx *tp, const float *in_local,
-                                   const float *w_local, const float *b, float *out, int n,
-                                   int in_features_local, int out_features) {
+mt_status mt_tp_row_linear_forward_ex(const mt_tp_ctx *tp, const float *in_local,
+                                      const void *w_local, mt_dtype w_dtype, const float *b,
+                                      float *out, int n, int in_features_local, int out_features) {
     static const char what[] = "tp row-parallel linear forward";
     MT_TRY(mt_tp_check_ctx(tp, what));
     MT_TRY(check_sizes(what, n, in_features_local, out_features));
     if (n == 0) return MT_OK;
     /* The bias joins the partial sum of tp rank 0 only, so the all-reduce adds it exactly once. */
     const float *bias = tp->rank == 0 ? b : NULL;
-    MT_TRY(mt_op_linear_forward(tp->dev, in_local, w_local, bias, out, n, in_features_local,
-                                out_features));
+    MT_TRY(mt_op_linear_forward_ex(tp->dev, in_local, w_local, w_dtype, bias, out, n,
+                                   in_features_local, out_features));
     return mt_tp_all_reduce(tp, out, (size_t)n * (size_t)out_features, MT_REDUCE_SUM, what);
 }
 
-mt_status mt_tp_row_linear_backward(const mt_tp_ctx *tp, const float *d_out, const float *in_local,
-                                    const float *w_local, float *d_in_local, float *d_w,
-                                    float *d_b, int n, int in_features_local, int out_features) {
+mt_status mt_tp_row_linear_backward_ex(const mt_tp_ctx *tp, const float *d_out,
+                                       const float *in_local, const void *w_local,
+                                       mt_dtype w_dtype, float *d_in_local, float *d_w, float *d_b,
+                                       int n, int in_features_local, int out_features) {
     static const char what[] = "tp row-parallel linear backward";
     MT_TRY(mt_tp_check_ctx(tp, what));
     MT_TRY(check_sizes(what, n, in_features_local, out_features));
     if (n == 0) return MT_OK;
     /* d_out is replicated, so every rank's bias gradient is the full one, as the replicated
      * parameter needs. */
-    return mt_op_linear_backward(tp->dev, d_out, in_local, w_local, d_in_local, d_w, d_b, n,
-                                 in_features_local, out_features);
+    return mt_op_linear_backward_ex(tp->dev, d_out, in_local, w_local, w_dtype, d_in_local, d_w,
+                                    d_b, n, in_features_local, out_features);
+}
+
+/* ---- f32 weights ----------------------------------------------------------------------------- */
+
+mt_status mt_tp_column_linear_forward(const mt_tp_ctx *tp, const float *in, const float *w_local,
+                                      const float *b_local, float *out_local, int n,
+                                      int in_features, int out_features_local) {
+    return mt_tp_column_linear_forward_ex(tp, in, w_local, MT_F32, b_local, out_local, n,
+                                          in_features, out_features_local);
+}
+
+mt_status mt_tp_column_linear_backward(const mt_tp_ctx *tp, const float *d_out_local,
+                                       const float *in, const float *w_local, float *d_in,
+                                       float *d_w, float *d_b, int n, int in_features,
+                                       int out_features_local) {
+    return mt_tp_column_linear_backward_ex(tp, d_out_local, in, w_local, MT_F32, d_in, d_w, d_b,
+                                           n, in_features, out_features_local);
+}
+
+mt_status mt_tp_row_linear_forward(const mt_tp_ctx *tp, const float *in_local,
+                                   const float *w_local, const float *b, float *out, int n,
+                                   int in_features_local, int out_features) {
+    return mt_tp_row_linear_forward_ex(tp, in_local, w_local, MT_F32, b, out, n,
+                                       in_features_local, out_features);
+}
+
+mt_status mt_tp_row_linear_backward(const mt_tp_ctx *tp, const float *d_out, const float *in_local,
+                                    const float *w_local, float *d_in_local, float *d_w,
+                                    float *d_b, int n, int in_features_local, int out_features) {
+    return mt_tp_row_linear_backward_ex(tp, d_out, in_local, w_local, MT_F32, d_in_local, d_w,
+                                        d_b, n, in_features_local, out_features);
 }

@@ -5,6 +5,7 @@
 #ifndef MT_CORE_CPU_OPS_CPU_H
 #define MT_CORE_CPU_OPS_CPU_H
 
+#include <meshtrain/device.h>
 #include <meshtrain/dtype.h>
 #include <meshtrain/status.h>
 
@@ -18,6 +19,18 @@ mt_status mt_cpu_op_linear_forward(const float *in, const float *w, const float 
 mt_status mt_cpu_op_linear_backward(const float *d_out, const float *in, const float *w,
                                     float *d_in, float *d_w, float *d_bias, int batch,
                                     int in_features, int out_features);
+/* bf16 products (mt_op_gemm_ex, mt_op_linear_*_ex with bf16): dev is the CPU device, for the
+ * scratch copies of rounded inputs (charged to activations). */
+mt_status mt_cpu_op_gemm_bf16(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k,
+                              float alpha, const void *a, const void *b, float beta, float *c);
+mt_status mt_cpu_op_linear_forward_bf16(mt_device *dev, const float *in, const void *w,
+                                        const float *bias, float *out, int batch,
+                                        int in_features, int out_features);
+mt_status mt_cpu_op_linear_backward_bf16(mt_device *dev, const float *d_out, const float *in,
+                                         const void *w, float *d_in, float *d_w, float *d_bias,
+                                         int batch, int in_features, int out_features);
+mt_status mt_cpu_op_sum_squares(const float *x, size_t n, double *acc);
+mt_status mt_cpu_op_scale(float *x, float factor, size_t n);
 mt_status mt_cpu_op_relu_forward(const float *in, float *out, size_t n);
 mt_status mt_cpu_op_relu_backward(const float *out, const float *d_out, float *d_in, size_t n);
 mt_status mt_cpu_op_mse_forward(const float *pred, const float *target, size_t n, float *loss);

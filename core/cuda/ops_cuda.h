@@ -28,6 +28,17 @@ mt_status mt_cuda_op_linear_forward(mt_device *dev, const float *in, const float
 mt_status mt_cuda_op_linear_backward(mt_device *dev, const float *d_out, const float *in,
                                      const float *w, float *d_in, float *d_w, float *d_bias,
                                      int batch, int in_features, int out_features);
+/* bf16 inputs, f32 output and accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F). */
+mt_status mt_cuda_op_gemm_bf16(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k,
+                               float alpha, const void *a, const void *b, float beta, float *c);
+mt_status mt_cuda_op_linear_forward_bf16(mt_device *dev, const float *in, const void *w,
+                                         const float *bias, float *out, int batch,
+                                         int in_features, int out_features);
+mt_status mt_cuda_op_linear_backward_bf16(mt_device *dev, const float *d_out, const float *in,
+                                          const void *w, float *d_in, float *d_w, float *d_bias,
+                                          int batch, int in_features, int out_features);
+mt_status mt_cuda_op_sum_squares(mt_device *dev, const float *x, size_t n, double *acc);
+mt_status mt_cuda_op_scale(mt_device *dev, float *x, float factor, size_t n);
 mt_status mt_cuda_op_cast(mt_device *dev, const void *src, mt_dtype src_dtype, void *dst,
                           mt_dtype dst_dtype, size_t n);
 mt_status mt_cuda_op_accumulate(mt_device *dev, float *dst, const void *src, mt_dtype src_dtype,

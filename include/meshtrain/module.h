@@ -84,11 +84,12 @@ int64_t mt_param_local_dim(const mt_param *param, int d);
 size_t mt_param_numel(const mt_param *param);
 mt_tp_placement mt_param_tp(const mt_param *param);
 
-/* The tp-local values: f32 before sharding; while the unit is unsharded, in the unit's
- * param_dtype (f32 or bf16). NULL while sharded. */
+/* The tp-local values, in the module's device memory: f32 before sharding; while the unit is
+ * unsharded, in the unit's param_dtype (f32 or bf16). NULL while sharded. */
 void *mt_param_data(mt_param *param);
 mt_dtype mt_param_dtype(const mt_param *param);
-/* The values as f32 into dst (mt_param_numel elements), whatever the dtype. */
+/* The values as f32 into dst (mt_param_numel elements of the module's device memory; copy them
+ * to the host with mt_device_copy), whatever the dtype. */
 mt_status mt_param_read_f32(mt_param *param, float *dst);
 /* The f32 gradient to accumulate into during the unit's backward; NULL outside it. */
 float *mt_param_grad(mt_param *param);

@@ -51,6 +51,37 @@ mt_status mt_op_adamw(mt_device *dev, float *param, const float *grad, float *m,
                       float weight_decay);
 
 
+/* ---- bf16 matrix products (mixed precision) ---------------------------------------------------- */
+
+/* C[m x n] (f32) = alpha * op(A) * op(B) + beta * C with A and B in ab_dtype (f32 or bf16) and
+ * f32 accumulation: cuBLAS GemmEx with bf16 inputs and CUBLAS_COMPUTE_32F on a GPU; on the CPU
+ * the same product over the bf16 values widened to f32. f32: exactly mt_op_gemm. */
+mt_status mt_op_gemm_ex(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k,
+                        float alpha, const void *a, const void *b, mt_dtype ab_dtype, float beta,
+                        float *c);
+
+/* Linear layers whose weight is in w_dtype (f32 or bf16), as autocast runs them: with bf16 every
+ * matrix product takes bf16 inputs (the f32 input, and in backward the f32 output gradient, are
+ * rounded to bf16 in scratch memory charged to activations) and accumulates in f32; the output,
+ * the bias, d_in, d_w and d_bias stay f32 (d_w is the f32 gradient of the bf16 weight). f32:
+ * exactly mt_op_linear_forward / mt_op_linear_backward. */
+mt_status mt_op_linear_forward_ex(mt_device *dev, const float *in, const void *w, mt_dtype w_dtype,
+                                  const float *bias, float *out, int batch, int in_features,
+                                  int out_features);
+mt_status mt_op_linear_backward_ex(mt_device *dev, const float *d_out, const float *in,
+                                   const void *w, mt_dtype w_dtype, float *d_in, float *d_w,
+                                   float *d_bias, int batch, int in_features, int out_features);
+
+/* ---- reductions for gradient clipping ----------------------------------------------------------- */
+
+/* *acc += sum over i of x[i]^2, where acc is one double in the device's memory (so that many
+ * calls queue without waiting; read it back once with mt_device_copy). Sums are double on both
+ * devices; on a GPU the blocks add into acc atomically, so the last bits may differ between runs. */
+mt_status mt_op_sum_squares(mt_device *dev, const float *x, size_t n, double *acc);
+
+/* x[i] *= factor. */
+mt_status mt_op_scale(mt_device *dev, float *x, float factor, size_t n);
+
 /* ---- casts (FSDP's low-precision copies and gradient reductions) ------------------------------ */
 
 /* dst (n elements of dst_dtype) = src (n elements of src_dtype), for f32 and bf16 either way;

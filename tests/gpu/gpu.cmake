@@ -18,3 +18,11 @@ if(MT_HAVE_CUDA)
                    LABELS gpu)
   set_tests_properties(test_gpu_ops PROPERTIES SKIP_RETURN_CODE 77)
 endif()
+
+# The reductions of gradient clipping (sum of squares into a device double, scale) on the GPU
+# against the CPU, up to more than 2^31 elements.
+if(MT_HAVE_CUDA)
+  mt_add_unit_test(test_gpu_reduce_ops SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_reduce_ops.c
+                   TIMEOUT 300 LABELS gpu)
+  set_tests_properties(test_gpu_reduce_ops PROPERTIES SKIP_RETURN_CODE 77)
+endif()

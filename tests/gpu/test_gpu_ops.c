@@ -1,11 +1,15 @@
 /* Every compute op (include/meshtrain/ops.h) on the GPU against the CPU implementation, on random
  * inputs of awkward sizes (not multiples of a warp or a block). Tolerances (f32): |gpu - cpu| /
  * max(|cpu|, 1) <= 1e-5 for elementwise ops, <= 1e-4 for reductions, GEMMs and what is built on
- * them (linear, LayerNorm, attention, cross-entropy, MSE). Exits 77 (ctest: skipped) without a
- * GPU. */
+ * them (linear, LayerNorm, attention, cross-entropy, MSE). The bf16 GEMMs (gemm_ex, linear_*_ex)
+ * get the f32 GEMMs' 1e-4: both devices multiply the same bf16 values (the rounding of f32 inputs
+ * is the same rule on both), the products of two bf16 are exact in f32 and both accumulate in
+ * f32, so only the summation order differs, as for f32. Casts and accumulations between f32 and
+ * bf16 must be bit-exact. Exits 77 (ctest: skipped) without a GPU. */
 #include "check.h"
 
 #include <meshtrain/device.h>
+#include <meshtrain/dtype.h>
 #include <meshtrain/ops.h>
 
 #include <math.h>
@@ -76,6 +80,34 @@ static void compare(const char *what, float *d, const float *ref, size_t n, doub
     mt_device_free(gpu, d);
 }
 
+/* Downloads `bytes` of d and compares them bit for bit with the CPU's ref, counting differing
+ * elements of elem_size bytes; frees d. */
+static void compare_bits(const char *what, void *d, const void *ref, size_t n, size_t elem_size) {
+    size_t bytes = n * elem_size;
+    unsigned char *back = malloc(bytes ? bytes : 1);
+    if (!back) abort();
+    CHECK_OK(mt_device_copy(gpu, back, d, bytes, MT_COPY_DEVICE_TO_HOST, NULL));
+    size_t wrong = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(back + i * elem_size, (const unsigned char *)ref + i * elem_size, elem_size)) {
+            if (!wrong) first = i;
+            wrong++;
+        }
+    printf("  %-32s n %-8zu differing %zu\n", what, n, wrong);
+    CHECK_MSG(wrong == 0, "%s: %zu of %zu elements differ from the CPU's bits, first %zu", what,
+              wrong, n, first);
+    free(back);
+    mt_device_free(gpu, d);
+}
+
+/* The bf16 copy of n floats (rounded as mt_f32_to_bf16). */
+static mt_bf16 *to_bf16(const float *src, size_t n) {
+    mt_bf16 *b = malloc((n ? n : 1) * sizeof *b);
+    if (!b) abort();
+    for (size_t i = 0; i < n; i++) b[i] = mt_f32_to_bf16(src[i]);
+    return b;
+}
+
 /* ---- MLP ops --------------------------------------------------------------------------------- */
 
 static void test_gemm(void) {
@@ -133,6 +165,134 @@ static void test_linear(void) {
         mt_device_free(gpu, gdy);
         free(x), free(w), free(bias), free(y), free(dy), free(dx), free(dw), free(db);
     }
+}
+
+/* bf16 x bf16 products with f32 accumulation; k 515 spans several of cuBLAS's k-tiles. */
+static void test_gemm_ex(void) {
+    const int sizes[2][3] = {{37, 53, 29}, {19, 45, 515}};
+    for (int s = 0; s < 2; s++) {
+        int m = sizes[s][0], n = sizes[s][1], k = sizes[s][2];
+        for (int ta = 0; ta < 2; ta++) {
+            for (int tb = 0; tb < 2; tb++) {
+                float *fa = rand_floats((size_t)m * k, -1, 1);
+                float *fb = rand_floats((size_t)k * n, -1, 1);
+                mt_bf16 *a = to_bf16(fa, (size_t)m * k), *b = to_bf16(fb, (size_t)k * n);
+                float *c = rand_floats((size_t)m * n, -1, 1);
+                void *da = up(a, (size_t)m * k * sizeof *a), *db = up(b, (size_t)k * n * sizeof *b);
+                float *dc = upf(c, (size_t)m * n);
+                CHECK_OK(mt_op_gemm_ex(cpu, ta, tb, m, n, k, 0.7f, a, b, MT_BF16, 0.5f, c));
+                CHECK_OK(mt_op_gemm_ex(gpu, ta, tb, m, n, k, 0.7f, da, db, MT_BF16, 0.5f, dc));
+                char what[64];
+                snprintf(what, sizeof what, "gemm_ex bf16 k %d trans_a %d trans_b %d", k, ta, tb);
+                compare(what, dc, c, (size_t)m * n, TOL_RED);
+                mt_device_free(gpu, da);
+                mt_device_free(gpu, db);
+                free(fa), free(fb), free(a), free(b), free(c);
+            }
+        }
+    }
+    /* k = 0: only beta applies; beta = 0 clears even NaN. */
+    float *c = rand_floats(12, -1, 1);
+    c[3] = NAN;
+    float *dc = upf(c, 12);
+    CHECK_OK(mt_op_gemm_ex(cpu, false, false, 3, 4, 0, 1.0f, NULL, NULL, MT_BF16, 0.0f, c));
+    CHECK_OK(mt_op_gemm_ex(gpu, false, false, 3, 4, 0, 1.0f, NULL, NULL, MT_BF16, 0.0f, dc));
+    compare("gemm_ex bf16 k 0 beta 0", dc, c, 12, TOL_ELEM);
+    free(c);
+}
+
+/* Linear layers with a bf16 weight: f32 input and output gradient rounded to bf16 on both
+ * devices by the same rule, f32 outputs and gradients. */
+static void test_linear_ex(void) {
+    const int batch = 13, in = 31, out = 17;
+    size_t ni = (size_t)batch * in, no = (size_t)batch * out, nw = (size_t)out * in;
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        float *x = rand_floats(ni, -1, 1), *fw = rand_floats(nw, -1, 1);
+        mt_bf16 *w = to_bf16(fw, nw);
+        float *bias = with_bias ? rand_floats((size_t)out, -1, 1) : NULL;
+        float *y = rand_floats(no, -1, 1), *dy = rand_floats(no, -1, 1);
+        float *dx = rand_floats(ni, -1, 1), *dw = rand_floats(nw, -1, 1);
+        float *db = rand_floats((size_t)out, -1, 1);
+        float *gx = upf(x, ni), *gb = upf(bias, (size_t)out);
+        void *gw = up(w, nw * sizeof *w);
+        float *gy = upf(y, no), *gdy = upf(dy, no), *gdx = upf(dx, ni), *gdw = upf(dw, nw);
+        float *gdb = upf(db, (size_t)out);
+        CHECK_OK(mt_op_linear_forward_ex(cpu, x, w, MT_BF16, bias, y, batch, in, out));
+        CHECK_OK(mt_op_linear_forward_ex(gpu, gx, gw, MT_BF16, gb, gy, batch, in, out));
+        compare(with_bias ? "linear_forward_ex bf16 bias" : "linear_forward_ex bf16", gy, y, no,
+                TOL_RED);
+        /* Without a bias the input gradient is skipped too (d_in NULL). */
+        CHECK_OK(mt_op_linear_backward_ex(cpu, dy, x, w, MT_BF16, with_bias ? dx : NULL, dw,
+                                          with_bias ? db : NULL, batch, in, out));
+        CHECK_OK(mt_op_linear_backward_ex(gpu, gdy, gx, gw, MT_BF16, with_bias ? gdx : NULL, gdw,
+                                          with_bias ? gdb : NULL, batch, in, out));
+        compare("linear_backward_ex bf16 d_in", gdx, dx, ni, TOL_RED);
+        compare("linear_backward_ex bf16 d_w", gdw, dw, nw, TOL_RED);
+        compare("linear_backward_ex bf16 d_bias", gdb, db, (size_t)out, TOL_RED);
+        mt_device_free(gpu, gx), mt_device_free(gpu, gw), mt_device_free(gpu, gb);
+        mt_device_free(gpu, gdy);
+        free(x), free(fw), free(w), free(bias), free(y), free(dy), free(dx), free(dw), free(db);
+    }
+}
+
+/* mt_op_cast and mt_op_accumulate between f32 and bf16: the GPU's bits must be the CPU's. */
+static void test_cast(void) {
+    /* Every bf16 pattern widened (NaNs included), and back. */
+    enum { NB = 65536 };
+    mt_bf16 *bits = malloc(NB * sizeof *bits);
+    float *wide = malloc(NB * sizeof *wide);
+    if (!bits || !wide) abort();
+    for (size_t i = 0; i < NB; i++) bits[i] = (mt_bf16)i;
+    void *gbits = up(bits, NB * sizeof *bits);
+    float *gwide = upf(wide, NB);
+    CHECK_OK(mt_op_cast(cpu, bits, MT_BF16, wide, MT_F32, NB));
+    CHECK_OK(mt_op_cast(gpu, gbits, MT_BF16, gwide, MT_F32, NB));
+    mt_device_free(gpu, gbits);
+    compare_bits("cast bf16 -> f32 (all patterns)", gwide, wide, NB, sizeof(float));
+    /* f32 -> bf16 on random values, ties (x + half a bf16 step, odd and even kept parts), NaN
+     * payloads only in the dropped half, infinities, the largest finite values, denormals. */
+    const size_t n = 70001;
+    float *f = rand_floats(n, -4, 4);
+    uint32_t special[] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f800001u, 0xff800001u,
+                          0x7fc00000u, 0x7f800000u, 0xff800000u, 0x7f7fffffu, 0xff7fffffu,
+                          0x00000001u, 0x007fffffu, 0x80008000u, 0x00018000u, 0x00000000u,
+                          0x80000000u};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+        memcpy(&f[i], &special[i], sizeof f[i]);
+    for (size_t i = 100; i < 20100; i++) { /* exact ties everywhere in the range */
+        uint32_t u = (uint32_t)(next_unit() * 4294967296.0);
+        u = (u & 0xffff0000u) | 0x8000u;
+        memcpy(&f[i], &u, sizeof u);
+    }
+    mt_bf16 *half = malloc(n * sizeof *half);
+    if (!half) abort();
+    float *gf = upf(f, n);
+    void *ghalf = up(half, n * sizeof *half);
+    CHECK_OK(mt_op_cast(cpu, f, MT_F32, half, MT_BF16, n));
+    CHECK_OK(mt_op_cast(gpu, gf, MT_F32, ghalf, MT_BF16, n));
+    int wrong = 0;
+    for (size_t i = 0; i < n; i++) wrong += half[i] != mt_f32_to_bf16(f[i]);
+    CHECK_MSG(wrong == 0, "%d CPU casts differ from mt_f32_to_bf16", wrong);
+    compare_bits("cast f32 -> bf16", ghalf, half, n, sizeof *half);
+    /* Same dtype: a copy. */
+    float *copy = rand_floats(n, -1, 1), *gcopy = upf(copy, n);
+    CHECK_OK(mt_op_cast(cpu, f, MT_F32, copy, MT_F32, n));
+    CHECK_OK(mt_op_cast(gpu, gf, MT_F32, gcopy, MT_F32, n));
+    compare_bits("cast f32 -> f32", gcopy, copy, n, sizeof(float));
+    /* Accumulate from f32, then from bf16, on finite values (a sum with a NaN operand may carry
+     * another NaN payload on the GPU, which says nothing about the op), denormals included. */
+    float *src = rand_floats(n, -4, 4), *acc = rand_floats(n, -2, 2);
+    for (size_t i = 0; i < 64; i++) src[i] = (float)(i + 1) * 1e-39f;
+    mt_bf16 *src_half = to_bf16(src, n);
+    float *gsrc = upf(src, n), *gacc = upf(acc, n);
+    void *gsrc_half = up(src_half, n * sizeof *src_half);
+    CHECK_OK(mt_op_accumulate(cpu, acc, src, MT_F32, n));
+    CHECK_OK(mt_op_accumulate(gpu, gacc, gsrc, MT_F32, n));
+    CHECK_OK(mt_op_accumulate(cpu, acc, src_half, MT_BF16, n));
+    CHECK_OK(mt_op_accumulate(gpu, gacc, gsrc_half, MT_BF16, n));
+    compare_bits("accumulate f32 then bf16", gacc, acc, n, sizeof(float));
+    mt_device_free(gpu, gf), mt_device_free(gpu, gsrc), mt_device_free(gpu, gsrc_half);
+    free(bits), free(wide), free(f), free(half), free(copy), free(src), free(acc), free(src_half);
 }
 
 static void test_relu_mse_adamw(void) {
@@ -346,6 +506,9 @@ int main(void) {
         return check_report("test_gpu_ops");
     test_gemm();
     test_linear();
+    test_gemm_ex();
+    test_linear_ex();
+    test_cast();
     test_relu_mse_adamw();
     test_embeddings();
     test_layernorm(67);

@@ -1,0 +1,100 @@
+/* bf16 matrix products on the CPU device (mt_op_gemm_ex, mt_op_linear_*_ex with bf16): OpenBLAS
+ * has no bf16 GEMM we can rely on, so the bf16 operands are widened to f32 in scratch memory and
+ * multiplied with sgemm. Widening is exact and sgemm accumulates in f32, so this computes what
+ * cuBLAS GemmEx with bf16 inputs and CUBLAS_COMPUTE_32F computes, up to summation order. The f32
+ * operands that autocast would round (the linear's input, the output gradient) are rounded to
+ * bf16 first (round to nearest even, core/bf16_inline.h) and widened back. Scratch is charged to
+ * activations on dev and freed before returning. core/ops.c has checked the arguments. */
+#include "core/bf16_inline.h"
+#include "core/cpu/ops_cpu.h"
+#include "core/error.h"
+
+#include <stdint.h>
+
+/* n f32 values of scratch on dev (at least one, so that empty operands still get a pointer). */
+static mt_status scratch(mt_device *dev, const char *op, const char *what, size_t n,
+                         float **out) {
+    *out = NULL;
+    mt_status st = mt_device_alloc(dev, (n ? n : 1) * sizeof(float), MT_MEM_ACTIVATIONS,
+                                   (void **)out);
+    if (st != MT_OK)
+        return mt_error_wrap(st, "%s (bf16): scratch for %s (%zu values)", op, what, n);
+    return MT_OK;
+}
+
+/* out = the n bf16 values of src as f32 (exact). */
+static mt_status widened(mt_device *dev, const char *op, const char *what, const void *src,
+                         size_t n, float **out) {
+    MT_TRY(scratch(dev, op, what, n, out));
+    const uint16_t *s = src;
+    float *d = *out;
+    for (size_t i = 0; i < n; i++) d[i] = mt_bf16_widen(s[i]);
+    return MT_OK;
+}
+
+/* out = the n f32 values of src rounded to bf16, as f32: what a bf16 copy would hold. */
+static mt_status rounded(mt_device *dev, const char *op, const char *what, const float *src,
+                         size_t n, float **out) {
+    MT_TRY(scratch(dev, op, what, n, out));
+    float *d = *out;
+    for (size_t i = 0; i < n; i++) d[i] = mt_bf16_widen(mt_bf16_round(src[i]));
+    return MT_OK;
+}
+
+mt_status mt_cpu_op_gemm_bf16(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k,
+                              float alpha, const void *a, const void *b, float beta, float *c) {
+    static const char *op = "gemm_ex";
+    /* Nothing to widen when the product is empty: the f32 gemm applies beta alone. */
+    if (m == 0 || n == 0 || k == 0)
+        return mt_cpu_op_gemm(trans_a, trans_b, m, n, k, alpha, NULL, NULL, beta, c);
+    float *fa = NULL, *fb = NULL;
+    mt_status st = widened(dev, op, "A", a, (size_t)m * (size_t)k, &fa);
+    if (st == MT_OK) st = widened(dev, op, "B", b, (size_t)k * (size_t)n, &fb);
+    if (st == MT_OK) st = mt_cpu_op_gemm(trans_a, trans_b, m, n, k, alpha, fa, fb, beta, c);
+    mt_device_free(dev, fa);
+    mt_device_free(dev, fb);
+    return st;
+}
+
+mt_status mt_cpu_op_linear_forward_bf16(mt_device *dev, const float *in, const void *w,
+                                        const float *bias, float *out, int batch,
+                                        int in_features, int out_features) {
+    static const char *op = "linear_forward_ex";
+    size_t rows = (size_t)batch, fin = (size_t)in_features, fout = (size_t)out_features;
+    float *fin_r = NULL, *fw = NULL;
+    mt_status st = rounded(dev, op, "the rounded input", in, rows * fin, &fin_r);
+    if (st == MT_OK) st = widened(dev, op, "the weight", w, fout * fin, &fw);
+    if (st == MT_OK)
+        st = mt_cpu_op_linear_forward(fin_r, fw, bias, out, batch, in_features, out_features);
+    mt_device_free(dev, fin_r);
+    mt_device_free(dev, fw);
+    return st;
+}
+
+mt_status mt_cpu_op_linear_backward_bf16(mt_device *dev, const float *d_out, const float *in,
+                                         const void *w, float *d_in, float *d_w, float *d_bias,
+                                         int batch, int in_features, int out_features) {
+    static const char *op = "linear_backward_ex";
+    size_t rows = (size_t)batch, fin = (size_t)in_features, fout = (size_t)out_features;
+    float *g_r = NULL, *in_r = NULL, *fw = NULL;
+    mt_status st = rounded(dev, op, "the rounded output gradient", d_out, rows * fout, &g_r);
+    if (st == MT_OK) st = rounded(dev, op, "the rounded input", in, rows * fin, &in_r);
+    if (st == MT_OK && d_in) st = widened(dev, op, "the weight", w, fout * fin, &fw);
+    if (st == MT_OK && d_in)
+        st = mt_cpu_op_gemm(false, false, batch, in_features, out_features, 1.0f, g_r, fw, 1.0f,
+                            d_in);
+    if (st == MT_OK)
+        st = mt_cpu_op_gemm(true, false, out_features, in_features, batch, 1.0f, g_r, in_r, 1.0f,
+                            d_w);
+    /* The bias gradient is a plain f32 sum of the unrounded gradient: no product, nothing for
+     * autocast to round. */
+    if (st == MT_OK && d_bias)
+        for (size_t r = 0; r < rows; r++) {
+            const float *g = d_out + r * fout;
+            for (size_t j = 0; j < fout; j++) d_bias[j] += g[j];
+        }
+    mt_device_free(dev, g_r);
+    mt_device_free(dev, in_r);
+    mt_device_free(dev, fw);
+    return st;
+}
