@@ -141,6 +141,7 @@ static mt_status open_cpu(size_t capacity, mt_device **out) {
     dev->kind = MT_DEVICE_CPU;
     dev->index = 0;
     snprintf(dev->name, sizeof dev->name, "cpu");
+    snprintf(dev->model, sizeof dev->model, "cpu");
     dev->stats.capacity = capacity;
     mt_status st = mt_cpu_device_init(dev);
     if (st != MT_OK) {
@@ -255,6 +256,8 @@ mt_device_kind mt_device_get_kind(const mt_device *dev) { return dev ? dev->kind
 int mt_device_index(const mt_device *dev) { return dev ? dev->index : -1; }
 
 const char *mt_device_name(const mt_device *dev) { return dev ? dev->name : "(no device)"; }
+
+const char *mt_device_model(const mt_device *dev) { return dev ? dev->model : "(no device)"; }
 
 bool mt_device_is_fallback(const mt_device *dev) { return dev && dev->fallback; }
 

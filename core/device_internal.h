@@ -54,6 +54,7 @@ struct mt_device {
     int index;
     bool fallback;
     char name[32];
+    char model[96]; /* "NVIDIA H200", or "cpu" */
 
     /* Guards stats and the table: the comm progress thread allocates too. */
     pthread_mutex_t lock;

@@ -36,6 +36,7 @@ typedef struct options {
     mt_dtype param_dtype, reduce_dtype;
     bool prefetch;
     const char *device, *data, *metrics; /* device NULL: MT_DEVICE or auto */
+    float peak_tflops; /* per device, for MFU; 0 = from the GPU model */
 } options;
 
 /* The data: the file's bytes are the token ids; the last 10% is held out for evaluation. */
@@ -57,6 +58,11 @@ typedef struct trainer {
     int rank, world_size, dp_rank;
     int *tokens;        /* batch x (seq + 1) */
     float *step_losses; /* rank 0: every step's loss, for the closing summary */
+    double flops_per_token; /* training FLOPs per token: 6 x params + attention */
+    double peak_flops;      /* all ranks' bf16 dense peak, FLOP/s; 0 = unknown (no MFU) */
+    char peak_source[128];  /* where the peak came from, for the summary */
+    double timed_ms;        /* steps after the first: time and tokens, for the throughput */
+    double timed_tokens;
 } trainer;
 
 static const char usage[] =
@@ -81,7 +87,9 @@ static const char usage[] =
     "  --device D          cpu, cuda or auto (MT_DEVICE, else auto)\n"
     "  --data FILE         training text, bytes as tokens (" DEFAULT_DATA ")\n"
     "  --eval-every N      held-out loss every N steps and at the end; 0 = never (0)\n"
-    "  --metrics FILE      JSON lines: one per step and one per evaluation (rank 0 writes)\n";
+    "  --metrics FILE      JSON lines: one per step and one per evaluation (rank 0 writes)\n"
+    "  --peak-tflops X     bf16 dense peak per GPU for MFU (default from the GPU model:\n"
+    "                      H100/H200 SXM 989, H100 PCIe 756, A100 312; none on a CPU)\n";
 
 /* ---- options ------------------------------------------------------------------------------- */
 
@@ -165,6 +173,8 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         else if (!strcmp(name, "--weight-decay"))
             rc = parse_float(name, val, 0.0f, &o->weight_decay, err);
         else if (!strcmp(name, "--clip")) rc = parse_float(name, val, 0.0f, &o->clip, err);
+        else if (!strcmp(name, "--peak-tflops"))
+            rc = parse_float(name, val, 0.0f, &o->peak_tflops, err);
         else if (!strcmp(name, "--param-dtype")) rc = parse_dtype(name, val, &o->param_dtype, err);
         else if (!strcmp(name, "--reduce-dtype"))
             rc = parse_dtype(name, val, &o->reduce_dtype, err);
@@ -335,7 +345,8 @@ static void json_fixed(FILE *f, double v, int decimals) {
 }
 
 static void write_step_metrics(trainer *t, int step, float loss, float lr, float norm,
-                               double ms, double tps, const uint64_t peaks[MEM_FIELDS]) {
+                               double ms, double tps, double mfu,
+                               const uint64_t peaks[MEM_FIELDS]) {
     FILE *f = t->metrics;
     fprintf(f, "{\"step\": %d, \"loss\": ", step);
     json_number(f, loss, 9);
@@ -347,11 +358,48 @@ static void write_step_metrics(trainer *t, int step, float loss, float lr, float
     json_fixed(f, ms, 3);
     fputs(", \"tokens_per_s\": ", f);
     json_fixed(f, tps, 1);
+    fputs(", \"mfu\": ", f);
+    json_fixed(f, mfu, 4);
     fputs(", \"peak_bytes\": {", f);
     for (int i = 0; i < MEM_FIELDS; i++)
         fprintf(f, "%s\"%s\": %llu", i ? ", " : "", mem_names[i], (unsigned long long)peaks[i]);
     fputs("}}\n", f);
     fflush(f);
+}
+
+/* ---- model FLOPs utilisation ---------------------------------------------------------------- */
+
+/* bf16 dense tensor-core peak (TFLOP/s, no sparsity) of the GPUs whose MFU is usually quoted; the
+ * first match in the CUDA device name wins. 0 for anything else. */
+static double known_peak_tflops(const char *model) {
+    static const struct { const char *needle; double tflops; } table[] = {
+        {"H100 PCIe", 756.0}, {"H100 NVL", 835.0}, {"H200", 989.0}, {"H100", 989.0},
+        {"A100", 312.0},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++)
+        if (strstr(model, table[i].needle)) return table[i].tflops;
+    return 0.0;
+}
+
+/* Training FLOPs per token, as PaLM's appendix and llm.c count them: 6 per parameter (forward
+ * and backward of every matrix product; the embedding lookup is counted as if it were one) plus
+ * the attention scores and mixing, 12 x layers x d_model x seq. The peak is every rank's device:
+ * --peak-tflops, else the GPU model's bf16 dense peak; a CPU device has none (no MFU). */
+static void setup_mfu(trainer *t) {
+    const options *o = t->opt;
+    t->flops_per_token = 6.0 * (double)mt_gpt_param_count(t->gpt) +
+                         12.0 * o->layers * (double)o->d_model * o->seq;
+    mt_device *dev = mt_runtime_device(t->rt);
+    double per_device = 0.0;
+    if (o->peak_tflops > 0.0f) {
+        per_device = o->peak_tflops;
+        snprintf(t->peak_source, sizeof t->peak_source, "--peak-tflops");
+    } else if (mt_device_get_kind(dev) == MT_DEVICE_CUDA) {
+        per_device = known_peak_tflops(mt_device_model(dev));
+        snprintf(t->peak_source, sizeof t->peak_source, "%s bf16 dense peak",
+                 mt_device_model(dev));
+    }
+    t->peak_flops = per_device * 1e12 * t->world_size;
 }
 
 /* Rank 0: the mesh (every rank's coordinates, host and device) and what the topology offers. */
@@ -399,6 +447,15 @@ static mt_status print_summary(trainer *t) {
            o->layers, o->d_model, o->heads, o->seq, mt_gpt_param_count(t->gpt),
            mt_dtype_name(o->param_dtype), mt_dtype_name(o->reduce_dtype),
            o->prefetch ? "on" : "off");
+    if (t->peak_flops > 0.0)
+        printf(PROG ": %.4g FLOP per token (6 x params + 12 x layers x d_model x seq); MFU "
+               "against %d x %.4g TFLOP/s (%s)\n", t->flops_per_token, t->world_size,
+               t->peak_flops / 1e12 / t->world_size, t->peak_source);
+    else
+        printf(PROG ": %.4g FLOP per token (6 x params + 12 x layers x d_model x seq); no MFU: "
+               "%s\n", t->flops_per_token,
+               mt_device_get_kind(mt_runtime_device(t->rt)) == MT_DEVICE_CUDA
+                   ? "unknown GPU peak (give --peak-tflops)" : "the device is a CPU");
     printf(PROG ": data %s: %zu bytes, %zu for training, %zu held out; %ld tokens per step "
            "(dp %d x batch %d x grad-accum %d x seq %d); %d steps, lr %g (warmup %d), "
            "weight decay %g, clip %g\n",
@@ -491,20 +548,29 @@ static mt_status train_step(trainer *t, int step) {
     /* Every dp rank saw as many tokens: the global loss is the mean of theirs. */
     float loss = sum / (float)o->grad_accum;
     MT_TRY(mt_all_reduce(t->dp_group, &loss, &loss, 1, MT_F32, MT_REDUCE_AVG, NULL));
+    /* A GPU may still run the optimizer step: the step ends when the device is idle. */
+    MT_TRY(mt_device_synchronize(mt_runtime_device(t->rt)));
     double ms = now_ms() - t0;
     uint64_t peaks[MEM_FIELDS];
     MT_TRY(gather_peaks(t, peaks));
     if (t->rank != 0) return MT_OK;
 
-    double tps = (double)o->dp * o->batch * o->grad_accum * o->seq / (ms / 1e3);
-    char peak[32];
-    printf("step %5d | loss %.4f | lr %.2e | grad norm %.4f | %8.1f ms | %9.0f tok/s | "
+    double tokens = (double)o->dp * o->batch * o->grad_accum * o->seq;
+    double tps = tokens / (ms / 1e3);
+    double mfu = t->peak_flops > 0.0 ? tps * t->flops_per_token / t->peak_flops : NAN;
+    if (step > 0) { /* the first step pays for warm-up (caches, cuBLAS, NCCL connections) */
+        t->timed_ms += ms;
+        t->timed_tokens += tokens;
+    }
+    char peak[32], mfu_text[32] = "";
+    if (isfinite(mfu)) snprintf(mfu_text, sizeof mfu_text, " | MFU %5.1f%%", mfu * 100.0);
+    printf("step %5d | loss %.4f | lr %.2e | grad norm %.4f | %8.1f ms | %9.0f tok/s%s | "
            "peak %s\n",
-           step, (double)loss, (double)lr, (double)norm, ms, tps,
+           step, (double)loss, (double)lr, (double)norm, ms, tps, mfu_text,
            mt_format_bytes((size_t)peaks[MEM_FIELDS - 1], peak, sizeof peak));
     fflush(stdout);
     t->step_losses[step] = loss;
-    if (t->metrics) write_step_metrics(t, step, loss, lr, norm, ms, tps, peaks);
+    if (t->metrics) write_step_metrics(t, step, loss, lr, norm, ms, tps, mfu, peaks);
     return MT_OK;
 }
 
@@ -531,6 +597,7 @@ static void print_loss_curve(const trainer *t) {
 static mt_status train(trainer *t) {
     const options *o = t->opt;
     MT_TRY(build(t));
+    setup_mfu(t);
     MT_TRY(print_summary(t));
     for (int step = 0; step <= o->steps; step++) {
         bool eval_now = o->eval_every > 0 && (step % o->eval_every == 0 || step == o->steps);
@@ -540,6 +607,15 @@ static mt_status train(trainer *t) {
     if (t->rank == 0) {
         char report[1024];
         print_loss_curve(t);
+        if (t->timed_ms > 0.0) {
+            double tps = t->timed_tokens / (t->timed_ms / 1e3);
+            printf("throughput (steps 1..%d, after the first): %.0f tok/s", o->steps - 1, tps);
+            if (t->peak_flops > 0.0)
+                printf(", MFU %.1f%% (%.4g of %.4g TFLOP/s)",
+                       100.0 * tps * t->flops_per_token / t->peak_flops,
+                       tps * t->flops_per_token / 1e12, t->peak_flops / 1e12);
+            printf("\n");
+        }
         printf("memory (rank 0, last step):\n%s\n",
                mt_memory_report(mt_runtime_device(t->rt), report, sizeof report));
         fflush(stdout);

@@ -101,6 +101,11 @@ mt_status mt_nccl_comm_create(mt_runtime *rt, mt_group *group, mt_nccl_comm **ou
     *out = NULL;
     mt_device *dev = mt_runtime_device(rt);
     if (!dev || mt_device_get_kind(dev) != MT_DEVICE_CUDA) return MT_OK;
+    /* NCCL connects peers lazily by default, allocating its buffers in the first collectives.
+     * Connecting at creation instead puts that memory where it is measured and charged to comm
+     * (below), and an out-of-memory there shows at mesh creation, not in the middle of a step.
+     * A user's own NCCL_RUNTIME_CONNECT wins; NCCL reads it on its first call, which is here. */
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     mt_nccl_comm *c = calloc(1, sizeof *c);
     if (!c) return mt_error(MT_ERR_OUT_OF_MEMORY, "NCCL communicator: out of memory");
     c->rt = rt;

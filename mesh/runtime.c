@@ -231,7 +231,15 @@ static mt_status open_device(mt_runtime *rt) {
     } else {
         return mt_error(MT_ERR_INVALID_ARG, "MT_DEVICE='%s' is not cpu, cuda or auto", want);
     }
-    mt_status st = mt_device_open(kind, kind == MT_DEVICE_CUDA ? rt->local_rank : 0, &rt->device);
+    /* GPU local_rank, shared round-robin when a host runs more ranks than it has GPUs (as the
+     * mesh's placement does; NCCL then needs NCCL_MULTI_RANK_GPU_ENABLE=1). The mesh may move
+     * the rank to another GPU before anything is allocated. */
+    int index = 0;
+    if (kind == MT_DEVICE_CUDA) {
+        int count = mt_device_cuda_count(NULL, 0);
+        index = count > 0 ? rt->local_rank % count : rt->local_rank;
+    }
+    mt_status st = mt_device_open(kind, index, &rt->device);
     if (st != MT_OK) return mt_error_wrap(st, "opening the device of local rank %d", rt->local_rank);
     return MT_OK;
 }

@@ -224,6 +224,9 @@ mt_status mt_cuda_device_init(mt_device *dev, int index) {
     /* Create the context now, so that the first allocation does not pay for it (and a broken
      * driver shows up at open, not in the middle of a step). */
     CUDA_CHECK(dev, cudaFree(NULL), "creating the CUDA context");
+    struct cudaDeviceProp prop;
+    CUDA_CHECK(dev, cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
+    snprintf(dev->model, sizeof dev->model, "%s", prop.name);
     mt_cuda_alloc *alloc = NULL;
     MT_TRY(mt_cuda_alloc_create(index, dev->name, limit, &alloc));
     dev->backend = alloc;

@@ -55,6 +55,9 @@ int mt_device_index(const mt_device *dev);
 /* "cpu" or "cuda:N". */
 const char *mt_device_name(const mt_device *dev);
 
+/* The hardware: the GPU's name as CUDA reports it ("NVIDIA H200"), or "cpu". */
+const char *mt_device_model(const mt_device *dev);
+
 /* True when the device was asked for CUDA but fell back to the CPU. */
 bool mt_device_is_fallback(const mt_device *dev);
 

@@ -26,3 +26,30 @@ if(MT_HAVE_CUDA)
                    TIMEOUT 300 LABELS gpu)
   set_tests_properties(test_gpu_reduce_ops PROPERTIES SKIP_RETURN_CODE 77)
 endif()
+
+# Collectives on GPU buffers through the mesh group's NCCL communicator, under mtrun: one rank,
+# and two ranks (on a single-GPU machine they share it: NCCL >= 2.30 with
+# NCCL_MULTI_RANK_GPU_ENABLE=1, which tests/gpu/run.sh provides; otherwise run it on two GPUs).
+# The timeout check: one rank skips an all-reduce, the other must time out after MT_TIMEOUT_S
+# naming the operation and the group.
+if(MT_HAVE_NCCL)
+  mt_add_test_program(test_gpu_nccl ${CMAKE_CURRENT_LIST_DIR}/test_gpu_nccl.c)
+  set(MT_GPU_MTRUN ${CMAKE_BINARY_DIR}/bin/mtrun)
+  mt_add_mp_test(gpu_nccl_np1 TIMEOUT 300 LABELS gpu
+    COMMAND ${MT_GPU_MTRUN} --standalone --nproc_per_node 1 ${MT_TEST_BIN}/test_gpu_nccl)
+  mt_add_mp_test(gpu_nccl_np2 TIMEOUT 300 LABELS gpu ENV NCCL_MULTI_RANK_GPU_ENABLE=1
+    COMMAND ${MT_GPU_MTRUN} --standalone --nproc_per_node 2 ${MT_TEST_BIN}/test_gpu_nccl
+            --bench-mib 256)
+  mt_add_mp_test(gpu_nccl_timeout_np2 TIMEOUT 120 LABELS gpu ENV NCCL_MULTI_RANK_GPU_ENABLE=1
+    COMMAND ${MT_GPU_MTRUN} --standalone --nproc_per_node 2 ${MT_TEST_BIN}/test_gpu_nccl
+            --timeout-check)
+  set_tests_properties(gpu_nccl_np1 gpu_nccl_np2 gpu_nccl_timeout_np2 PROPERTIES
+                       SKIP_RETURN_CODE 77)
+endif()
+
+# The comparison tests/gpu/run.sh makes between mt-topo and nvidia-smi / NCCL's own topology dump,
+# checked on a fixture (runs anywhere: no GPU involved).
+add_test(NAME compare_topo_script
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/compare_topo_test.sh ${CMAKE_BINARY_DIR}/bin/mt-topo
+          ${CMAKE_SOURCE_DIR}/tests/fixtures/topologies/nccl-azure-ndv4-a100x8-topo.xml)
+set_tests_properties(compare_topo_script PROPERTIES TIMEOUT 60 LABELS "tools;topo")
