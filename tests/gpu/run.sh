@@ -1,25 +1,40 @@
 #!/usr/bin/env bash
-# One command for a GPU machine (issue 7): builds meshtrain with CUDA into build-gpu, runs every
-# ctest test labelled `gpu`, prints the live mt-topo report next to `nvidia-smi topo -m`, trains
-# a few train_gpt steps on --device cuda and --device cpu with the same seed, and ends with a
-# summary. Without a GPU it says so and exits 0 (MT_GPU_RUN_ANYWAY=1 builds and runs anyway; the
-# GPU tests then report skipped).
-#   usage: tests/gpu/run.sh [build dir, default <repo>/build-gpu]
+# One command for a GPU machine (issue 7): builds meshtrain with CUDA, runs every GPU test, checks
+# NCCL, the topology report and training on the GPU, and ends with a summary.
+#
+#   tests/gpu/run.sh [build dir, default <repo>/build-gpu]
+#
+# Sections (each PASS, FAIL, SKIP with the reason, or INFO):
+#   build        cmake -DMT_CUDA=ON, Release
+#   ctest -L gpu every op on the GPU against the CPU (tolerances in each test), the device and
+#                its caching allocator (the NCCL tests run below, with the right NCCL)
+#   nccl         collectives on GPU buffers under mtrun: 1 rank; 2 ranks and the timeout check
+#                when the machine has 2 GPUs, or one GPU and NCCL >= 2.30 (NCCL_MULTI_RANK_GPU_ENABLE=1):
+#                MT_NCCL_LIB_DIR, else the nvidia-nccl-cu13 Python package when new enough
+#   topology     live `mt-topo` against `nvidia-smi topo -m` and against NCCL's own dump
+#                (NCCL_TOPO_DUMP_FILE); `mt-topo --export-nccl` fed back through NCCL_TOPO_FILE
+#   train_gpt    --device cuda against --device cpu, same seed, MT_GPU_TRAIN_STEPS (20) steps,
+#                losses within 2 %
+#   gpt2-small   12 layers, d_model 768, 12 heads, seq 1024, bf16: tokens/s and MFU
+#                (MT_GPU_GPT2_STEPS, default 10; MT_GPU_GPT2_BATCH, default 8)
+# Without a GPU it says so and exits 0 (MT_GPU_RUN_ANYWAY=1 builds and runs anyway; the GPU
+# tests then report skipped). When the machine lacks the Debian build dependencies, a bundle made
+# with scripts/gpu-deps (.gpu-deps, carried along) is used. Logs: <build>/gpu-run-logs.
 # Exit status: the number of failed sections (0 = all passed or skipped).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build-gpu}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 STEPS=${MT_GPU_TRAIN_STEPS:-20}
-# train_gpt's CUDA path needs every op on the GPU; until those are in, a failed CUDA run is
-# reported, not counted. Set to 1 once the CUDA ops land.
-TRAIN_GPT_CUDA_REQUIRED=${MT_GPU_TRAIN_REQUIRED:-0}
+GPT2_STEPS=${MT_GPU_GPT2_STEPS:-10}
+GPT2_BATCH=${MT_GPU_GPT2_BATCH:-8}
 LOG=$BUILD/gpu-run-logs
+export MT_TIMEOUT_S=${MT_TIMEOUT_S:-120}
 
 summary=()
 failed=0
-note() { summary+=("$1"); }
-fail() { summary+=("FAIL  $1"); failed=$((failed + 1)); }
+note() { summary+=("$1"); echo ">> $1"; }
+fail() { summary+=("FAIL  $1"); echo ">> FAIL  $1"; failed=$((failed + 1)); }
 
 print_summary() {
     echo
@@ -38,23 +53,30 @@ if [ "$gpus" -eq 0 ] && [ "${MT_GPU_RUN_ANYWAY:-0}" != 1 ]; then
     exit 0
 fi
 mkdir -p "$LOG"
+if [ -d "$ROOT/.gpu-deps/root" ]; then
+    # shellcheck source=/dev/null
+    . "$ROOT/scripts/gpu-deps-env"
+    note "INFO  build dependencies from the bundle in .gpu-deps (scripts/gpu-deps)"
+fi
 echo "tests/gpu/run.sh: $gpus GPU(s); building into $BUILD"
 [ "$gpus" -gt 0 ] && nvidia-smi --query-gpu=index,name,memory.total,driver_version \
     --format=csv,noheader 2>/dev/null | sed 's/^/  /'
 
 # ---- build ----------------------------------------------------------------------------------
+t0=$(date +%s)
 if cmake -S "$ROOT" -B "$BUILD" -DMT_CUDA=ON -DCMAKE_BUILD_TYPE=Release >"$LOG/configure.log" 2>&1 &&
    cmake --build "$BUILD" -j "$JOBS" >"$LOG/build.log" 2>&1; then
-    note "PASS  build with CUDA ($(grep -o 'CUDA backend [A-Z]*, NCCL [A-Z]*' "$LOG/configure.log" | head -1))"
+    note "PASS  build with CUDA in $(( $(date +%s) - t0 )) s ($(grep -o 'CUDA backend [A-Z]*, NCCL [A-Z]*' "$LOG/configure.log" | head -1))"
 else
     tail -n 30 "$LOG/configure.log" "$LOG/build.log" 2>/dev/null
-    fail "build with CUDA (see $LOG/build.log)"
+    fail "build with CUDA (see $LOG/configure.log, $LOG/build.log)"
     print_summary
     exit "$failed"
 fi
+BIN=$BUILD/bin
 
-# ---- ctest -L gpu ---------------------------------------------------------------------------
-(cd "$BUILD" && ctest -L gpu --output-on-failure) 2>&1 | tee "$LOG/ctest-gpu.log"
+# ---- ctest -L gpu (the NCCL tests run in the next section) ---------------------------------
+(cd "$BUILD" && ctest -L gpu -E '^gpu_nccl' --output-on-failure) 2>&1 | tee "$LOG/ctest-gpu.log"
 ctest_rc=${PIPESTATUS[0]}
 counts=$(grep -E 'tests passed|tests failed' "$LOG/ctest-gpu.log" | tail -1)
 skipped=$(grep -c '(Skipped)' "$LOG/ctest-gpu.log" || true)
@@ -64,46 +86,158 @@ else
     fail "ctest -L gpu: ${counts:-ctest failed} ($skipped skipped)"
 fi
 
-# ---- topology: mt-topo next to nvidia-smi ---------------------------------------------------
+# ---- NCCL -----------------------------------------------------------------------------------
+# The NCCL meshtrain was built with (the toolkit's header), and a newer one for several ranks on
+# one GPU: MT_NCCL_LIB_DIR, else the nvidia-nccl-cu13 Python package's library.
+nccl_h=$(sed -n 's/^MT_NCCL_INCLUDE:PATH=//p' "$BUILD/CMakeCache.txt" | head -1)
+built_nccl=$(awk '/#define NCCL_MAJOR/ {ma=$3} /#define NCCL_MINOR/ {mi=$3} /#define NCCL_PATCH/ {p=$3}
+                  END { if (ma != "") print ma "." mi "." p }' "${nccl_h:-/usr/local/cuda/include}/nccl.h" 2>/dev/null)
+new_nccl_dir=${MT_NCCL_LIB_DIR:-}
+new_nccl_ver=""
+if [ -z "$new_nccl_dir" ] && command -v python3 >/dev/null; then
+    new_nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
+    new_nccl_ver=$(python3 -m pip show nvidia-nccl-cu13 2>/dev/null | awk '/^Version:/ {print $2}')
+fi
+at_least_2_30() { awk -v v="$1" 'BEGIN { split(v, a, "."); exit !(a[1] > 2 || (a[1] == 2 && a[2] >= 30)) }'; }
+multi_env=()
+multi_why=""
+if [ "$gpus" -ge 2 ]; then
+    multi_why="$gpus GPUs"
+elif [ -n "${MT_NCCL_LIB_DIR:-}" ]; then
+    multi_env=(LD_LIBRARY_PATH="$MT_NCCL_LIB_DIR:${LD_LIBRARY_PATH:-}")
+    multi_why="one GPU, NCCL from MT_NCCL_LIB_DIR=$MT_NCCL_LIB_DIR"
+elif [ -n "$new_nccl_dir" ] && [ -n "$new_nccl_ver" ] && at_least_2_30 "$new_nccl_ver"; then
+    multi_env=(LD_LIBRARY_PATH="$new_nccl_dir:${LD_LIBRARY_PATH:-}")
+    multi_why="one GPU, NCCL $new_nccl_ver from nvidia-nccl-cu13"
+fi
+note "INFO  NCCL: built with ${built_nccl:-unknown}; for several ranks: ${multi_why:-none ($gpus GPU(s) and no NCCL >= 2.30: nvidia-nccl-cu13 is ${new_nccl_ver:-absent})}"
+
+nccl_test() { # log name, mtrun ranks, extra env..., -- program arguments...
+    local name=$1 np=$2
+    shift 2
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    env NCCL_DEBUG=${NCCL_DEBUG:-VERSION} "${envs[@]}" \
+        "$BIN/mtrun" --standalone --nproc_per_node "$np" "$BUILD/tests/bin/test_gpu_nccl" "$@" \
+        >"$LOG/$name.log" 2>&1
+}
+nccl_result() { # rc, what, log name
+    if [ "$1" -eq 0 ]; then
+        note "PASS  $2: $(grep -ho '[0-9]* passed, [0-9]* failed' "$LOG/$3.log" | awk '{p += $1} END {print p " checks"}')$(grep -h 'busbw' "$LOG/$3.log" | sed 's/^/; /' | head -1)"
+    elif [ "$1" -eq 77 ]; then
+        note "SKIP  $2: no GPU"
+    else
+        tail -n 20 "$LOG/$3.log"
+        fail "$2 (exit $1, see $LOG/$3.log)"
+    fi
+}
+[ -x "$BUILD/tests/bin/test_gpu_nccl" ] || note "SKIP  NCCL tests: not built (no NCCL found at configure)"
+if [ -x "$BUILD/tests/bin/test_gpu_nccl" ]; then
+    nccl_test nccl-np1 1 NCCL_TOPO_DUMP_FILE="$LOG/nccl-topo-dump.xml" --
+    nccl_result $? "NCCL collectives, 1 rank" nccl-np1
+    if [ -n "$multi_why" ]; then
+        nccl_test nccl-np2 2 NCCL_MULTI_RANK_GPU_ENABLE=1 "${multi_env[@]}" -- --bench-mib 256
+        nccl_result $? "NCCL collectives, 2 ranks ($multi_why)" nccl-np2
+        nccl_test nccl-timeout 2 NCCL_MULTI_RANK_GPU_ENABLE=1 "${multi_env[@]}" -- --timeout-check
+        nccl_result $? "NCCL timeout names op and group, aborts ($multi_why)" nccl-timeout
+    else
+        note "SKIP  NCCL with 2 ranks and the timeout check: one GPU and no NCCL >= 2.30 (set MT_NCCL_LIB_DIR)"
+    fi
+fi
+
+# ---- topology ---------------------------------------------------------------------------------
 echo; echo "==== mt-topo (live) ===="
-if "$BUILD/bin/mt-topo" 2>&1 | tee "$LOG/mt-topo.txt"; then
-    note "PASS  mt-topo ran (compare with nvidia-smi topo -m above the summary)"
+if "$BIN/mt-topo" 2>&1 | tee "$LOG/mt-topo.txt" && "$BIN/mt-topo" --json >"$LOG/mt-topo.json" 2>>"$LOG/mt-topo.txt"; then
+    echo; echo "==== nvidia-smi topo -m ===="
+    nvidia-smi topo -m 2>&1 | tee "$LOG/nvidia-smi-topo.txt"
+    have_py=0
+    command -v python3 >/dev/null && have_py=1
+    if [ "$gpus" -eq 0 ]; then
+        note "SKIP  topology comparisons: no GPU"
+        have_py=0
+    elif [ "$have_py" = 0 ]; then
+        note "SKIP  topology comparisons: no python3"
+    elif python3 "$ROOT/tests/gpu/compare_topo.py" smi "$LOG/nvidia-smi-topo.txt" "$LOG/mt-topo.json" >"$LOG/compare-smi.txt" 2>&1; then
+        note "PASS  mt-topo vs nvidia-smi topo -m: $(tail -n 1 "$LOG/compare-smi.txt")"
+    else
+        cat "$LOG/compare-smi.txt"
+        fail "mt-topo vs nvidia-smi topo -m: $(tail -n 1 "$LOG/compare-smi.txt")"
+    fi
+    if [ "$have_py" = 1 ] && [ -s "$LOG/nccl-topo-dump.xml" ]; then
+        if "$BIN/mt-topo" --input "$LOG/nccl-topo-dump.xml" --json >"$LOG/nccl-dump.json" 2>"$LOG/compare-dump.txt" &&
+           python3 "$ROOT/tests/gpu/compare_topo.py" json "$LOG/nccl-dump.json" "$LOG/mt-topo.json" >>"$LOG/compare-dump.txt" 2>&1; then
+            note "PASS  mt-topo vs NCCL's own dump (NCCL_TOPO_DUMP_FILE): $(tail -n 1 "$LOG/compare-dump.txt")"
+        else
+            cat "$LOG/compare-dump.txt"
+            fail "mt-topo vs NCCL's own dump: $(tail -n 1 "$LOG/compare-dump.txt")"
+        fi
+    elif [ "$have_py" = 1 ]; then
+        note "SKIP  mt-topo vs NCCL's dump: NCCL wrote no $LOG/nccl-topo-dump.xml"
+    fi
+    # Our export, read by NCCL: the collectives must pass and NCCL's dump of what it read must
+    # match the live report.
+    if "$BIN/mt-topo" --export-nccl "$LOG/mt-topo-nccl.xml" >/dev/null 2>"$LOG/export.err" &&
+       [ -x "$BUILD/tests/bin/test_gpu_nccl" ]; then
+        nccl_test nccl-topo-file 1 NCCL_TOPO_FILE="$LOG/mt-topo-nccl.xml" NCCL_DEBUG=INFO \
+            NCCL_DEBUG_SUBSYS=INIT,GRAPH NCCL_TOPO_DUMP_FILE="$LOG/nccl-topo-dump-from-export.xml" --
+        rc=$?
+        if [ "$rc" -eq 0 ] && [ "$have_py" = 1 ] && [ -s "$LOG/nccl-topo-dump-from-export.xml" ] &&
+           "$BIN/mt-topo" --input "$LOG/nccl-topo-dump-from-export.xml" --json >"$LOG/nccl-export-dump.json" 2>"$LOG/compare-export.txt" &&
+           python3 "$ROOT/tests/gpu/compare_topo.py" json "$LOG/nccl-export-dump.json" "$LOG/mt-topo.json" >>"$LOG/compare-export.txt" 2>&1; then
+            note "PASS  NCCL_TOPO_FILE=mt-topo --export-nccl: collectives pass, NCCL's view matches ($(tail -n 1 "$LOG/compare-export.txt"))"
+        elif [ "$rc" -eq 0 ]; then
+            note "INFO  NCCL_TOPO_FILE=mt-topo --export-nccl: collectives pass; no comparison of NCCL's view ($(tail -n 1 "$LOG/compare-export.txt" 2>/dev/null))"
+        elif [ "$rc" -eq 77 ]; then
+            note "SKIP  NCCL_TOPO_FILE=mt-topo --export-nccl: no GPU"
+        else
+            grep -i 'warn\|topo' "$LOG/nccl-topo-file.log" | tail -n 20
+            fail "NCCL_TOPO_FILE=mt-topo --export-nccl: exit $rc (see $LOG/nccl-topo-file.log)"
+        fi
+    else
+        fail "mt-topo --export-nccl: $(tail -n 1 "$LOG/export.err")"
+    fi
 else
     fail "mt-topo (see $LOG/mt-topo.txt)"
 fi
-echo; echo "==== nvidia-smi topo -m ===="
-nvidia-smi topo -m 2>&1 | tee "$LOG/nvidia-smi-topo.txt" || note "SKIP  nvidia-smi topo -m failed"
-"$BUILD/bin/mt-topo" --export-nccl "$LOG/mt-topo-nccl.xml" >/dev/null 2>&1 &&
-    note "INFO  mt-topo --export-nccl wrote $LOG/mt-topo-nccl.xml (for NCCL_TOPO_FILE)"
 
 # ---- train_gpt: cuda against cpu, same seed -------------------------------------------------
 train() { # device, metrics file
-    (cd "$LOG" && "$BUILD/bin/train_gpt" --device "$1" --steps "$STEPS" --seed 1 --metrics "$2") \
+    (cd "$LOG" && "$BIN/train_gpt" --device "$1" --steps "$STEPS" --seed 1 --metrics "$2") \
         >"$LOG/train_gpt_$1.log" 2>&1
 }
 loss_of() { grep -o '"loss": [-0-9.eE+]*' "$1" | sed 's/"loss": //'; }
 if [ "$gpus" -eq 0 ]; then
     note "SKIP  train_gpt --device cuda vs cpu: no GPU"
 elif ! train cpu "$LOG/train_cpu.json"; then
-    fail "train_gpt --device cpu (see $LOG/train_gpt_cpu.log)"
+    fail "train_gpt --device cpu: $(tail -n 1 "$LOG/train_gpt_cpu.log")"
 elif ! train cuda "$LOG/train_cuda.json"; then
-    why=$(tail -n 1 "$LOG/train_gpt_cuda.log")
-    if [ "$TRAIN_GPT_CUDA_REQUIRED" = 1 ]; then
-        fail "train_gpt --device cuda: $why"
-    else
-        note "TODO  train_gpt --device cuda does not run yet (CUDA ops not all in): $why"
-    fi
+    tail -n 20 "$LOG/train_gpt_cuda.log"
+    fail "train_gpt --device cuda: $(tail -n 1 "$LOG/train_gpt_cuda.log")"
 else
-    # Same seed and data: the losses agree to a loose tolerance (fp32 on the CPU, cuBLAS on the
-    # GPU sums in another order).
+    # Same seed and data: the losses agree to a loose tolerance (the GPU sums in another order).
     if paste <(loss_of "$LOG/train_cpu.json") <(loss_of "$LOG/train_cuda.json") | awk '
-        { d = $1 - $2; if (d < 0) d = -d; if (d > 2e-2 * ($1 < 0 ? -$1 : $1) + 1e-3) bad++; n++ }
-        END { printf "  %d steps compared, %d differ by more than 2%%\n", n, bad; exit (n == 0 || bad) }'; then
+        { d = $1 - $2; if (d < 0) d = -d; if (d > 2e-2 * ($1 < 0 ? -$1 : $1) + 1e-3) bad++; n++
+          if (d > worst) worst = d }
+        END { printf "  %d steps compared, %d differ by more than 2%%, largest difference %.2e\n", n, bad, worst
+              exit (n == 0 || bad) }' | tee "$LOG/train-compare.txt"; then
         last=$(loss_of "$LOG/train_cuda.json" | tail -1)
-        tps=$(grep -o '"tokens_per_s": [0-9.]*' "$LOG/train_cuda.json" | tail -1 | sed 's/.*: //')
-        note "PASS  train_gpt cuda vs cpu, $STEPS steps: losses agree (last $last, cuda $tps tokens/s)"
+        note "PASS  train_gpt cuda vs cpu, $STEPS steps: losses agree ($(sed 's/^ *//' "$LOG/train-compare.txt"); last $last)"
     else
         fail "train_gpt cuda vs cpu: losses differ (see $LOG/train_cpu.json, train_cuda.json)"
+    fi
+fi
+
+# ---- GPT-2 small on the GPU: tokens/s and MFU ------------------------------------------------
+if [ "$gpus" -gt 0 ]; then
+    if (cd "$LOG" && "$BIN/train_gpt" --device cuda --layers 12 --d-model 768 --heads 12 \
+            --seq 1024 --batch "$GPT2_BATCH" --param-dtype bf16 --steps "$GPT2_STEPS" \
+            --metrics "$LOG/gpt2_small.json") >"$LOG/gpt2_small.log" 2>&1; then
+        grep -E 'FLOP per token|throughput|parameters' "$LOG/gpt2_small.log"
+        note "PASS  GPT-2 small (12 x 768, 12 heads, seq 1024, batch $GPT2_BATCH, bf16), $GPT2_STEPS steps: $(grep -h '^throughput' "$LOG/gpt2_small.log" | sed 's/^throughput //')"
+    else
+        tail -n 20 "$LOG/gpt2_small.log"
+        fail "GPT-2 small on the GPU: $(tail -n 1 "$LOG/gpt2_small.log")"
     fi
 fi
 
