@@ -53,10 +53,11 @@ if [ "$gpus" -eq 0 ] && [ "${MT_GPU_RUN_ANYWAY:-0}" != 1 ]; then
     exit 0
 fi
 mkdir -p "$LOG"
-if [ -d "$ROOT/.gpu-deps/root" ]; then
+if [ -d "$ROOT/.gpu-deps" ]; then
     # shellcheck source=/dev/null
     . "$ROOT/scripts/gpu-deps-env"
-    note "INFO  build dependencies from the bundle in .gpu-deps (scripts/gpu-deps)"
+    [ -n "${MT_GPU_DEPS_ROOT:-}" ] &&
+        note "INFO  build dependencies from the bundle in .gpu-deps (scripts/gpu-deps)"
 fi
 echo "tests/gpu/run.sh: $gpus GPU(s); building into $BUILD"
 [ "$gpus" -gt 0 ] && nvidia-smi --query-gpu=index,name,memory.total,driver_version \
