@@ -33,8 +33,11 @@ static mt_status make(mt_group *g, mt_op_kind kind, const void *send, void *recv
     w->dtype = dtype;
     w->rop = rop;
     w->root = root;
+    /* Every member routes alike: an empty collective (where a member may pass NULL) always takes
+     * the host transport. */
     bool use_nccl = false;
-    mt_status st = mt_nccl_route(g, mt_op_name(kind), send, recv, &use_nccl);
+    mt_status st = MT_OK;
+    if (count > 0) st = mt_nccl_route(g, mt_op_name(kind), send, recv, &use_nccl);
     if (st == MT_OK && use_nccl) {
         w->refs = 1; /* never seen by the progress thread */
         st = mt_nccl_enqueue(g, w);

@@ -26,13 +26,15 @@ double mt_nccl_now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static mt_status exchange_id(mt_runtime *rt, mt_group *group, ncclUniqueId *id) {
+/* key (96 bytes) receives the store key of the id, which group rank 0 deletes once every member
+ * has joined (a later job on the same store must not find it). */
+static mt_status exchange_id(mt_runtime *rt, mt_group *group, ncclUniqueId *id, char *key) {
     mt_store *store = mt_runtime_store(rt);
-    char counter[64], key[96];
+    char counter[64];
     snprintf(counter, sizeof counter, "mt/nccl/count/%d", mt_runtime_rank(rt));
     int64_t n = 0;
     MT_TRY(mt_store_add(store, counter, 1, &n));
-    snprintf(key, sizeof key, "mt/nccl/%lld/%d", (long long)n, mt_group_global_rank(group, 0));
+    snprintf(key, 96, "mt/nccl/%lld/%d", (long long)n, mt_group_global_rank(group, 0));
     if (mt_group_rank(group) == 0) {
         ncclResult_t r = ncclGetUniqueId(id);
         if (r != ncclSuccess)
@@ -101,23 +103,20 @@ mt_status mt_nccl_comm_create(mt_runtime *rt, mt_group *group, mt_nccl_comm **ou
     *out = NULL;
     mt_device *dev = mt_runtime_device(rt);
     if (!dev || mt_device_get_kind(dev) != MT_DEVICE_CUDA) return MT_OK;
-    /* NCCL connects peers lazily by default, allocating its buffers in the first collectives.
-     * Connecting at creation instead puts that memory where it is measured and charged to comm
-     * (below), and an out-of-memory there shows at mesh creation, not in the middle of a step.
-     * A user's own NCCL_RUNTIME_CONNECT wins; NCCL reads it on its first call, which is here. */
-    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     mt_nccl_comm *c = calloc(1, sizeof *c);
     if (!c) return mt_error(MT_ERR_OUT_OF_MEMORY, "NCCL communicator: out of memory");
     c->rt = rt;
     c->dev = dev;
     snprintf(c->name, sizeof c->name, "%s", mt_group_name(group));
     ncclUniqueId id;
-    mt_status st = exchange_id(rt, group, &id);
+    char key[96] = "";
+    mt_status st = exchange_id(rt, group, &id, key);
     size_t free_before = 0, free_after = 0, total = 0;
     if (st == MT_OK && (cudaSetDevice(mt_device_index(dev)) != cudaSuccess ||
-                        cudaMemGetInfo(&free_before, &total) != cudaSuccess))
-        st = mt_error(MT_ERR_COMM, "NCCL communicator of group '%s': cannot query GPU %d",
-                      c->name, mt_device_index(dev));
+                        cudaMemGetInfo(&free_before, &total) != cudaSuccess)) {
+        st = mt_error(MT_ERR_COMM, "NCCL communicator of group '%s': cannot query GPU %d: %s",
+                      c->name, mt_device_index(dev), cudaGetErrorString(cudaGetLastError()));
+    }
     if (st == MT_OK) {
         ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
         config.blocking = 0;
@@ -130,20 +129,31 @@ mt_status mt_nccl_comm_create(mt_runtime *rt, mt_group *group, mt_nccl_comm **ou
                           ncclGetErrorString(r));
         else
             st = mt_nccl_wait_ready(c, "initialisation", mt_runtime_timeout(rt));
+        /* Every member read the id before joining, and the initialisation ends only when all
+         * joined. */
+        if (st == MT_OK && mt_group_rank(group) == 0 &&
+            mt_store_delete(mt_runtime_store(rt), key, NULL) != MT_OK)
+            mt_clear_error(); /* a stale key is harmless to this job */
     }
     if (st == MT_OK && (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) !=
                             cudaSuccess ||
                         cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming) != cudaSuccess))
         st = mt_error(MT_ERR_COMM, "NCCL communicator of group '%s': cannot create its stream "
-                      "and event", c->name);
+                      "and event: %s", c->name, cudaGetErrorString(cudaGetLastError()));
     /* The allocator must see the stream: a buffer freed while a collective still reads it is not
      * handed out again before the stream passed that point. */
     if (st == MT_OK && (st = mt_cuda_device_track_stream(dev, c->stream)) == MT_OK)
         c->stream_tracked = true;
-    if (st == MT_OK && cudaMemGetInfo(&free_after, &total) == cudaSuccess &&
+    /* cudaMemGetInfo sees the whole GPU: with ranks sharing it, the others' NCCL buffers made at
+     * the same time would be counted too, so the charge is left out then. */
+    bool shared = mt_runtime_local_world_size(rt) > mt_device_cuda_count(NULL, 0);
+    if (st == MT_OK && !shared && cudaMemGetInfo(&free_after, &total) == cudaSuccess &&
         free_after < free_before) {
         c->charged = free_before - free_after;
         mt_device_charge_external(dev, MT_MEM_COMM, c->charged);
+    } else if (st == MT_OK && shared) {
+        mt_log(MT_LOG_DEBUG, "NCCL communicator of group '%s': its GPU memory is not charged to "
+               "comm (ranks share GPU %d)", c->name, mt_device_index(dev));
     }
     if (st != MT_OK) {
         mt_nccl_comm_destroy(c);
@@ -155,29 +165,56 @@ mt_status mt_nccl_comm_create(mt_runtime *rt, mt_group *group, mt_nccl_comm **ou
     return MT_OK;
 }
 
-void mt_nccl_comm_destroy(mt_nccl_comm *c) {
-    if (!c) return;
-    if (c->group) c->group->nccl = NULL;
+/* Everything but the object itself: drains and aborts the communicator, releases its stream,
+ * event and charge. */
+static void release_resources(mt_nccl_comm *c) {
     if (c->comm) {
         /* Work still queued must not touch freed memory: let the stream drain first, for at
          * most MT_TIMEOUT_S (a peer that never comes is then cut off by the abort). */
         double deadline = mt_nccl_now_s() + mt_runtime_timeout(c->rt);
         while (c->stream && cudaStreamQuery(c->stream) == cudaErrorNotReady &&
                mt_nccl_now_s() < deadline) {
+            (void)cudaGetLastError(); /* "not ready" must not reach the next kernel's check */
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
         }
+        (void)cudaGetLastError();
         /* Abort rather than destroy: it never waits on peers that may be gone. */
         ncclCommAbort(c->comm);
+        c->comm = NULL;
     }
     if (c->stream_tracked) mt_cuda_device_untrack_stream(c->dev, c->stream);
+    c->stream_tracked = false;
     if (c->ready) cudaEventDestroy(c->ready);
+    c->ready = NULL;
     if (c->stream) cudaStreamDestroy(c->stream);
+    c->stream = NULL;
     if (c->charged) mt_device_release_external(c->dev, MT_MEM_COMM, c->charged);
+    c->charged = 0;
+}
+
+void mt_nccl_comm_destroy(mt_nccl_comm *c) {
+    if (!c) return;
+    if (c->group) c->group->nccl = NULL;
+    c->group = NULL;
+    if (c->live_ops > 0) {
+        /* Work handles still point at it: abort (their waits then fail), release what the
+         * device holds, and leave the object to the last mt_work_free. */
+        char msg[MT_NCCL_MSG_CAP];
+        snprintf(msg, sizeof msg, "NCCL communicator of group '%s' destroyed with %d operation(s) "
+                 "not freed (mt_work_free them before destroying the mesh)", c->name,
+                 c->live_ops);
+        (void)mt_nccl_break(c, MT_ERR_INVALID_ARG, msg);
+        mt_clear_error();
+        release_resources(c);
+        c->orphaned = true;
+        return;
+    }
+    release_resources(c);
     free(c);
 }
 
-#else /* no NCCL in this build: GPU ranks could not exist, nothing to create */
+#else /* no NCCL in this build: no communicators (mt_nccl_route refuses GPU buffers) */
 
 mt_status mt_nccl_comm_create(mt_runtime *rt, mt_group *group, mt_nccl_comm **out) {
     (void)rt;

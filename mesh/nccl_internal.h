@@ -24,6 +24,8 @@ struct mt_nccl_comm {
     size_t charged;          /* GPU bytes NCCL took, charged to comm */
     char name[64];
     bool broken;             /* aborted after an error or a timeout: msg says why */
+    int live_ops;            /* work handles not yet freed that point at it */
+    bool orphaned;           /* destroyed while live_ops > 0: the last release frees it */
     char msg[MT_NCCL_MSG_CAP];
 };
 

@@ -238,6 +238,12 @@ static mt_status open_device(mt_runtime *rt) {
     if (kind == MT_DEVICE_CUDA) {
         int count = mt_device_cuda_count(NULL, 0);
         index = count > 0 ? rt->local_rank % count : rt->local_rank;
+        /* NCCL connects peers lazily by default, allocating its buffers in the first
+         * collectives. Connecting when the mesh creates the communicators instead puts that
+         * memory where it is measured and charged to comm, and an out-of-memory there shows at
+         * mesh creation, not in the middle of a step. A user's own value wins. Set here, before
+         * the transport's threads start, because setenv is not safe beside a getenv. */
+        setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     }
     mt_status st = mt_device_open(kind, index, &rt->device);
     if (st != MT_OK) return mt_error_wrap(st, "opening the device of local rank %d", rt->local_rank);

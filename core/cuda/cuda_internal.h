@@ -13,10 +13,15 @@
 #define MT_CORE_CUDA_INTERNAL_H
 
 #include <meshtrain/device.h>
+#include <meshtrain/dtype.h>
 
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct mt_cuda_alloc mt_cuda_alloc;
 
@@ -54,9 +59,19 @@ void mt_cuda_device_untrack_stream(mt_device *dev, cudaStream_t stream);
 mt_status mt_cuda_device_alloc_stats(mt_device *dev, mt_cuda_alloc_stats *out);
 mt_status mt_cuda_device_empty_cache(mt_device *dev);
 
+/* x[i] *= factor on stream, in place, for f32 or bf16 (f32 arithmetic, one rounding to bf16):
+ * the NCCL path's average where NCCL's own bf16 average would bias it (mesh/nccl_coll.c).
+ * Returns the launch's status. */
+cudaError_t mt_cuda_scale_on_stream(void *x, mt_dtype dtype, size_t n, float factor,
+                                    cudaStream_t stream);
+
 /* Page-locked host memory for staging copies (cudaMallocHost): at least bytes; free with
  * mt_cuda_host_free (NULL is ignored). */
 mt_status mt_cuda_host_alloc(size_t bytes, void **out);
 void mt_cuda_host_free(void *ptr);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

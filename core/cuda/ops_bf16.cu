@@ -5,39 +5,11 @@
  * charged to activations and freed before returning (the caching allocator keeps a freed block
  * until the work queued before the free is done). Row-major to column-major as ops_blas.cu does
  * it: C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T with the operands swapped. */
+#include "core/cuda/blas_kernels.cuh"
 #include "core/cuda/ops_cuda.h"
 
 #include <stdint.h>
 #include <stdio.h>
-
-/* ---- kernels (private copies of ops_blas.cu's, whose kernels other files cannot launch) ------ */
-
-/* C = beta * C for an empty product (k = 0); beta = 0 gives 0 even where C held NaN. */
-static __global__ void bf16_scale_kernel(float *c, size_t n, float beta) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        c[i] = beta == 0.0f ? 0.0f : beta * c[i];
-}
-
-/* Every row of out (rows x cols) starts as the bias (or 0), so that the product adds onto it. */
-static __global__ void bf16_bias_rows_kernel(float *out, const float *bias, size_t rows,
-                                             size_t cols) {
-    size_t total = rows * cols;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = bias ? bias[i % cols] : 0.0f;
-}
-
-/* d_bias[j] += column sums of the f32 g (rows x cols), rows in order as the CPU adds them. */
-static __global__ void bf16_bias_grad_kernel(float *d_bias, const float *g, size_t rows,
-                                             size_t cols) {
-    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < cols;
-         j += (size_t)gridDim.x * blockDim.x) {
-        float acc = d_bias[j];
-        for (size_t r = 0; r < rows; r++) acc += g[r * cols + j];
-        d_bias[j] = acc;
-    }
-}
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
@@ -50,7 +22,7 @@ static mt_status gemm_bf16(mt_device *dev, const char *op, bool trans_a, bool tr
     if (m == 0 || n == 0) return MT_OK;
     if (k == 0) {
         size_t total = (size_t)m * (size_t)n;
-        bf16_scale_kernel<<<mt_cuda_blocks(total, MT_CUDA_THREADS), MT_CUDA_THREADS>>>(c, total,
+        gemm_beta_kernel<<<mt_cuda_blocks(total, MT_CUDA_THREADS), MT_CUDA_THREADS>>>(c, total,
                                                                                      beta);
         return mt_cuda_ops_launched(dev, op);
     }
@@ -108,7 +80,7 @@ extern "C" mt_status mt_cuda_op_linear_forward_bf16(mt_device *dev, const float 
     MT_TRY(mt_cuda_ops_select(dev, op));
     uint16_t *in_r = NULL;
     MT_TRY(rounded(dev, op, "the input", in, rows * (size_t)in_features, &in_r));
-    bf16_bias_rows_kernel<<<mt_cuda_blocks(rows * cols, MT_CUDA_THREADS), MT_CUDA_THREADS>>>(
+    bias_rows_kernel<<<mt_cuda_blocks(rows * cols, MT_CUDA_THREADS), MT_CUDA_THREADS>>>(
         out, bias, rows, cols);
     mt_status st = mt_cuda_ops_launched(dev, op);
     if (st == MT_OK)
@@ -136,7 +108,7 @@ extern "C" mt_status mt_cuda_op_linear_backward_bf16(mt_device *dev, const float
                        1.0f, d_w);
     /* The bias gradient sums the unrounded f32 gradient: no product, nothing to round. */
     if (st == MT_OK && d_bias && cols > 0) {
-        bf16_bias_grad_kernel<<<mt_cuda_blocks(cols, MT_CUDA_THREADS), MT_CUDA_THREADS>>>(
+        bias_grad_kernel<<<mt_cuda_blocks(cols, MT_CUDA_THREADS), MT_CUDA_THREADS>>>(
             d_bias, d_out, rows, cols);
         st = mt_cuda_ops_launched(dev, op);
     }

@@ -2,6 +2,7 @@
  * the linear layer around it (bias rows, bias gradient). Our matrices are row-major and cuBLAS's
  * are column-major: a row-major X is the column-major X^T, so C = op(A) op(B) is computed as
  * C^T = op(B)^T op(A)^T with the operands swapped, and no data moves. */
+#include "core/cuda/blas_kernels.cuh"
 #include "core/cuda/ops_cuda.h"
 
 #include <pthread.h>
@@ -64,7 +65,7 @@ extern "C" void mt_cuda_ops_release(int index) {
 
 /* C = beta * C when the product is empty (k = 0): cuBLAS, like BLAS, wants leading dimensions of
  * at least 1, and beta = 0 must give 0 even where C held NaN. */
-__global__ void scale_kernel(float *c, size_t n, float beta) {
+__global__ void gemm_beta_kernel(float *c, size_t n, float beta) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         c[i] = beta == 0.0f ? 0.0f : beta * c[i];
@@ -99,7 +100,7 @@ static mt_status gemm(mt_device *dev, const char *op, bool trans_a, bool trans_b
     if (m == 0 || n == 0) return MT_OK;
     if (k == 0) {
         size_t total = (size_t)m * (size_t)n;
-        scale_kernel<<<mt_cuda_blocks(total, MT_CUDA_THREADS), MT_CUDA_THREADS>>>(c, total, beta);
+        gemm_beta_kernel<<<mt_cuda_blocks(total, MT_CUDA_THREADS), MT_CUDA_THREADS>>>(c, total, beta);
         return mt_cuda_ops_launched(dev, op);
     }
     cublasHandle_t h;

@@ -68,3 +68,24 @@ extern "C" mt_status mt_cuda_op_accumulate(mt_device *dev, float *dst, const voi
         accumulate_bf16_kernel<<<blocks, MT_CUDA_THREADS>>>(dst, (const uint16_t *)src, n);
     return mt_cuda_ops_launched(dev, op);
 }
+
+/* ---- the NCCL path's average (mesh/nccl_coll.c) ---------------------------------------------- */
+
+__global__ void scale_bf16_kernel(uint16_t *x, size_t n, float factor) {
+    GRID_STRIDE(i, n) x[i] = bf16_round(bf16_widen(x[i]) * factor);
+}
+
+__global__ void scale_f32_kernel(float *x, size_t n, float factor) {
+    GRID_STRIDE(i, n) x[i] *= factor;
+}
+
+extern "C" cudaError_t mt_cuda_scale_on_stream(void *x, mt_dtype dtype, size_t n, float factor,
+                                               cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    unsigned blocks = mt_cuda_blocks(n, MT_CUDA_THREADS);
+    if (dtype == MT_BF16)
+        scale_bf16_kernel<<<blocks, MT_CUDA_THREADS, 0, stream>>>((uint16_t *)x, n, factor);
+    else
+        scale_f32_kernel<<<blocks, MT_CUDA_THREADS, 0, stream>>>((float *)x, n, factor);
+    return cudaGetLastError();
+}

@@ -30,6 +30,9 @@ GPT2_STEPS=${MT_GPU_GPT2_STEPS:-10}
 GPT2_BATCH=${MT_GPU_GPT2_BATCH:-8}
 LOG=$BUILD/gpu-run-logs
 export MT_TIMEOUT_S=${MT_TIMEOUT_S:-120}
+# An outer bound on every program this script starts, for what MT_TIMEOUT_S does not cover (a
+# hung driver call): exit 124 is then reported as a timeout.
+LIMIT=${MT_GPU_RUN_LIMIT_S:-600}
 
 summary=()
 failed=0
@@ -77,7 +80,8 @@ fi
 BIN=$BUILD/bin
 
 # ---- ctest -L gpu (the NCCL tests run in the next section) ---------------------------------
-(cd "$BUILD" && ctest -L gpu -E '^gpu_nccl' --output-on-failure) 2>&1 | tee "$LOG/ctest-gpu.log"
+(cd "$BUILD" && ctest -L gpu -E '^gpu_nccl' --output-on-failure --timeout "$LIMIT") 2>&1 |
+    tee "$LOG/ctest-gpu.log"
 ctest_rc=${PIPESTATUS[0]}
 counts=$(grep -E 'tests passed|tests failed' "$LOG/ctest-gpu.log" | tail -1)
 skipped=$(grep -c '(Skipped)' "$LOG/ctest-gpu.log" || true)
@@ -119,18 +123,24 @@ nccl_test() { # log name, mtrun ranks, extra env..., -- program arguments...
     local envs=()
     while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
     [ $# -gt 0 ] && shift
-    env NCCL_DEBUG=${NCCL_DEBUG:-VERSION} "${envs[@]}" \
+    env NCCL_DEBUG=${NCCL_DEBUG:-VERSION} "${envs[@]}" timeout -k 30 "$LIMIT" \
         "$BIN/mtrun" --standalone --nproc_per_node "$np" "$BUILD/tests/bin/test_gpu_nccl" "$@" \
         >"$LOG/$name.log" 2>&1
 }
+nccl_version() { grep -m1 -o 'NCCL version [0-9.]*' "$LOG/$1.log" | sed 's/NCCL version //'; }
 nccl_result() { # rc, what, log name
+    local ver
+    ver=$(nccl_version "$3")
     if [ "$1" -eq 0 ]; then
-        note "PASS  $2: $(grep -ho '[0-9]* passed, [0-9]* failed' "$LOG/$3.log" | awk '{p += $1} END {print p " checks"}')$(grep -h 'busbw' "$LOG/$3.log" | sed 's/^/; /' | head -1)"
+        note "PASS  $2, NCCL ${ver:-?}: $(grep -ho '[0-9]* passed, [0-9]* failed' "$LOG/$3.log" | awk '{p += $1} END {print p " checks"}')$(grep -h 'busbw' "$LOG/$3.log" | sed 's/^/; /' | head -1)"
     elif [ "$1" -eq 77 ]; then
         note "SKIP  $2: no GPU"
+    elif [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; then
+        tail -n 20 "$LOG/$3.log"
+        fail "$2: still running after $LIMIT s, killed (see $LOG/$3.log)"
     else
         tail -n 20 "$LOG/$3.log"
-        fail "$2 (exit $1, see $LOG/$3.log)"
+        fail "$2, NCCL ${ver:-?} (exit $1, see $LOG/$3.log)"
     fi
 }
 [ -x "$BUILD/tests/bin/test_gpu_nccl" ] || note "SKIP  NCCL tests: not built (no NCCL found at configure)"
@@ -204,8 +214,8 @@ fi
 
 # ---- train_gpt: cuda against cpu, same seed -------------------------------------------------
 train() { # device, metrics file
-    (cd "$LOG" && "$BIN/train_gpt" --device "$1" --steps "$STEPS" --seed 1 --metrics "$2") \
-        >"$LOG/train_gpt_$1.log" 2>&1
+    (cd "$LOG" && timeout -k 30 "$LIMIT" "$BIN/train_gpt" --device "$1" --steps "$STEPS" \
+        --seed 1 --metrics "$2") >"$LOG/train_gpt_$1.log" 2>&1
 }
 loss_of() { grep -o '"loss": [-0-9.eE+]*' "$1" | sed 's/"loss": //'; }
 if [ "$gpus" -eq 0 ]; then
@@ -231,7 +241,8 @@ fi
 
 # ---- GPT-2 small on the GPU: tokens/s and MFU ------------------------------------------------
 if [ "$gpus" -gt 0 ]; then
-    if (cd "$LOG" && "$BIN/train_gpt" --device cuda --layers 12 --d-model 768 --heads 12 \
+    if (cd "$LOG" && timeout -k 30 "$LIMIT" "$BIN/train_gpt" --device cuda --layers 12 \
+            --d-model 768 --heads 12 \
             --seq 1024 --batch "$GPT2_BATCH" --param-dtype bf16 --steps "$GPT2_STEPS" \
             --metrics "$LOG/gpt2_small.json") >"$LOG/gpt2_small.log" 2>&1; then
         grep -E 'FLOP per token|throughput|parameters' "$LOG/gpt2_small.log"

@@ -65,7 +65,9 @@ static float *get(const void *d, size_t n, mt_dtype dt) {
     return h;
 }
 
-/* Rank r's i-th value: a small integer, exact in bf16 and in every sum here. */
+/* Rank r's i-th value: a small integer, exact in bf16 and in every sum here. The averages are
+ * exact too for group sizes that are powers of two (1, 2, 4, 8); other sizes would need a
+ * tolerance. */
 static float val(int r, size_t i) { return (float)((r + 1) * (int)(i % 5 + 1)); }
 
 static void expect(const char *what, mt_dtype dt, const float *got, const float *want, size_t n) {
@@ -146,37 +148,49 @@ static void check_collectives(mt_group *g, mt_dtype dt, size_t n) {
     free(want);
 }
 
-/* A collective issued right after the kernel that writes its input must see the kernel's
- * result (the communicator's stream waits for the default stream), and work left running while
- * more kernels are queued must still finish correctly. */
+/* A collective issued right after the kernels that write its input must see their result (the
+ * communicator's stream waits for the default stream), and work left running while more kernels
+ * are queued must still finish. Out of place, so that even one rank (a copy on the NCCL stream)
+ * would read x too early without the wait; a long queue of kernels in front makes that likely. */
 static void check_ordering(mt_group *g) {
-    size_t n = (size_t)16 << 20; /* 64 MiB: a race with the scale would show */
+    size_t n = (size_t)16 << 20; /* 64 MiB */
     int gs = mt_group_size(g);
     float *h = malloc(n * sizeof *h);
     for (size_t i = 0; i < n; i++) h[i] = val(rank, i);
-    float *x = dalloc(n * 4), *other = dalloc(n * 4);
+    float *x = dalloc(n * 4), *y = dalloc(n * 4), *other = dalloc(n * 4);
     put(x, h, n, MT_F32);
+    CHECK_OK(mt_device_memset(dev, y, 0, n * 4, NULL));
     CHECK_OK(mt_device_memset(dev, other, 0, n * 4, NULL));
-    for (int rep = 0; rep < 4; rep++) CHECK_OK(mt_op_scale(dev, x, 2.0f, n)); /* x = 16 v */
+    for (int rep = 0; rep < 200; rep++) { /* x unchanged, exactly: powers of two */
+        CHECK_OK(mt_op_scale(dev, x, 2.0f, n));
+        CHECK_OK(mt_op_scale(dev, x, 0.5f, n));
+    }
+    CHECK_OK(mt_op_scale(dev, x, 16.0f, n)); /* the last kernel before the collective */
     mt_work *w = NULL;
-    CHECK_OK(mt_all_reduce(g, x, x, n, MT_F32, MT_REDUCE_SUM, &w));
-    CHECK_OK(mt_op_scale(dev, other, 3.0f, n)); /* compute queued beside the collective */
+    CHECK_OK(mt_all_reduce(g, x, y, n, MT_F32, MT_REDUCE_SUM, &w));
+    for (size_t i = 0; i < 64; i++) /* compute queued beside the collective */
+        CHECK_OK(mt_op_scale(dev, other, 3.0f, n));
     bool done = false;
     CHECK_OK(mt_work_test(w, &done));
     CHECK_OK(mt_work_wait(w, -1));
     mt_work_free(w);
-    float *got = get(x, n, MT_F32);
-    size_t bad = 0;
+    float *got = get(y, n, MT_F32), *oth = get(other, n, MT_F32);
+    size_t bad = 0, bad_other = 0;
     for (size_t i = 0; i < n; i++) {
         float s = 0;
         for (int r = 0; r < gs; r++) s += 16.0f * val(r, i);
         if (got[i] != s) bad++;
+        if (oth[i] != 0.0f) bad_other++;
     }
-    CHECK_MSG(bad == 0, "rank %d: all_reduce after 4 scale kernels: %zu of %zu wrong (the "
+    CHECK_MSG(bad == 0, "rank %d: all_reduce after 401 scale kernels: %zu of %zu wrong (the "
               "collective did not wait for the default stream)", rank, bad, n);
+    CHECK_MSG(bad_other == 0, "rank %d: the kernels beside the collective: %zu wrong", rank,
+              bad_other);
     free(got);
+    free(oth);
     free(h);
     mt_device_free(dev, x);
+    mt_device_free(dev, y);
     mt_device_free(dev, other);
 }
 
@@ -193,14 +207,17 @@ static void check_errors(mt_group *g) {
     CHECK(st == MT_ERR_INVALID_ARG && strstr(mt_last_error(), "same side"));
     st = mt_all_reduce(mt_runtime_world(rt), d, d, 1, MT_F32, MT_REDUCE_SUM, NULL);
     CHECK(st == MT_ERR_INVALID_ARG && strstr(mt_last_error(), "no NCCL communicator"));
+    st = mt_send(g, d, 1, MT_F32, 0, NULL); /* refused before anything is queued */
+    CHECK(st == MT_ERR_UNSUPPORTED && strstr(mt_last_error(), "point-to-point"));
     mt_device_free(dev, d);
 }
 
 static void check_memory(void) {
     mt_mem_stats s;
     mt_device_mem_stats(dev, &s);
-    /* One rank alone may need no NCCL buffers at all. */
-    if (world > 1)
+    /* One rank alone may need no NCCL buffers at all; ranks sharing a GPU are not charged (the
+     * GPU-wide measure would count the others' buffers). */
+    if (world > 1 && mt_device_cuda_count(NULL, 0) >= mt_runtime_local_world_size(rt))
         CHECK_MSG(s.current[MT_MEM_COMM] > 0, "rank %d: NCCL's GPU memory is not charged to comm",
                   rank);
     char report[1024];
