@@ -67,8 +67,20 @@ echo "tests/gpu/run.sh: $gpus GPU(s); building into $BUILD"
     --format=csv,noheader 2>/dev/null | sed 's/^/  /'
 
 # ---- build ----------------------------------------------------------------------------------
+# NCCL: the toolkit's when it has one, else the nvidia-nccl-cu13 Python package's (MT_NCCL_ROOT
+# wins over both).
+nccl_root=${MT_NCCL_ROOT:-}
+if [ -z "$nccl_root" ] && [ ! -e /usr/local/cuda/include/nccl.h ] && command -v python3 >/dev/null; then
+    nccl_root=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+fi
+cmake_nccl=()
+if [ -n "$nccl_root" ]; then
+    cmake_nccl=(-DMT_NCCL_ROOT="$nccl_root")
+    export LD_LIBRARY_PATH="$nccl_root/lib:${LD_LIBRARY_PATH:-}"
+    note "INFO  NCCL for the build from $nccl_root"
+fi
 t0=$(date +%s)
-if cmake -S "$ROOT" -B "$BUILD" -DMT_CUDA=ON -DCMAKE_BUILD_TYPE=Release >"$LOG/configure.log" 2>&1 &&
+if cmake -S "$ROOT" -B "$BUILD" -DMT_CUDA=ON -DCMAKE_BUILD_TYPE=Release "${cmake_nccl[@]}" >"$LOG/configure.log" 2>&1 &&
    cmake --build "$BUILD" -j "$JOBS" >"$LOG/build.log" 2>&1; then
     note "PASS  build with CUDA in $(( $(date +%s) - t0 )) s ($(grep -o 'CUDA backend [A-Z]*, NCCL [A-Z]*' "$LOG/configure.log" | head -1))"
 else
@@ -108,6 +120,8 @@ multi_env=()
 multi_why=""
 if [ "$gpus" -ge 2 ]; then
     multi_why="$gpus GPUs"
+elif [ -n "$built_nccl" ] && at_least_2_30 "$built_nccl"; then
+    multi_why="one GPU, NCCL $built_nccl (the build's)"
 elif [ -n "${MT_NCCL_LIB_DIR:-}" ]; then
     multi_env=(LD_LIBRARY_PATH="$MT_NCCL_LIB_DIR:${LD_LIBRARY_PATH:-}")
     multi_why="one GPU, NCCL from MT_NCCL_LIB_DIR=$MT_NCCL_LIB_DIR"
