@@ -72,6 +72,31 @@ mt_status mt_op_accumulate(mt_device *dev, float *dst, const void *src, mt_dtype
     return CUDA_OP(dev, op, mt_cuda_op_accumulate(dev, dst, src, src_dtype, n));
 }
 
+/* The checks of a linear layer's forward and backward, whatever the weight's dtype. */
+static mt_status check_linear_forward(mt_device *dev, const char *op, const void *in,
+                                      const void *w, const void *out, int batch, int in_features,
+                                      int out_features) {
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_linear(op, batch, in_features, out_features));
+    size_t rows = (size_t)batch, cols = (size_t)out_features;
+    MT_TRY(check_ptr(in, rows * (size_t)in_features, op, "the input"));
+    MT_TRY(check_ptr(w, cols * (size_t)in_features, op, "the weight"));
+    return check_ptr(out, rows * cols, op, "the output");
+}
+
+static mt_status check_linear_backward(mt_device *dev, const char *op, const void *d_out,
+                                       const void *in, const void *w, const void *d_in,
+                                       const void *d_w, int batch, int in_features,
+                                       int out_features) {
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_linear(op, batch, in_features, out_features));
+    size_t rows = (size_t)batch, cols = (size_t)out_features;
+    MT_TRY(check_ptr(d_out, rows * cols, op, "the output gradient"));
+    MT_TRY(check_ptr(in, rows * (size_t)in_features, op, "the input"));
+    if (d_in) MT_TRY(check_ptr(w, cols * (size_t)in_features, op, "the weight"));
+    return check_ptr(d_w, cols * (size_t)in_features, op, "the weight gradient");
+}
+
 /* ---- matrix products and the MLP ops --------------------------------------------------------- */
 
 mt_status mt_op_gemm(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
@@ -91,12 +116,7 @@ mt_status mt_op_gemm(mt_device *dev, bool trans_a, bool trans_b, int m, int n, i
 mt_status mt_op_linear_forward(mt_device *dev, const float *in, const float *w, const float *bias,
                                float *out, int batch, int in_features, int out_features) {
     static const char *op = "linear_forward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_linear(op, batch, in_features, out_features));
-    size_t rows = (size_t)batch, cols = (size_t)out_features;
-    MT_TRY(check_ptr(in, rows * (size_t)in_features, op, "the input"));
-    MT_TRY(check_ptr(w, cols * (size_t)in_features, op, "the weight"));
-    MT_TRY(check_ptr(out, rows * cols, op, "the output"));
+    MT_TRY(check_linear_forward(dev, op, in, w, out, batch, in_features, out_features));
     if (on_cpu(dev))
         return mt_cpu_op_linear_forward(in, w, bias, out, batch, in_features, out_features);
     return CUDA_OP(dev, op,
@@ -108,13 +128,8 @@ mt_status mt_op_linear_backward(mt_device *dev, const float *d_out, const float 
                                 const float *w, float *d_in, float *d_w, float *d_bias, int batch,
                                 int in_features, int out_features) {
     static const char *op = "linear_backward";
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_linear(op, batch, in_features, out_features));
-    size_t rows = (size_t)batch, cols = (size_t)out_features;
-    MT_TRY(check_ptr(d_out, rows * cols, op, "the output gradient"));
-    MT_TRY(check_ptr(in, rows * (size_t)in_features, op, "the input"));
-    if (d_in) MT_TRY(check_ptr(w, cols * (size_t)in_features, op, "the weight"));
-    MT_TRY(check_ptr(d_w, cols * (size_t)in_features, op, "the weight gradient"));
+    MT_TRY(check_linear_backward(dev, op, d_out, in, w, d_in, d_w, batch, in_features,
+                                 out_features));
     if (on_cpu(dev))
         return mt_cpu_op_linear_backward(d_out, in, w, d_in, d_w, d_bias, batch, in_features,
                                          out_features);
@@ -157,12 +172,7 @@ mt_status mt_op_linear_forward_ex(mt_device *dev, const float *in, const void *w
     MT_TRY(check_ab_dtype(w_dtype, op));
     if (w_dtype == MT_F32)
         return mt_op_linear_forward(dev, in, w, bias, out, batch, in_features, out_features);
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_linear(op, batch, in_features, out_features));
-    size_t rows = (size_t)batch, cols = (size_t)out_features;
-    MT_TRY(check_ptr(in, rows * (size_t)in_features, op, "the input"));
-    MT_TRY(check_ptr(w, cols * (size_t)in_features, op, "the weight"));
-    MT_TRY(check_ptr(out, rows * cols, op, "the output"));
+    MT_TRY(check_linear_forward(dev, op, in, w, out, batch, in_features, out_features));
     if (on_cpu(dev))
         return mt_cpu_op_linear_forward_bf16(dev, in, w, bias, out, batch, in_features,
                                              out_features);
@@ -179,13 +189,8 @@ mt_status mt_op_linear_backward_ex(mt_device *dev, const float *d_out, const flo
     if (w_dtype == MT_F32)
         return mt_op_linear_backward(dev, d_out, in, w, d_in, d_w, d_bias, batch, in_features,
                                      out_features);
-    MT_TRY(check_device(dev, op));
-    MT_TRY(check_linear(op, batch, in_features, out_features));
-    size_t rows = (size_t)batch, cols = (size_t)out_features;
-    MT_TRY(check_ptr(d_out, rows * cols, op, "the output gradient"));
-    MT_TRY(check_ptr(in, rows * (size_t)in_features, op, "the input"));
-    if (d_in) MT_TRY(check_ptr(w, cols * (size_t)in_features, op, "the weight"));
-    MT_TRY(check_ptr(d_w, cols * (size_t)in_features, op, "the weight gradient"));
+    MT_TRY(check_linear_backward(dev, op, d_out, in, w, d_in, d_w, batch, in_features,
+                                 out_features));
     if (on_cpu(dev))
         return mt_cpu_op_linear_backward_bf16(dev, d_out, in, w, d_in, d_w, d_bias, batch,
                                               in_features, out_features);

@@ -7,6 +7,7 @@
  * f32, so only the summation order differs, as for f32. Casts and accumulations between f32 and
  * bf16 must be bit-exact. Exits 77 (ctest: skipped) without a GPU. */
 #include "check.h"
+#include "numeric.h"
 
 #include <meshtrain/device.h>
 #include <meshtrain/dtype.h>
@@ -26,12 +27,7 @@
 static mt_device *cpu, *gpu;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
-static double next_unit(void) { /* xorshift64*, uniform in [0, 1) */
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (double)((rng * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
-}
+static double next_unit(void) { return test_rand_unit(&rng); }
 
 static float *rand_floats(size_t n, float lo, float hi) {
     float *p = malloc((n ? n : 1) * sizeof *p);
@@ -63,16 +59,8 @@ static void compare(const char *what, float *d, const float *ref, size_t n, doub
     float *back = malloc((n ? n : 1) * sizeof *back);
     if (!back) abort();
     CHECK_OK(mt_device_copy(gpu, back, d, n * sizeof *back, MT_COPY_DEVICE_TO_HOST, NULL));
-    double worst = 0.0;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) {
-        double den = fabs((double)ref[i]) > 1.0 ? fabs((double)ref[i]) : 1.0;
-        double e = fabs((double)back[i] - (double)ref[i]) / den;
-        if (!(e <= worst)) { /* also catches NaN */
-            worst = e;
-            at = i;
-        }
-    }
+    size_t at;
+    double worst = test_max_rel_err(back, ref, n, &at);
     printf("  %-32s n %-8zu max rel err %.3g\n", what, n, worst);
     CHECK_MSG(worst <= tol, "%s: element %zu: gpu %.9g cpu %.9g (err %.3g > %.1g)", what, at,
               n ? (double)back[at] : 0.0, n ? (double)ref[at] : 0.0, worst, tol);

@@ -13,6 +13,7 @@
  * MT_TEST_OPS_SELF=1 runs the program with a second CPU device in the GPU's place (a check of its
  * own bookkeeping on a machine without a GPU; the case over 2^31 elements is left out there). */
 #include "check.h"
+#include "numeric.h"
 
 #include <meshtrain/device.h>
 #include <meshtrain/ops.h>
@@ -31,12 +32,7 @@ static mt_device *cpu, *gpu;
 static bool self_check;
 static uint64_t rng = 0x243f6a8885a308d3ull;
 
-static double next_unit(void) { /* xorshift64*, uniform in [0, 1) */
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (double)((rng * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
-}
+static double next_unit(void) { return test_rand_unit(&rng); }
 
 static float *rand_floats(size_t n, float lo, float hi) {
     float *p = malloc((n ? n : 1) * sizeof *p);

@@ -4,6 +4,7 @@
  * f32 ops do, leave the bias gradient unrounded, free their scratch (charged to activations),
  * also when an allocation fails; with f32 they must be the f32 ops bit for bit. */
 #include "check.h"
+#include "numeric.h"
 
 #include <meshtrain/device.h>
 #include <meshtrain/dtype.h>
@@ -19,12 +20,7 @@
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 
-static double next_unit(void) { /* xorshift64*, uniform in [0, 1) */
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (double)((rng * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
-}
+static double next_unit(void) { return test_rand_unit(&rng); }
 
 static float *rand_floats(size_t n) {
     float *p = malloc((n ? n : 1) * sizeof *p);
@@ -55,16 +51,8 @@ static mt_bf16 *to_bf16(const float *src, size_t n, float **widened) {
 
 /* Largest |got - want| / max(|want|, 1), printed and checked against tol. */
 static void agree(const char *what, const float *got, const float *want, size_t n, double tol) {
-    double worst = 0.0;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) {
-        double den = fabs((double)want[i]) > 1.0 ? fabs((double)want[i]) : 1.0;
-        double e = fabs((double)got[i] - (double)want[i]) / den;
-        if (!(e <= worst)) { /* also catches NaN */
-            worst = e;
-            at = i;
-        }
-    }
+    size_t at;
+    double worst = test_max_rel_err(got, want, n, &at);
     printf("  %-40s n %-6zu max rel err %.3g\n", what, n, worst);
     CHECK_MSG(worst <= tol, "%s: element %zu: %.9g vs %.9g (err %.3g > %.1g)", what, at,
               n ? (double)got[at] : 0.0, n ? (double)want[at] : 0.0, worst, tol);
