@@ -274,9 +274,11 @@ mt_status mt_device_alloc(mt_device *dev, size_t bytes, mt_mem_category category
     char asked[32];
     pthread_mutex_lock(&dev->lock);
     size_t capacity = dev->stats.capacity;
-    if (capacity && bytes > capacity - dev->stats.total_current) {
+    /* Memory charged from outside (mt_device_charge_external) may already exceed the capacity. */
+    size_t left_bytes =
+        capacity > dev->stats.total_current ? capacity - dev->stats.total_current : 0;
+    if (capacity && bytes > left_bytes) {
         char left[32], cap[32], in_use[512];
-        size_t left_bytes = capacity - dev->stats.total_current;
         format_in_use(&dev->stats, in_use, sizeof in_use);
         pthread_mutex_unlock(&dev->lock);
         return mt_error(MT_ERR_OUT_OF_MEMORY,
@@ -357,7 +359,8 @@ const char *mt_memory_report(const mt_device *dev, char *buf, size_t size) {
                                 mt_format_bytes(s.total_current, now, sizeof now),
                                 mt_format_bytes(s.total_peak, peak, sizeof peak));
     if (len < size && s.capacity)
-        snprintf(buf + len, size - len, ", capacity %s", mt_format_bytes(s.capacity, now, sizeof now));
+        snprintf(buf + len, size - len, ", capacity %s",
+                 mt_format_bytes(s.capacity, now, sizeof now));
     return buf;
 }
 
@@ -372,9 +375,16 @@ void mt_device_charge_external(mt_device *dev, mt_mem_category category, size_t 
 void mt_device_release_external(mt_device *dev, mt_mem_category category, size_t bytes) {
     if (!dev || (unsigned)category >= MT_MEM_CATEGORY_COUNT) return;
     pthread_mutex_lock(&dev->lock);
-    if (bytes > dev->stats.current[category]) bytes = dev->stats.current[category];
-    uncharge(dev, category, bytes);
+    size_t charged = dev->stats.current[category];
+    uncharge(dev, category, bytes < charged ? bytes : charged);
     pthread_mutex_unlock(&dev->lock);
+    if (bytes > charged) {
+        /* A caller's bookkeeping is off: say so rather than let the counters wrap. */
+        char asked[32], have[32];
+        mt_log(MT_LOG_WARN, "%s: releasing %s of external %s memory, but only %s is charged",
+               dev->name, mt_format_bytes(bytes, asked, sizeof asked),
+               mt_mem_category_name(category), mt_format_bytes(charged, have, sizeof have));
+    }
 }
 
 void mt_device_mem_stats(const mt_device *dev, mt_mem_stats *out) {

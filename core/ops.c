@@ -42,7 +42,8 @@ static mt_status check_elementwise(mt_device *dev, const char *op, size_t n, con
 
 /* ---- casts ----------------------------------------------------------------------------------- */
 
-static mt_status check_cast_dtype(mt_dtype dt, const char *op, const char *what) {
+/* The dtypes the casts and the mixed-precision products take. */
+static mt_status check_float_dtype(mt_dtype dt, const char *op, const char *what) {
     if (dt != MT_F32 && dt != MT_BF16)
         return mt_error(MT_ERR_INVALID_ARG, "%s: %s dtype %d is neither f32 nor bf16", op, what,
                         (int)dt);
@@ -53,8 +54,8 @@ mt_status mt_op_cast(mt_device *dev, const void *src, mt_dtype src_dtype, void *
                      mt_dtype dst_dtype, size_t n) {
     static const char *op = "cast";
     MT_TRY(check_device(dev, op));
-    MT_TRY(check_cast_dtype(src_dtype, op, "the source"));
-    MT_TRY(check_cast_dtype(dst_dtype, op, "the destination"));
+    MT_TRY(check_float_dtype(src_dtype, op, "the source"));
+    MT_TRY(check_float_dtype(dst_dtype, op, "the destination"));
     MT_TRY(check_ptr(src, n, op, "the source"));
     MT_TRY(check_ptr(dst, n, op, "the destination"));
     if (on_cpu(dev)) return mt_cpu_op_cast(src, src_dtype, dst, dst_dtype, n);
@@ -65,7 +66,7 @@ mt_status mt_op_accumulate(mt_device *dev, float *dst, const void *src, mt_dtype
                            size_t n) {
     static const char *op = "accumulate";
     MT_TRY(check_device(dev, op));
-    MT_TRY(check_cast_dtype(src_dtype, op, "the source"));
+    MT_TRY(check_float_dtype(src_dtype, op, "the source"));
     MT_TRY(check_ptr(src, n, op, "the source"));
     MT_TRY(check_ptr(dst, n, op, "the destination"));
     if (on_cpu(dev)) return mt_cpu_op_accumulate(dst, src, src_dtype, n);
@@ -99,15 +100,21 @@ static mt_status check_linear_backward(mt_device *dev, const char *op, const voi
 
 /* ---- matrix products and the MLP ops --------------------------------------------------------- */
 
-mt_status mt_op_gemm(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                     const float *a, const float *b, float beta, float *c) {
-    static const char *op = "gemm";
+/* The checks of a matrix product, whatever the dtype of A and B. */
+static mt_status check_gemm(mt_device *dev, const char *op, int m, int n, int k, const void *a,
+                            const void *b, const float *c) {
     MT_TRY(check_device(dev, op));
     if (m < 0 || n < 0 || k < 0)
         return mt_error(MT_ERR_INVALID_ARG, "%s: negative size (m %d, n %d, k %d)", op, m, n, k);
     MT_TRY(check_ptr(a, (size_t)m * (size_t)k, op, "A"));
     MT_TRY(check_ptr(b, (size_t)k * (size_t)n, op, "B"));
-    MT_TRY(check_ptr(c, (size_t)m * (size_t)n, op, "C"));
+    return check_ptr(c, (size_t)m * (size_t)n, op, "C");
+}
+
+mt_status mt_op_gemm(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                     const float *a, const float *b, float beta, float *c) {
+    static const char *op = "gemm";
+    MT_TRY(check_gemm(dev, op, m, n, k, a, b, c));
     if (on_cpu(dev)) return mt_cpu_op_gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     return CUDA_OP(dev, op,
                    mt_cuda_op_gemm(dev, trans_a, trans_b, m, n, k, alpha, a, b, beta, c));
@@ -138,27 +145,15 @@ mt_status mt_op_linear_backward(mt_device *dev, const float *d_out, const float 
                                               in_features, out_features));
 }
 
-/* ---- bf16 matrix products ---------------------------------------------------------------------- */
-
-static mt_status check_ab_dtype(mt_dtype dt, const char *op) {
-    if (dt != MT_F32 && dt != MT_BF16)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: input dtype %d is neither f32 nor bf16", op,
-                        (int)dt);
-    return MT_OK;
-}
+/* ---- bf16 matrix products -------------------------------------------------------------------- */
 
 mt_status mt_op_gemm_ex(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k,
                         float alpha, const void *a, const void *b, mt_dtype ab_dtype, float beta,
                         float *c) {
     static const char *op = "gemm_ex";
-    MT_TRY(check_ab_dtype(ab_dtype, op));
+    MT_TRY(check_float_dtype(ab_dtype, op, "input"));
     if (ab_dtype == MT_F32) return mt_op_gemm(dev, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
-    MT_TRY(check_device(dev, op));
-    if (m < 0 || n < 0 || k < 0)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: negative size (m %d, n %d, k %d)", op, m, n, k);
-    MT_TRY(check_ptr(a, (size_t)m * (size_t)k, op, "A"));
-    MT_TRY(check_ptr(b, (size_t)k * (size_t)n, op, "B"));
-    MT_TRY(check_ptr(c, (size_t)m * (size_t)n, op, "C"));
+    MT_TRY(check_gemm(dev, op, m, n, k, a, b, c));
     if (on_cpu(dev))
         return mt_cpu_op_gemm_bf16(dev, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     return CUDA_OP(dev, op,
@@ -169,7 +164,7 @@ mt_status mt_op_linear_forward_ex(mt_device *dev, const float *in, const void *w
                                   const float *bias, float *out, int batch, int in_features,
                                   int out_features) {
     static const char *op = "linear_forward_ex";
-    MT_TRY(check_ab_dtype(w_dtype, op));
+    MT_TRY(check_float_dtype(w_dtype, op, "input"));
     if (w_dtype == MT_F32)
         return mt_op_linear_forward(dev, in, w, bias, out, batch, in_features, out_features);
     MT_TRY(check_linear_forward(dev, op, in, w, out, batch, in_features, out_features));
@@ -185,7 +180,7 @@ mt_status mt_op_linear_backward_ex(mt_device *dev, const float *d_out, const flo
                                    const void *w, mt_dtype w_dtype, float *d_in, float *d_w,
                                    float *d_bias, int batch, int in_features, int out_features) {
     static const char *op = "linear_backward_ex";
-    MT_TRY(check_ab_dtype(w_dtype, op));
+    MT_TRY(check_float_dtype(w_dtype, op, "input"));
     if (w_dtype == MT_F32)
         return mt_op_linear_backward(dev, d_out, in, w, d_in, d_w, d_bias, batch, in_features,
                                      out_features);
@@ -199,7 +194,7 @@ mt_status mt_op_linear_backward_ex(mt_device *dev, const float *d_out, const flo
                                                    in_features, out_features));
 }
 
-/* ---- reductions for gradient clipping ----------------------------------------------------------- */
+/* ---- reductions for gradient clipping -------------------------------------------------------- */
 
 mt_status mt_op_sum_squares(mt_device *dev, const float *x, size_t n, double *acc) {
     static const char *op = "sum_squares";

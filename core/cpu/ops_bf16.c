@@ -26,9 +26,7 @@ static mt_status scratch(mt_device *dev, const char *op, const char *what, size_
 static mt_status widened(mt_device *dev, const char *op, const char *what, const void *src,
                          size_t n, float **out) {
     MT_TRY(scratch(dev, op, what, n, out));
-    const uint16_t *s = src;
-    float *d = *out;
-    for (size_t i = 0; i < n; i++) d[i] = mt_bf16_widen(s[i]);
+    mt_bf16_to_f32_array(src, *out, n);
     return MT_OK;
 }
 
@@ -88,11 +86,7 @@ mt_status mt_cpu_op_linear_backward_bf16(mt_device *dev, const float *d_out, con
                             d_w);
     /* The bias gradient is a plain f32 sum of the unrounded gradient: no product, nothing for
      * autocast to round. */
-    if (st == MT_OK && d_bias)
-        for (size_t r = 0; r < rows; r++) {
-            const float *g = d_out + r * fout;
-            for (size_t j = 0; j < fout; j++) d_bias[j] += g[j];
-        }
+    if (st == MT_OK && d_bias) mt_cpu_add_column_sums(d_out, rows, fout, d_bias);
     mt_device_free(dev, g_r);
     mt_device_free(dev, in_r);
     mt_device_free(dev, fw);

@@ -1,5 +1,5 @@
 /* Casts between f32 and bf16 on the CPU device (mt_op_cast, mt_op_accumulate), with the rounding
- * rule every other bf16 conversion shares (core/bf16_inline.h). */
+ * rule every other bf16 conversion shares (core/bf16_inline.h, the public mt_*_array). */
 #include "core/bf16_inline.h"
 #include "core/cpu/ops_cpu.h"
 
@@ -11,15 +11,8 @@ mt_status mt_cpu_op_cast(const void *src, mt_dtype src_dtype, void *dst, mt_dtyp
         if (n) memmove(dst, src, n * mt_dtype_size(src_dtype));
         return MT_OK;
     }
-    if (src_dtype == MT_F32) {
-        const float *s = src;
-        uint16_t *d = dst;
-        for (size_t i = 0; i < n; i++) d[i] = mt_bf16_round(s[i]);
-    } else {
-        const uint16_t *s = src;
-        float *d = dst;
-        for (size_t i = 0; i < n; i++) d[i] = mt_bf16_widen(s[i]);
-    }
+    if (src_dtype == MT_F32) mt_f32_to_bf16_array(src, dst, n);
+    else mt_bf16_to_f32_array(src, dst, n);
     return MT_OK;
 }
 

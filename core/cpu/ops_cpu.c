@@ -48,13 +48,15 @@ mt_status mt_cpu_op_linear_backward(const float *d_out, const float *in, const f
                               1.0f, d_in));
     MT_TRY(mt_cpu_op_gemm(true, false, out_features, in_features, batch, 1.0f, d_out, in, 1.0f,
                           d_w));
-    if (d_bias) {
-        for (size_t r = 0; r < rows; r++) {
-            const float *g = d_out + r * cols;
-            for (size_t j = 0; j < cols; j++) d_bias[j] += g[j];
-        }
-    }
+    if (d_bias) mt_cpu_add_column_sums(d_out, rows, cols, d_bias);
     return MT_OK;
+}
+
+void mt_cpu_add_column_sums(const float *g, size_t rows, size_t cols, float *d_bias) {
+    for (size_t r = 0; r < rows; r++) {
+        const float *row = g + r * cols;
+        for (size_t j = 0; j < cols; j++) d_bias[j] += row[j];
+    }
 }
 
 mt_status mt_cpu_op_relu_forward(const float *in, float *out, size_t n) {

@@ -324,6 +324,8 @@ void mt_cuda_alloc_all_done(mt_cuda_alloc *a) {
 }
 
 mt_status mt_cuda_alloc_track_stream(mt_cuda_alloc *a, cudaStream_t stream) {
+    /* The marker event must belong to the stream's device. */
+    if (cudaSetDevice(a->device) != cudaSuccess) clear_error();
     pthread_mutex_lock(&a->lock);
     bool ok = add_stream(a, stream);
     pthread_mutex_unlock(&a->lock);
@@ -334,11 +336,21 @@ mt_status mt_cuda_alloc_track_stream(mt_cuda_alloc *a, cudaStream_t stream) {
 }
 
 void mt_cuda_alloc_untrack_stream(mt_cuda_alloc *a, cudaStream_t stream) {
+    if (cudaSetDevice(a->device) != cudaSuccess) clear_error();
     pthread_mutex_lock(&a->lock);
     /* From 1: the default stream stays. */
     for (size_t i = 1; i < a->n_streams; i++) {
         if (a->streams[i].stream != stream) continue;
-        cudaEventDestroy(a->streams[i].marker);
+        /* Work still queued on the stream may use blocks freed already, and later fences no
+         * longer look at it: join it into the fence stream once, so that every later fence waits
+         * for it; if that fails, wait for it here. */
+        tracked_stream *t = &a->streams[i];
+        if (cudaEventRecord(t->marker, t->stream) != cudaSuccess ||
+            cudaStreamWaitEvent(a->fence_stream, t->marker, 0) != cudaSuccess) {
+            clear_error();
+            if (cudaStreamSynchronize(t->stream) != cudaSuccess) clear_error();
+        }
+        cudaEventDestroy(t->marker);
         clear_error();
         a->streams[i] = a->streams[--a->n_streams];
         break;

@@ -45,7 +45,8 @@ mt_status mt_cuda_alloc_get(mt_cuda_alloc *a, size_t bytes, void **out);
 void mt_cuda_alloc_put(mt_cuda_alloc *a, void *ptr);
 /* Tells the allocator that all GPU work queued so far is complete (after a device sync). */
 void mt_cuda_alloc_all_done(mt_cuda_alloc *a);
-/* Adds/removes a stream that fences cover. */
+/* Adds/removes a stream that fences cover. Removing joins the work already queued on the stream
+ * into the next fences, so the stream may be destroyed right after. */
 mt_status mt_cuda_alloc_track_stream(mt_cuda_alloc *a, cudaStream_t stream);
 void mt_cuda_alloc_untrack_stream(mt_cuda_alloc *a, cudaStream_t stream);
 /* cudaFree of every cached block whose free is known complete. */

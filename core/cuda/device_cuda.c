@@ -42,8 +42,8 @@ static cudaStream_t native_stream(const mt_stream *stream) {
 }
 
 static mt_status cuda_alloc(mt_device *dev, size_t bytes, void **out) {
-    MT_TRY(select_device(dev));
-    /* cudaMalloc returns memory aligned to at least 256 bytes; cached blocks came from it. */
+    /* The allocator selects the device itself. cudaMalloc returns memory aligned to at least 256
+     * bytes; cached blocks came from it. */
     return mt_cuda_alloc_get(dev->backend, bytes, out);
 }
 

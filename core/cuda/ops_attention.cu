@@ -48,10 +48,6 @@ __global__ void causal_softmax_backward_kernel(const float *att, float *datt, si
     }
 }
 
-static unsigned row_grid(size_t rows) {
-    return rows < 65536u * 16u ? (unsigned)rows : 65536u * 16u;
-}
-
 /* ---- batched products ------------------------------------------------------------------------ */
 
 /* One strided-batched SGEMM over the heads; strides in elements. */
@@ -87,7 +83,7 @@ extern "C" mt_status mt_cuda_op_attention_forward(mt_device *dev, const float *q
                           3 * W, hd, 0.0f, a, T, TT, heads));
     }
     size_t rows = (size_t)batch * heads * T;
-    causal_softmax_kernel<<<row_grid(rows), MT_CUDA_THREADS>>>(att, rows, T);
+    causal_softmax_kernel<<<mt_cuda_row_blocks(rows), MT_CUDA_THREADS>>>(att, rows, T);
     MT_TRY(mt_cuda_ops_launched(dev, op));
     for (int b = 0; b < batch; b++) {
         const float *v = qkv + (size_t)b * T * 3 * W + 2 * W;
@@ -134,8 +130,8 @@ extern "C" mt_status mt_cuda_op_attention_backward(mt_device *dev, const float *
             st = heads_gemm(dev, op, h, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f, dy, W, hd, a, T,
                             TT, 1.0f, dv, 3 * W, hd, heads);
         if (st == MT_OK) {
-            causal_softmax_backward_kernel<<<row_grid(rows), MT_CUDA_THREADS>>>(a, datt, rows, T,
-                                                                                scale);
+            causal_softmax_backward_kernel<<<mt_cuda_row_blocks(rows), MT_CUDA_THREADS>>>(
+                a, datt, rows, T, scale);
             st = mt_cuda_ops_launched(dev, op);
         }
         /* dQ += dP K (T x hd), dP = datt now holding the scaled pre-softmax gradient:

@@ -51,39 +51,23 @@ mt_status mt_cuda_ops_blas(mt_device *dev, const char *op, cublasHandle_t *out) 
     return status;
 }
 
-extern "C" void mt_cuda_ops_release(int index) {
-    if (index < 0 || index >= MAX_GPUS) return;
-    pthread_mutex_lock(&handles_lock);
-    if (handles[index] && cudaSetDevice(index) == cudaSuccess) {
-        cublasDestroy(handles[index]);
-        handles[index] = NULL;
-    }
-    pthread_mutex_unlock(&handles_lock);
-}
-
 /* ---- kernels --------------------------------------------------------------------------------- */
 
 /* C = beta * C when the product is empty (k = 0): cuBLAS, like BLAS, wants leading dimensions of
  * at least 1, and beta = 0 must give 0 even where C held NaN. */
 __global__ void gemm_beta_kernel(float *c, size_t n, float beta) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        c[i] = beta == 0.0f ? 0.0f : beta * c[i];
+    MT_GRID_STRIDE(i, n) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
 }
 
 /* Every row of out (rows x cols) starts as the bias (or 0), so that the product adds onto it. */
 __global__ void bias_rows_kernel(float *out, const float *bias, size_t rows, size_t cols) {
-    size_t total = rows * cols;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = bias ? bias[i % cols] : 0.0f;
+    MT_GRID_STRIDE(i, rows * cols) out[i] = bias ? bias[i % cols] : 0.0f;
 }
 
 /* d_bias[j] += column sums of g (rows x cols). One thread per column adds the rows in order, as
  * the CPU does, so both round the same way; the loads of a warp are adjacent columns. */
 __global__ void bias_grad_kernel(float *d_bias, const float *g, size_t rows, size_t cols) {
-    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < cols;
-         j += (size_t)gridDim.x * blockDim.x) {
+    MT_GRID_STRIDE(j, cols) {
         float acc = d_bias[j];
         for (size_t r = 0; r < rows; r++) acc += g[r * cols + j];
         d_bias[j] = acc;
@@ -100,7 +84,7 @@ static mt_status gemm(mt_device *dev, const char *op, bool trans_a, bool trans_b
     if (m == 0 || n == 0) return MT_OK;
     if (k == 0) {
         size_t total = (size_t)m * (size_t)n;
-        gemm_beta_kernel<<<mt_cuda_blocks(total, MT_CUDA_THREADS), MT_CUDA_THREADS>>>(c, total, beta);
+        MT_CUDA_LAUNCH(gemm_beta_kernel, total, c, total, beta);
         return mt_cuda_ops_launched(dev, op);
     }
     cublasHandle_t h;

@@ -4,10 +4,6 @@
 
 #include <stdint.h>
 
-#define GRID_STRIDE(i, n)                                                                          \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                        \
-         i += (size_t)gridDim.x * blockDim.x)
-
 __device__ static inline uint16_t bf16_round(float value) {
     uint32_t bits = __float_as_uint(value);
     if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x0040u);
@@ -20,19 +16,19 @@ __device__ static inline float bf16_widen(uint16_t value) {
 }
 
 __global__ void f32_to_bf16_kernel(const float *src, uint16_t *dst, size_t n) {
-    GRID_STRIDE(i, n) dst[i] = bf16_round(src[i]);
+    MT_GRID_STRIDE(i, n) dst[i] = bf16_round(src[i]);
 }
 
 __global__ void bf16_to_f32_kernel(const uint16_t *src, float *dst, size_t n) {
-    GRID_STRIDE(i, n) dst[i] = bf16_widen(src[i]);
+    MT_GRID_STRIDE(i, n) dst[i] = bf16_widen(src[i]);
 }
 
 __global__ void accumulate_f32_kernel(float *dst, const float *src, size_t n) {
-    GRID_STRIDE(i, n) dst[i] += src[i];
+    MT_GRID_STRIDE(i, n) dst[i] += src[i];
 }
 
 __global__ void accumulate_bf16_kernel(float *dst, const uint16_t *src, size_t n) {
-    GRID_STRIDE(i, n) dst[i] += bf16_widen(src[i]);
+    MT_GRID_STRIDE(i, n) dst[i] += bf16_widen(src[i]);
 }
 
 extern "C" mt_status mt_cuda_op_cast(mt_device *dev, const void *src, mt_dtype src_dtype,
@@ -43,9 +39,11 @@ extern "C" mt_status mt_cuda_op_cast(mt_device *dev, const void *src, mt_dtype s
     if (src_dtype == dst_dtype) {
         cudaError_t err = cudaMemcpyAsync(dst, src, n * mt_dtype_size(src_dtype),
                                           cudaMemcpyDeviceToDevice, 0);
-        if (err != cudaSuccess)
+        if (err != cudaSuccess) {
+            (void)cudaGetLastError(); /* not the next op's error */
             return mt_error(MT_ERR_SYSTEM, "%s on %s: cudaMemcpyAsync failed: %s", op,
                             mt_device_name(dev), cudaGetErrorString(err));
+        }
         return MT_OK;
     }
     unsigned blocks = mt_cuda_blocks(n, MT_CUDA_THREADS);
@@ -72,11 +70,11 @@ extern "C" mt_status mt_cuda_op_accumulate(mt_device *dev, float *dst, const voi
 /* ---- the NCCL path's average (mesh/nccl_coll.c) ---------------------------------------------- */
 
 __global__ void scale_bf16_kernel(uint16_t *x, size_t n, float factor) {
-    GRID_STRIDE(i, n) x[i] = bf16_round(bf16_widen(x[i]) * factor);
+    MT_GRID_STRIDE(i, n) x[i] = bf16_round(bf16_widen(x[i]) * factor);
 }
 
 __global__ void scale_f32_kernel(float *x, size_t n, float factor) {
-    GRID_STRIDE(i, n) x[i] *= factor;
+    MT_GRID_STRIDE(i, n) x[i] *= factor;
 }
 
 extern "C" cudaError_t mt_cuda_scale_on_stream(void *x, mt_dtype dtype, size_t n, float factor,

@@ -5,7 +5,9 @@
  * read a result back (the mse loss, the cross-entropy's row checks).
  *
  * cuBLAS: one handle per GPU index, created on first use and kept in a small table for the life of
- * the process (mt_cuda_ops_release frees one; see there). */
+ * the process: the driver reclaims them with the context at exit. They are not destroyed from an
+ * atexit handler (the CUDA runtime may already be torn down then) nor when a device closes
+ * (another device of the process may still use that GPU). */
 #ifndef MT_CORE_CUDA_OPS_CUDA_H
 #define MT_CORE_CUDA_OPS_CUDA_H
 
@@ -91,12 +93,6 @@ mt_status mt_cuda_op_xent_loss_backward(mt_device *dev, const float *logits, con
                                         const float *target_logit, float scale, float *loss,
                                         float *d_logits);
 
-/* Destroys the cuBLAS handle of GPU index (if one was created). Only safe when no open device
- * uses that GPU any more (e.g. from the CUDA device's close when it is the last one); otherwise
- * the handles simply live until the process exits, when the driver reclaims them with the
- * context. Not called from an atexit handler: the CUDA runtime may already be torn down then. */
-void mt_cuda_ops_release(int index);
-
 #ifdef __cplusplus
 }
 #endif
@@ -114,13 +110,24 @@ extern "C" {
 /* Threads per block of the elementwise and per-row kernels. */
 #define MT_CUDA_THREADS 256
 
+/* A grid-stride loop: i runs over [0, n) across every thread of the grid. */
+#define MT_GRID_STRIDE(i, n)                                                                       \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                        \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* Launches a grid-stride kernel over n items on the default stream. */
+#define MT_CUDA_LAUNCH(kernel, n, ...)                                                             \
+    kernel<<<mt_cuda_blocks((n), MT_CUDA_THREADS), MT_CUDA_THREADS>>>(__VA_ARGS__)
+
 /* Selects dev's GPU for the calling thread: the runtime's current device is per thread, and the
  * comm progress thread may have left another one current. */
 static inline mt_status mt_cuda_ops_select(mt_device *dev, const char *op) {
     cudaError_t err = cudaSetDevice(mt_device_index(dev));
-    if (err != cudaSuccess)
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError(); /* or the next op's launch check would report it as its own */
         return mt_error(MT_ERR_SYSTEM, "%s: selecting %s failed: %s", op, mt_device_name(dev),
                         cudaGetErrorString(err));
+    }
     return MT_OK;
 }
 
@@ -150,6 +157,9 @@ static inline unsigned mt_cuda_blocks(size_t n, unsigned threads) {
     if (b > cap) b = cap;
     return b > 0 ? (unsigned)b : 1u;
 }
+
+/* Blocks for the per-row kernels: one per row (rows > 0), the rest covered by their row loops. */
+static inline unsigned mt_cuda_row_blocks(size_t rows) { return mt_cuda_blocks(rows, 1); }
 
 /* Sum over a block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
  * Every thread of the block must call it (it synchronises). */

@@ -3,21 +3,14 @@
  * core/cpu/ops_gpt.c), so the two agree to float rounding. */
 #include "core/cuda/ops_cuda.h"
 
-#define GRID_STRIDE(i, n)                                                                          \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                        \
-         i += (size_t)gridDim.x * blockDim.x)
-
-#define LAUNCH(kernel, n, ...)                                                                     \
-    kernel<<<mt_cuda_blocks((n), MT_CUDA_THREADS), MT_CUDA_THREADS>>>(__VA_ARGS__)
-
 /* ---- ReLU, GELU, add ------------------------------------------------------------------------- */
 
 __global__ void relu_forward_kernel(const float *in, float *out, size_t n) {
-    GRID_STRIDE(i, n) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+    MT_GRID_STRIDE(i, n) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
 }
 
 __global__ void relu_backward_kernel(const float *out, const float *d_out, float *d_in, size_t n) {
-    GRID_STRIDE(i, n) d_in[i] += out[i] > 0.0f ? d_out[i] : 0.0f;
+    MT_GRID_STRIDE(i, n) d_in[i] += out[i] > 0.0f ? d_out[i] : 0.0f;
 }
 
 /* sqrt(2 / pi) and the cubic coefficient of GPT-2's tanh GELU. */
@@ -25,14 +18,14 @@ __global__ void relu_backward_kernel(const float *out, const float *d_out, float
 #define GELU_C 0.044715f
 
 __global__ void gelu_forward_kernel(const float *in, float *out, size_t n) {
-    GRID_STRIDE(i, n) {
+    MT_GRID_STRIDE(i, n) {
         float x = in[i];
         out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x)));
     }
 }
 
 __global__ void gelu_backward_kernel(const float *in, const float *d_out, float *d_in, size_t n) {
-    GRID_STRIDE(i, n) {
+    MT_GRID_STRIDE(i, n) {
         float x = in[i];
         float th = tanhf(GELU_K * (x + GELU_C * x * x * x));
         /* sech^2 as 1 - tanh^2: cosh overflows for large |x|, tanh saturates cleanly. */
@@ -45,7 +38,7 @@ __global__ void gelu_backward_kernel(const float *in, const float *d_out, float 
 
 /* out may alias a or b: each element is read before it is written, by the same thread. */
 __global__ void add_kernel(const float *a, const float *b, float *out, size_t n) {
-    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+    MT_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
 }
 
 extern "C" mt_status mt_cuda_op_relu_forward(mt_device *dev, const float *in, float *out,
@@ -53,7 +46,7 @@ extern "C" mt_status mt_cuda_op_relu_forward(mt_device *dev, const float *in, fl
     static const char *op = "relu_forward";
     if (n == 0) return MT_OK;
     MT_TRY(mt_cuda_ops_select(dev, op));
-    LAUNCH(relu_forward_kernel, n, in, out, n);
+    MT_CUDA_LAUNCH(relu_forward_kernel, n, in, out, n);
     return mt_cuda_ops_launched(dev, op);
 }
 
@@ -62,7 +55,7 @@ extern "C" mt_status mt_cuda_op_relu_backward(mt_device *dev, const float *out, 
     static const char *op = "relu_backward";
     if (n == 0) return MT_OK;
     MT_TRY(mt_cuda_ops_select(dev, op));
-    LAUNCH(relu_backward_kernel, n, out, d_out, d_in, n);
+    MT_CUDA_LAUNCH(relu_backward_kernel, n, out, d_out, d_in, n);
     return mt_cuda_ops_launched(dev, op);
 }
 
@@ -71,7 +64,7 @@ extern "C" mt_status mt_cuda_op_gelu_forward(mt_device *dev, const float *in, fl
     static const char *op = "gelu_forward";
     if (n == 0) return MT_OK;
     MT_TRY(mt_cuda_ops_select(dev, op));
-    LAUNCH(gelu_forward_kernel, n, in, out, n);
+    MT_CUDA_LAUNCH(gelu_forward_kernel, n, in, out, n);
     return mt_cuda_ops_launched(dev, op);
 }
 
@@ -80,7 +73,7 @@ extern "C" mt_status mt_cuda_op_gelu_backward(mt_device *dev, const float *in, c
     static const char *op = "gelu_backward";
     if (n == 0) return MT_OK;
     MT_TRY(mt_cuda_ops_select(dev, op));
-    LAUNCH(gelu_backward_kernel, n, in, d_out, d_in, n);
+    MT_CUDA_LAUNCH(gelu_backward_kernel, n, in, d_out, d_in, n);
     return mt_cuda_ops_launched(dev, op);
 }
 
@@ -89,7 +82,7 @@ extern "C" mt_status mt_cuda_op_add(mt_device *dev, const float *a, const float 
     static const char *op = "add";
     if (n == 0) return MT_OK;
     MT_TRY(mt_cuda_ops_select(dev, op));
-    LAUNCH(add_kernel, n, a, b, out, n);
+    MT_CUDA_LAUNCH(add_kernel, n, a, b, out, n);
     return mt_cuda_ops_launched(dev, op);
 }
 
@@ -110,7 +103,7 @@ __global__ void mse_forward_kernel(const float *pred, const float *target, size_
 
 __global__ void mse_backward_kernel(const float *pred, const float *target, size_t n, float k,
                                     float *d_pred) {
-    GRID_STRIDE(i, n) d_pred[i] += k * (pred[i] - target[i]);
+    MT_GRID_STRIDE(i, n) d_pred[i] += k * (pred[i] - target[i]);
 }
 
 extern "C" mt_status mt_cuda_op_mse_forward(mt_device *dev, const float *pred, const float *target,
@@ -125,9 +118,11 @@ extern "C" mt_status mt_cuda_op_mse_forward(mt_device *dev, const float *pred, c
         /* cudaMemcpyDefault: the callers pass a host float, a device one works as well. The copy
          * waits for the kernel (same default stream). */
         cudaError_t err = cudaMemcpy(loss, d_loss, sizeof(float), cudaMemcpyDefault);
-        if (err != cudaSuccess)
+        if (err != cudaSuccess) {
+            (void)cudaGetLastError(); /* not the next op's error */
             st = mt_error(MT_ERR_SYSTEM, "%s on %s: reading the loss back failed: %s", op,
                           mt_device_name(dev), cudaGetErrorString(err));
+        }
     }
     mt_device_free(dev, d_loss);
     return st;
@@ -139,7 +134,7 @@ extern "C" mt_status mt_cuda_op_mse_backward(mt_device *dev, const float *pred,
     static const char *op = "mse_backward";
     MT_TRY(mt_cuda_ops_select(dev, op));
     float k = (float)(2.0 * (double)scale / (double)n);
-    LAUNCH(mse_backward_kernel, n, pred, target, n, k, d_pred);
+    MT_CUDA_LAUNCH(mse_backward_kernel, n, pred, target, n, k, d_pred);
     return mt_cuda_ops_launched(dev, op);
 }
 
@@ -148,7 +143,7 @@ extern "C" mt_status mt_cuda_op_mse_backward(mt_device *dev, const float *pred,
 __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n,
                              float lr, float beta1, float beta2, float eps, float c1, float c2,
                              float decay) {
-    GRID_STRIDE(i, n) {
+    MT_GRID_STRIDE(i, n) {
         float g = grad[i];
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
@@ -168,7 +163,7 @@ extern "C" mt_status mt_cuda_op_adamw(mt_device *dev, float *param, const float 
     /* The bias corrections on the host in double, exactly as the CPU computes them. */
     float c1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t)));
     float c2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)t)));
-    LAUNCH(adamw_kernel, n, param, grad, m, v, n, lr, beta1, beta2, eps, c1, c2,
-           lr * weight_decay);
+    MT_CUDA_LAUNCH(adamw_kernel, n, param, grad, m, v, n, lr, beta1, beta2, eps, c1, c2,
+                   lr * weight_decay);
     return mt_cuda_ops_launched(dev, op);
 }

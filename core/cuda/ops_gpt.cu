@@ -8,13 +8,6 @@
 
 #include <stdint.h>
 
-#define GRID_STRIDE(i, n)                                                                          \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                        \
-         i += (size_t)gridDim.x * blockDim.x)
-
-#define LAUNCH(kernel, n, ...)                                                                     \
-    kernel<<<mt_cuda_blocks((n), MT_CUDA_THREADS), MT_CUDA_THREADS>>>(__VA_ARGS__)
-
 /* Row of the slice that id selects, or -1 when id lies outside [start, start + local). */
 __device__ inline long long slice_row(int id, int vocab_start, int vocab_local) {
     long long r = (long long)id - (long long)vocab_start;
@@ -26,7 +19,7 @@ __device__ inline long long slice_row(int id, int vocab_start, int vocab_local) 
 __global__ void embedding_forward_kernel(const int *ids, size_t n, const float *wte,
                                          int vocab_start, int vocab_local, size_t c, float *out,
                                          bool accumulate) {
-    GRID_STRIDE(idx, n * c) {
+    MT_GRID_STRIDE(idx, n * c) {
         size_t i = idx / c, j = idx % c;
         long long r = slice_row(ids[i], vocab_start, vocab_local);
         if (r < 0) {
@@ -43,7 +36,7 @@ __global__ void embedding_forward_kernel(const int *ids, size_t n, const float *
 __global__ void embedding_backward_kernel(const int *ids, size_t n, const float *d_out,
                                           int vocab_start, int vocab_local, size_t c,
                                           float *d_wte) {
-    GRID_STRIDE(j, c) {
+    MT_GRID_STRIDE(j, c) {
         for (size_t i = 0; i < n; i++) {
             long long r = slice_row(ids[i], vocab_start, vocab_local);
             if (r >= 0) d_wte[(size_t)r * c + j] += d_out[i * c + j];
@@ -59,8 +52,8 @@ extern "C" mt_status mt_cuda_op_embedding_forward(mt_device *dev, const int *ids
     size_t c = (size_t)channels;
     if (n * c == 0) return MT_OK;
     MT_TRY(mt_cuda_ops_select(dev, op));
-    LAUNCH(embedding_forward_kernel, n * c, ids, n, wte, vocab_start, vocab_local, c, out,
-           accumulate);
+    MT_CUDA_LAUNCH(embedding_forward_kernel, n * c, ids, n, wte, vocab_start, vocab_local, c, out,
+                   accumulate);
     return mt_cuda_ops_launched(dev, op);
 }
 
@@ -71,18 +64,18 @@ extern "C" mt_status mt_cuda_op_embedding_backward(mt_device *dev, const int *id
     size_t c = (size_t)channels;
     if (n * c == 0 || vocab_local == 0) return MT_OK;
     MT_TRY(mt_cuda_ops_select(dev, op));
-    LAUNCH(embedding_backward_kernel, c, ids, n, d_out, vocab_start, vocab_local, c, d_wte);
+    MT_CUDA_LAUNCH(embedding_backward_kernel, c, ids, n, d_out, vocab_start, vocab_local, c, d_wte);
     return mt_cuda_ops_launched(dev, op);
 }
 
 __global__ void position_forward_kernel(const float *wpe, size_t per_seq, size_t total,
                                         float *out) {
-    GRID_STRIDE(idx, total) out[idx] += wpe[idx % per_seq];
+    MT_GRID_STRIDE(idx, total) out[idx] += wpe[idx % per_seq];
 }
 
 __global__ void position_backward_kernel(const float *d_out, size_t batch, size_t per_seq,
                                          float *d_wpe) {
-    GRID_STRIDE(k, per_seq) {
+    MT_GRID_STRIDE(k, per_seq) {
         float acc = d_wpe[k];
         for (size_t b = 0; b < batch; b++) acc += d_out[b * per_seq + k];
         d_wpe[k] = acc;
@@ -95,7 +88,7 @@ extern "C" mt_status mt_cuda_op_position_forward(mt_device *dev, const float *wp
     size_t per_seq = (size_t)seq * (size_t)channels, total = (size_t)batch * per_seq;
     if (total == 0) return MT_OK;
     MT_TRY(mt_cuda_ops_select(dev, op));
-    LAUNCH(position_forward_kernel, total, wpe, per_seq, total, out);
+    MT_CUDA_LAUNCH(position_forward_kernel, total, wpe, per_seq, total, out);
     return mt_cuda_ops_launched(dev, op);
 }
 
@@ -105,7 +98,7 @@ extern "C" mt_status mt_cuda_op_position_backward(mt_device *dev, const float *d
     size_t per_seq = (size_t)seq * (size_t)channels;
     if (per_seq == 0 || batch == 0) return MT_OK;
     MT_TRY(mt_cuda_ops_select(dev, op));
-    LAUNCH(position_backward_kernel, per_seq, d_out, (size_t)batch, per_seq, d_wpe);
+    MT_CUDA_LAUNCH(position_backward_kernel, per_seq, d_out, (size_t)batch, per_seq, d_wpe);
     return mt_cuda_ops_launched(dev, op);
 }
 
@@ -178,7 +171,7 @@ __global__ void layernorm_backward_in_kernel(const float *d_out, const float *in
 __global__ void layernorm_backward_params_kernel(const float *d_out, const float *in,
                                                  const float *mean, const float *rstd, size_t n,
                                                  size_t c, float *d_gamma, float *d_beta) {
-    GRID_STRIDE(j, c) {
+    MT_GRID_STRIDE(j, c) {
         float g = d_gamma[j], b = d_beta[j];
         for (size_t i = 0; i < n; i++) {
             float dy = d_out[i * c + j];
@@ -220,7 +213,8 @@ extern "C" mt_status mt_cuda_op_layernorm_backward(mt_device *dev, const float *
     layernorm_backward_in_kernel<<<row_blocks(n), 32 * ROWS_PER_BLOCK>>>(d_out, in, gamma, mean,
                                                                           rstd, n, c, d_in);
     MT_TRY(mt_cuda_ops_launched(dev, op));
-    LAUNCH(layernorm_backward_params_kernel, c, d_out, in, mean, rstd, n, c, d_gamma, d_beta);
+    MT_CUDA_LAUNCH(layernorm_backward_params_kernel, c, d_out, in, mean, rstd, n, c, d_gamma,
+                   d_beta);
     return mt_cuda_ops_launched(dev, op);
 }
 
@@ -297,29 +291,36 @@ __global__ void xent_loss_backward_kernel(const float *logits, const int *target
     }
 }
 
-static unsigned row_grid(size_t n) { return n < 65536u * 16u ? (unsigned)n : 65536u * 16u; }
-
 /* A device word for the lowest bad row, set to "none" (all ones). */
 static mt_status bad_row_flag(mt_device *dev, const char *op, unsigned long long **flag) {
     MT_TRY(mt_device_alloc(dev, sizeof **flag, MT_MEM_OTHER, (void **)flag));
     cudaError_t err = cudaMemsetAsync(*flag, 0xff, sizeof **flag, 0);
     if (err == cudaSuccess) return MT_OK;
+    (void)cudaGetLastError(); /* not the next op's error */
     mt_device_free(dev, *flag);
     *flag = NULL;
     return mt_error(MT_ERR_SYSTEM, "%s on %s: cudaMemsetAsync failed: %s", op,
                     mt_device_name(dev), cudaGetErrorString(err));
 }
 
-/* Waits for the kernel through the copy of the flag; *row is SIZE_MAX when no row was bad. */
-static mt_status read_bad_row(mt_device *dev, const char *op, const unsigned long long *flag,
+/* After the kernel that sets the flag: checks its launch, waits for it through the copy of the
+ * flag and frees the flag. *row is the lowest bad row, SIZE_MAX when none was. */
+static mt_status read_bad_row(mt_device *dev, const char *op, unsigned long long *flag,
                               size_t *row) {
-    unsigned long long host = 0;
-    cudaError_t err = cudaMemcpy(&host, flag, sizeof host, cudaMemcpyDeviceToHost);
-    if (err != cudaSuccess)
-        return mt_error(MT_ERR_SYSTEM, "%s on %s: waiting for the kernel failed: %s (%s)", op,
-                        mt_device_name(dev), cudaGetErrorString(err), cudaGetErrorName(err));
-    *row = host == ~0ull ? SIZE_MAX : (size_t)host;
-    return MT_OK;
+    *row = SIZE_MAX;
+    unsigned long long host = ~0ull;
+    mt_status st = mt_cuda_ops_launched(dev, op);
+    if (st == MT_OK) {
+        cudaError_t err = cudaMemcpy(&host, flag, sizeof host, cudaMemcpyDeviceToHost);
+        if (err != cudaSuccess) {
+            (void)cudaGetLastError(); /* not the next op's error */
+            st = mt_error(MT_ERR_SYSTEM, "%s on %s: waiting for the kernel failed: %s (%s)", op,
+                          mt_device_name(dev), cudaGetErrorString(err), cudaGetErrorName(err));
+        }
+    }
+    mt_device_free(dev, flag);
+    if (st == MT_OK && host != ~0ull) *row = (size_t)host;
+    return st;
 }
 
 /* One value of a device array, for an error message (NaN if it cannot be read). */
@@ -337,7 +338,8 @@ extern "C" mt_status mt_cuda_op_xent_local_max(mt_device *dev, const float *logi
     static const char *op = "xent_local_max";
     if (n == 0) return MT_OK;
     MT_TRY(mt_cuda_ops_select(dev, op));
-    xent_max_kernel<<<row_grid(n), MT_CUDA_THREADS>>>(logits, n, (size_t)vocab_local, row_max);
+    xent_max_kernel<<<mt_cuda_row_blocks(n), MT_CUDA_THREADS>>>(logits, n, (size_t)vocab_local,
+                                                                row_max);
     return mt_cuda_ops_launched(dev, op);
 }
 
@@ -350,13 +352,10 @@ extern "C" mt_status mt_cuda_op_xent_local_sums(mt_device *dev, const float *log
     MT_TRY(mt_cuda_ops_select(dev, op));
     unsigned long long *flag = NULL;
     MT_TRY(bad_row_flag(dev, op, &flag));
-    xent_sums_kernel<<<row_grid(n), MT_CUDA_THREADS>>>(logits, targets, n, vocab_start,
-                                                       vocab_local, row_max, sum_exp,
-                                                       target_logit, flag);
-    size_t bad = SIZE_MAX;
-    mt_status st = mt_cuda_ops_launched(dev, op);
-    if (st == MT_OK) st = read_bad_row(dev, op, flag, &bad);
-    mt_device_free(dev, flag);
+    xent_sums_kernel<<<mt_cuda_row_blocks(n), MT_CUDA_THREADS>>>(
+        logits, targets, n, vocab_start, vocab_local, row_max, sum_exp, target_logit, flag);
+    size_t bad;
+    mt_status st = read_bad_row(dev, op, flag, &bad);
     if (st == MT_OK && bad != SIZE_MAX)
         st = mt_error(MT_ERR_INVALID_ARG,
                       "xent_local_sums: row %zu has maximum %g (a non-finite logit, or no logits "
@@ -375,13 +374,11 @@ extern "C" mt_status mt_cuda_op_xent_loss_backward(mt_device *dev, const float *
     MT_TRY(mt_cuda_ops_select(dev, op));
     unsigned long long *flag = NULL;
     MT_TRY(bad_row_flag(dev, op, &flag));
-    xent_loss_backward_kernel<<<row_grid(n), MT_CUDA_THREADS>>>(
+    xent_loss_backward_kernel<<<mt_cuda_row_blocks(n), MT_CUDA_THREADS>>>(
         logits, targets, n, vocab_start, vocab_local, row_max, sum_exp, target_logit, scale, loss,
         d_logits, flag);
-    size_t bad = SIZE_MAX;
-    mt_status st = mt_cuda_ops_launched(dev, op);
-    if (st == MT_OK) st = read_bad_row(dev, op, flag, &bad);
-    mt_device_free(dev, flag);
+    size_t bad;
+    mt_status st = read_bad_row(dev, op, flag, &bad);
     if (st == MT_OK && bad != SIZE_MAX)
         st = mt_error(MT_ERR_INVALID_ARG,
                       "xent_loss_backward: row %zu has sum %g and maximum %g (were the "

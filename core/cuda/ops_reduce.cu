@@ -9,17 +9,13 @@
  * reaches the accumulator whatever the order. */
 #include "core/cuda/ops_cuda.h"
 
-#define GRID_STRIDE(i, n)                                                                          \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                        \
-         i += (size_t)gridDim.x * blockDim.x)
-
 /* At most this many blocks for the sum: a few per SM keep memory busy, and each block costs one
  * atomic on the same address, so more blocks would only queue more atomics. */
 #define SUM_MAX_BLOCKS 1024u
 
 __global__ void sum_squares_kernel(const float *x, size_t n, double *acc) {
     double s = 0.0;
-    GRID_STRIDE(i, n) {
+    MT_GRID_STRIDE(i, n) {
         double g = (double)x[i];
         s += g * g;
     }
@@ -28,7 +24,7 @@ __global__ void sum_squares_kernel(const float *x, size_t n, double *acc) {
 }
 
 __global__ void scale_kernel(float *x, float factor, size_t n) {
-    GRID_STRIDE(i, n) x[i] *= factor;
+    MT_GRID_STRIDE(i, n) x[i] *= factor;
 }
 
 extern "C" mt_status mt_cuda_op_sum_squares(mt_device *dev, const float *x, size_t n,
