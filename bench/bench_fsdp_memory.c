@@ -15,6 +15,8 @@
  * Rank 0 prints one row: the worst rank's ratio measured / theory (target <= 1.10).
  * bench/fsdp_memory.sh runs N = 1, 2, 4, 8 and prints one table.
  */
+#include "bench/bench_fsdp_mlp.h"
+#include "core/error.h"
 #include "fsdp/fsdp_shards.h"
 
 #include <meshtrain/meshtrain.h>
@@ -22,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define PROG "mt-bench-fsdp-memory"
 
 typedef struct options {
     int layers, width, batch, steps, header;
@@ -40,7 +44,7 @@ static int parse_args(int argc, char **argv, options *o) {
                    : !strcmp(argv[i], "--steps") ? &o->steps
                                                  : NULL;
         if (!dst || i + 1 >= argc || (*dst = atoi(argv[++i])) < 1) {
-            fprintf(stderr, "mt-bench-fsdp-memory: bad option %s (--layers, --width, --batch, "
+            fprintf(stderr, PROG ": bad option %s (--layers, --width, --batch, "
                             "--steps take an integer >= 1; --no-header)\n", argv[i]);
             return -1;
         }
@@ -75,30 +79,23 @@ static mt_status theory_bytes(mt_module *root, int world, double *out, double *i
 static mt_status run(mt_runtime *rt, const options *o) {
     int rank = mt_runtime_rank(rt), world = mt_runtime_world_size(rt);
     mt_device *dev = mt_runtime_device(rt);
-    mt_mesh *mesh = NULL;
-    MT_TRY(mt_mesh_create(rt, 1, (int[]){world}, (const char *[]){"dp"}, &mesh));
-    mt_mlp_config cfg = {.layers = o->layers, .in_dim = o->width, .width = o->width,
-                         .out_dim = o->width, .seed = 1};
-    mt_mlp *mlp = NULL;
+    mt_bench_mlp b;
     mt_adamw *adam = NULL;
-    float *x = malloc((size_t)o->batch * o->width * sizeof *x);
-    float *y = malloc((size_t)o->batch * o->width * sizeof *y);
-    mt_status st = x && y ? mt_mlp_create(mesh, &cfg, &mlp) : MT_ERR_OUT_OF_MEMORY;
-    mt_fsdp_options fo = mt_fsdp_defaults(mesh, "dp");
-    for (int l = 0; l < o->layers && st == MT_OK; l++) st = mt_fsdp_shard(mt_mlp_layer(mlp, l), &fo);
-    if (st == MT_OK) st = mt_fsdp_shard(mt_mlp_root(mlp), &fo);
-    if (st == MT_OK) st = mt_adamw_create(mt_mlp_root(mlp), &(mt_adamw_options){.lr = 1e-4f}, &adam);
+    mt_status st = mt_bench_mlp_create(rt, PROG, o->layers, o->width, o->batch, &b);
+    mt_mlp *mlp = b.mlp;
+    mt_module *root = mt_mlp_root(mlp);
+    if (st == MT_OK) st = mt_adamw_create(root, &(mt_adamw_options){.lr = 1e-4f}, &adam);
     double theory = 0.0, in_flight = 0.0;
-    if (st == MT_OK) st = theory_bytes(mt_mlp_root(mlp), world, &theory, &in_flight);
+    if (st == MT_OK) st = theory_bytes(root, world, &theory, &in_flight);
 
     /* Setup held the unsharded model once; from here only training counts. */
     mt_device_reset_peaks(dev);
     for (int s = 0; s < o->steps && st == MT_OK; s++) {
-        mt_mlp_synthetic_batch(&cfg, 7, s, (long)rank * o->batch, o->batch, x, y);
-        st = mt_mlp_forward_backward(mlp, x, y, o->batch, 1.0f, NULL);
-        if (st == MT_OK) st = mt_clip_grad_norm(mt_mlp_root(mlp), 1.0f, NULL);
+        mt_mlp_synthetic_batch(&b.cfg, 7, s, (long)rank * o->batch, o->batch, b.x, b.y);
+        st = mt_mlp_forward_backward(mlp, b.x, b.y, o->batch, 1.0f, NULL);
+        if (st == MT_OK) st = mt_clip_grad_norm(root, 1.0f, NULL);
         if (st == MT_OK) st = mt_adamw_step(adam);
-        if (st == MT_OK) st = mt_zero_grad(mt_mlp_root(mlp));
+        if (st == MT_OK) st = mt_zero_grad(root);
     }
 
     mt_mem_stats ms;
@@ -106,7 +103,9 @@ static mt_status run(mt_runtime *rt, const options *o) {
     float mine[4] = {(float)ms.peak[MT_MEM_PARAMS], (float)ms.peak[MT_MEM_GRADS],
                      (float)ms.peak[MT_MEM_OPTIMIZER], (float)theory};
     float *all = calloc((size_t)world * 4, sizeof *all);
-    if (st == MT_OK && !all) st = MT_ERR_OUT_OF_MEMORY;
+    if (st == MT_OK && !all)
+        st = mt_error(MT_ERR_OUT_OF_MEMORY, PROG ": out of host memory for %d ranks' peaks",
+                      world);
     if (st == MT_OK)
         st = mt_all_gather(mt_runtime_world(rt), mine, all, 4, MT_F32, NULL);
     if (st == MT_OK && rank == 0) {
@@ -132,10 +131,7 @@ static mt_status run(mt_runtime *rt, const options *o) {
     }
     free(all);
     mt_adamw_destroy(adam);
-    mt_mlp_destroy(mlp);
-    mt_mesh_destroy(mesh);
-    free(x);
-    free(y);
+    mt_bench_mlp_destroy(&b);
     return st;
 }
 
@@ -145,7 +141,7 @@ int main(int argc, char **argv) {
     mt_runtime *rt = NULL;
     mt_status st = mt_init(&rt, &argc, &argv);
     if (st == MT_OK) st = run(rt, &o);
-    if (st != MT_OK) fprintf(stderr, "mt-bench-fsdp-memory: %s\n", mt_last_error());
+    if (st != MT_OK) fprintf(stderr, PROG ": %s\n", mt_last_error());
     if (rt) mt_finalize(rt);
     return st == MT_OK ? 0 : 1;
 }

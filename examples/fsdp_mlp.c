@@ -77,12 +77,20 @@ static mt_status train(mt_runtime *rt, const options *opt) {
     mt_adamw *adam = NULL;
     float *x = malloc((size_t)local * cfg.in_dim * sizeof *x);
     float *y = malloc((size_t)local * cfg.out_dim * sizeof *y);
-    mt_status st = x && y ? mt_mlp_create(mesh, &cfg, &mlp) : MT_ERR_OUT_OF_MEMORY;
+    mt_status st = MT_OK;
+    if (!x || !y) {
+        fprintf(stderr, "fsdp_mlp: rank %d: no host memory for a batch of %d samples\n", rank,
+                local);
+        mt_clear_error(); /* the message is printed: nothing more to say */
+        st = MT_ERR_OUT_OF_MEMORY;
+    }
+    if (st == MT_OK) st = mt_mlp_create(mesh, &cfg, &mlp);
 
     /* fully_shard: each layer is a unit, then the root takes whatever is left. */
     mt_fsdp_options fo = mt_fsdp_defaults(mesh, "dp");
     fo.param_dtype = opt->param_dtype;
-    for (int l = 0; l < cfg.layers && st == MT_OK; l++) st = mt_fsdp_shard(mt_mlp_layer(mlp, l), &fo);
+    for (int l = 0; l < cfg.layers && st == MT_OK; l++)
+        st = mt_fsdp_shard(mt_mlp_layer(mlp, l), &fo);
     if (st == MT_OK) st = mt_fsdp_shard(mt_mlp_root(mlp), &fo);
 
     /* The optimizer comes after sharding: it holds state for this rank's shards only. */

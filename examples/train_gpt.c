@@ -284,6 +284,15 @@ static void fill_batch(const trainer *t, bool eval, int step, int micro) {
 
 /* ---- reporting ----------------------------------------------------------------------------- */
 
+/* A failure this program found itself (not the library): its message now, and no earlier library
+ * message left for main to print after it. */
+static mt_status fail_here(const trainer *t, mt_status st, const char *what) {
+    fprintf(stderr, PROG ": rank %d: %s\n", t->rank, what);
+    fflush(stderr);
+    mt_clear_error();
+    return st;
+}
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -315,10 +324,7 @@ static mt_status gather_peaks(trainer *t, uint64_t out[MEM_FIELDS]) {
         for (int k = 0; k < 3; k++) send[i * 3 + k] = (float)((mine[i] >> (22 * k)) & 0x3FFFFF);
     size_t n = (size_t)t->world_size * MEM_FIELDS * 3;
     float *all = malloc(n * sizeof *all);
-    if (!all) {
-        fprintf(stderr, PROG ": rank %d: no memory to gather the memory peaks\n", t->rank);
-        return MT_ERR_OUT_OF_MEMORY;
-    }
+    if (!all) return fail_here(t, MT_ERR_OUT_OF_MEMORY, "no memory to gather the memory peaks");
     mt_status st = mt_all_gather(t->world, send, all, MEM_FIELDS * 3, MT_F32, NULL);
     for (int i = 0; i < MEM_FIELDS; i++) {
         out[i] = 0;
@@ -408,10 +414,7 @@ static mt_status print_summary(trainer *t) {
     mt_device *dev = mt_runtime_device(t->rt);
     float mine[2] = {(float)mt_device_get_kind(dev), (float)mt_device_index(dev)};
     float *all = malloc((size_t)t->world_size * 2 * sizeof *all);
-    if (!all) {
-        fprintf(stderr, PROG ": rank %d: no memory for the mesh summary\n", t->rank);
-        return MT_ERR_OUT_OF_MEMORY;
-    }
+    if (!all) return fail_here(t, MT_ERR_OUT_OF_MEMORY, "no memory for the mesh summary");
     mt_status st = mt_all_gather(t->world, mine, all, 2, MT_F32, NULL);
     if (st != MT_OK || t->rank != 0) {
         free(all);
@@ -494,10 +497,8 @@ static mt_status build(trainer *t) {
 
     t->tokens = malloc((size_t)o->batch * (o->seq + 1) * sizeof *t->tokens);
     if (t->rank == 0) t->step_losses = malloc(((size_t)o->steps + 1) * sizeof *t->step_losses);
-    if (!t->tokens || (t->rank == 0 && !t->step_losses)) {
-        fprintf(stderr, PROG ": rank %d: no memory for the token batch\n", t->rank);
-        return MT_ERR_OUT_OF_MEMORY;
-    }
+    if (!t->tokens || (t->rank == 0 && !t->step_losses))
+        return fail_here(t, MT_ERR_OUT_OF_MEMORY, "no memory for the token batch");
     return MT_OK;
 }
 
@@ -629,10 +630,7 @@ static mt_status train(trainer *t) {
 static mt_status agree_on_errors(trainer *t, const char *err) {
     size_t n = (size_t)t->world_size;
     float mine = err[0] ? 1.0f : 0.0f, *all = calloc(n, sizeof *all);
-    if (!all) {
-        fprintf(stderr, PROG ": rank %d: no memory to agree on the arguments\n", t->rank);
-        return MT_ERR_OUT_OF_MEMORY;
-    }
+    if (!all) return fail_here(t, MT_ERR_OUT_OF_MEMORY, "no memory to agree on the arguments");
     mt_status st = mt_all_gather(t->world, &mine, all, 1, MT_F32, NULL);
     int first = -1;
     for (size_t r = 0; st == MT_OK && r < n && first < 0; r++)

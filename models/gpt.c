@@ -10,6 +10,7 @@
  * (activations category) and freed as backward consumes them. The loss gradient (softmax minus
  * one-hot) is produced by the forward's cross-entropy, since that step has all it needs. */
 #include "core/error.h"
+#include "models/model_common.h"
 #include "tp/tp_internal.h"
 
 #include <meshtrain/gpt.h>
@@ -90,17 +91,10 @@ typedef struct gpt_pass {
 
 /* ---- deterministic initialisation ------------------------------------------------------------ */
 
-/* SplitMix64's finaliser: a well-mixed 64-bit value from any 64-bit key. */
-static uint64_t mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* Uniform in (0, 1), never 0 (Box-Muller takes its logarithm). */
 static double hash_open_unit(uint64_t seed, uint64_t id, uint64_t index, uint64_t salt) {
-    uint64_t h = mix64(seed ^ mix64(id ^ mix64(index ^ mix64(salt))));
+    uint64_t h = mt_model_mix64(index ^ mt_model_mix64(salt));
+    h = mt_model_mix64(seed ^ mt_model_mix64(id ^ h));
     return ((double)(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
@@ -178,59 +172,11 @@ static mt_status add_params(mt_gpt *g, mt_module *m, const param_spec *specs, in
 
 /* ---- parameters and activations -------------------------------------------------------------- */
 
-static mt_status act_alloc(mt_device *dev, size_t elems, bool zero, float **out) {
-    size_t bytes = (elems ? elems : 1) * sizeof(float);
-    MT_TRY(mt_device_alloc(dev, bytes, MT_MEM_ACTIVATIONS, (void **)out));
-    if (zero) {
-        mt_status st = mt_device_memset(dev, *out, 0, bytes, NULL);
-        if (st != MT_OK) {
-            mt_device_free(dev, *out);
-            *out = NULL;
-            return st;
-        }
-    }
-    return MT_OK;
-}
-
-static void free_all(mt_device *dev, float **bufs, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        mt_device_free(dev, bufs[i]);
-        bufs[i] = NULL;
-    }
-}
-
-/* The values of params[0..n): their own data when f32 or when matmul[i] (a weight that only
- * enters matrix products, which take bf16 directly: the _ex linears; dtypes[i] says which), else
- * f32 copies converted into scratch[i] (activations; free with free_all). matmul may be NULL. */
+/* The values of params[0..n) (mt_model_param_values); scratch[0..n) to free with
+ * mt_model_free_all. */
 static mt_status read_params(mt_device *dev, mt_param **params, int n, const bool *matmul,
                              const void **vals, mt_dtype *dtypes, float **scratch) {
-    for (int i = 0; i < n; i++) {
-        mt_param *p = params[i];
-        scratch[i] = NULL;
-        void *data = mt_param_data(p);
-        if (!data)
-            return mt_error(MT_ERR_INVALID_ARG, "gpt: parameter '%s' has no values here (its "
-                            "unit is sharded)", mt_param_name(p));
-        dtypes[i] = mt_param_dtype(p);
-        if (dtypes[i] == MT_F32 || (matmul && matmul[i])) {
-            vals[i] = data;
-            continue;
-        }
-        dtypes[i] = MT_F32;
-        MT_TRY(act_alloc(dev, mt_param_numel(p), false, &scratch[i]));
-        MT_TRY(mt_param_read_f32(p, scratch[i]));
-        vals[i] = scratch[i];
-    }
-    return MT_OK;
-}
-
-static mt_status grads_of(mt_param **params, int n, const char *module, float **grads) {
-    for (int i = 0; i < n; i++)
-        if (!(grads[i] = mt_param_grad(params[i])))
-            return mt_error(MT_ERR_INVALID_ARG, "gpt: '%s' has no gradient buffer for '%s' in "
-                            "its backward (shard the model with mt_fsdp_shard before training)",
-                            module, mt_param_name(params[i]));
-    return MT_OK;
+    return mt_model_param_values(dev, "gpt", params, n, matmul, vals, dtypes, scratch);
 }
 
 static const float *block_input(const gpt_pass *pass, int l) {
@@ -244,19 +190,19 @@ static mt_status block_alloc(mt_gpt *g, gpt_pass *pass, block_acts *a) {
     size_t n = pass->n, C = (size_t)g->C, cl = (size_t)g->c_local, fl = (size_t)g->f_local;
     size_t T = (size_t)g->cfg.seq;
     size_t att = (size_t)pass->batch * (size_t)g->heads_local * T * T;
-    MT_TRY(act_alloc(dev, n * C, false, &a->ln1));
-    MT_TRY(act_alloc(dev, n, false, &a->ln1_mean));
-    MT_TRY(act_alloc(dev, n, false, &a->ln1_rstd));
-    MT_TRY(act_alloc(dev, n * 3 * cl, false, &a->qkv));
-    MT_TRY(act_alloc(dev, att, false, &a->att));
-    MT_TRY(act_alloc(dev, n * cl, false, &a->atty));
-    MT_TRY(act_alloc(dev, n * C, false, &a->res_mid));
-    MT_TRY(act_alloc(dev, n * C, false, &a->ln2));
-    MT_TRY(act_alloc(dev, n, false, &a->ln2_mean));
-    MT_TRY(act_alloc(dev, n, false, &a->ln2_rstd));
-    MT_TRY(act_alloc(dev, n * fl, false, &a->fc));
-    MT_TRY(act_alloc(dev, n * fl, false, &a->fc_gelu));
-    return act_alloc(dev, n * C, false, &a->res_out);
+    MT_TRY(mt_model_act_alloc(dev, n * C, false, &a->ln1));
+    MT_TRY(mt_model_act_alloc(dev, n, false, &a->ln1_mean));
+    MT_TRY(mt_model_act_alloc(dev, n, false, &a->ln1_rstd));
+    MT_TRY(mt_model_act_alloc(dev, n * 3 * cl, false, &a->qkv));
+    MT_TRY(mt_model_act_alloc(dev, att, false, &a->att));
+    MT_TRY(mt_model_act_alloc(dev, n * cl, false, &a->atty));
+    MT_TRY(mt_model_act_alloc(dev, n * C, false, &a->res_mid));
+    MT_TRY(mt_model_act_alloc(dev, n * C, false, &a->ln2));
+    MT_TRY(mt_model_act_alloc(dev, n, false, &a->ln2_mean));
+    MT_TRY(mt_model_act_alloc(dev, n, false, &a->ln2_rstd));
+    MT_TRY(mt_model_act_alloc(dev, n * fl, false, &a->fc));
+    MT_TRY(mt_model_act_alloc(dev, n * fl, false, &a->fc_gelu));
+    return mt_model_act_alloc(dev, n * C, false, &a->res_out);
 }
 
 /* w: the block's parameters (f32 except the four linear weights, which are in wt's dtypes). */
@@ -297,7 +243,7 @@ static mt_status block_forward(mt_module *module, void *ctx) {
     float *scratch[BLOCK_PARAMS] = {0};
     mt_status st = read_params(g->dev, blk->p, BLOCK_PARAMS, block_matmul, w, wt, scratch);
     if (st == MT_OK) st = block_forward_run(g, pass, blk->index, w, wt);
-    free_all(g->dev, scratch, BLOCK_PARAMS);
+    mt_model_free_all(g->dev, scratch, BLOCK_PARAMS);
     if (st != MT_OK) return mt_error_wrap(st, "gpt: forward of block %d", blk->index);
     return MT_OK;
 }
@@ -316,12 +262,12 @@ static mt_status block_backward_run(mt_gpt *g, gpt_pass *pass, int l, const void
     float *d_res = pass->d_res; /* the gradient of the block's output, then of its input */
     int n = (int)pass->n, C = g->C, cl = g->c_local, fl = g->f_local;
     size_t N = pass->n;
-    MT_TRY(act_alloc(dev, N * (size_t)fl, true, &d->d_fc_gelu));
-    MT_TRY(act_alloc(dev, N * (size_t)fl, true, &d->d_fc));
-    MT_TRY(act_alloc(dev, N * (size_t)C, true, &d->d_ln2));
-    MT_TRY(act_alloc(dev, N * (size_t)cl, true, &d->d_atty));
-    MT_TRY(act_alloc(dev, N * 3 * (size_t)cl, true, &d->d_qkv));
-    MT_TRY(act_alloc(dev, N * (size_t)C, true, &d->d_ln1));
+    MT_TRY(mt_model_act_alloc(dev, N * (size_t)fl, true, &d->d_fc_gelu));
+    MT_TRY(mt_model_act_alloc(dev, N * (size_t)fl, true, &d->d_fc));
+    MT_TRY(mt_model_act_alloc(dev, N * (size_t)C, true, &d->d_ln2));
+    MT_TRY(mt_model_act_alloc(dev, N * (size_t)cl, true, &d->d_atty));
+    MT_TRY(mt_model_act_alloc(dev, N * 3 * (size_t)cl, true, &d->d_qkv));
+    MT_TRY(mt_model_act_alloc(dev, N * (size_t)C, true, &d->d_ln1));
     /* MLP branch; the residual passes d_res through unchanged, the LayerNorm adds to it. */
     MT_TRY(mt_tp_row_linear_backward_ex(tp, d_res, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W],
                                         d->d_fc_gelu, gr[P_PROJ_W], gr[P_PROJ_B], n, fl, C));
@@ -350,16 +296,14 @@ static mt_status block_backward(mt_module *module, void *ctx) {
     float *gr[BLOCK_PARAMS];
     float *scratch[BLOCK_PARAMS] = {0};
     block_grads d = {0};
-    char name[32];
-    snprintf(name, sizeof name, "block%d", blk->index);
-    mt_status st = grads_of(blk->p, BLOCK_PARAMS, name, gr);
+    mt_status st = mt_model_param_grads("gpt", module, blk->p, BLOCK_PARAMS, gr);
     if (st == MT_OK) st = read_params(g->dev, blk->p, BLOCK_PARAMS, block_matmul, w, wt, scratch);
     if (st == MT_OK) st = block_backward_run(g, pass, blk->index, w, wt, gr, &d);
-    free_all(g->dev, scratch, BLOCK_PARAMS);
-    free_all(g->dev, (float **)&d, sizeof d / sizeof(float *));
+    mt_model_free_all(g->dev, scratch, BLOCK_PARAMS);
+    mt_model_free_all(g->dev, (float **)&d, sizeof d / sizeof(float *));
     if (st != MT_OK) return mt_error_wrap(st, "gpt: backward of block %d", blk->index);
     /* The block's activations are used up (the next block's backward already read its output). */
-    free_all(g->dev, (float **)&pass->acts[blk->index], BLOCK_ACT_COUNT);
+    mt_model_free_all(g->dev, (float **)&pass->acts[blk->index], BLOCK_ACT_COUNT);
     return MT_OK;
 }
 
@@ -372,13 +316,13 @@ static mt_status embed(mt_gpt *g, gpt_pass *pass) {
     float *scratch[2] = {0};
     /* The lookup reads f32 rows: wte is converted here, although the head takes it as bf16. */
     mt_status st = read_params(g->dev, ps, 2, NULL, w, wt, scratch);
-    if (st == MT_OK) st = act_alloc(g->dev, pass->n * (size_t)g->C, false, &pass->x0);
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, pass->n * (size_t)g->C, false, &pass->x0);
     if (st == MT_OK)
         st = mt_tp_vocab_embedding_forward(&g->tp, pass->ids, (int)pass->n, w[0], g->vocab_local,
                                            g->C, pass->x0);
     if (st == MT_OK)
         st = mt_op_position_forward(g->dev, w[1], pass->batch, g->cfg.seq, g->C, pass->x0);
-    free_all(g->dev, scratch, 2);
+    mt_model_free_all(g->dev, scratch, 2);
     return st;
 }
 
@@ -392,25 +336,26 @@ static mt_status head_forward(mt_gpt *g, gpt_pass *pass) {
     size_t n = pass->n, C = (size_t)g->C, v = (size_t)g->vocab_real;
     const float *x = pass->acts[g->cfg.layers - 1].res_out;
     mt_status st = read_params(g->dev, ps, 3, matmul, w, wt, scratch);
-    if (st == MT_OK) st = act_alloc(g->dev, n * C, false, &pass->lnf);
-    if (st == MT_OK) st = act_alloc(g->dev, n, false, &pass->lnf_mean);
-    if (st == MT_OK) st = act_alloc(g->dev, n, false, &pass->lnf_rstd);
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, n * C, false, &pass->lnf);
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, n, false, &pass->lnf_mean);
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, n, false, &pass->lnf_rstd);
     if (st == MT_OK)
         st = mt_op_layernorm_forward(g->dev, x, w[0], w[1], n, g->C, pass->lnf, pass->lnf_mean,
                                      pass->lnf_rstd);
-    if (st == MT_OK) st = act_alloc(g->dev, n * v, false, &logits);
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, n * v, false, &logits);
     /* The head is a column-parallel linear without bias: wte's first vocab_real local rows. */
     if (st == MT_OK)
         st = mt_tp_column_linear_forward_ex(&g->tp, pass->lnf, w[2], wt[2], NULL, logits, (int)n,
                                             g->C, g->vocab_real);
-    if (st == MT_OK && pass->backward) st = act_alloc(g->dev, n * v, true, &pass->d_logits);
+    if (st == MT_OK && pass->backward)
+        st = mt_model_act_alloc(g->dev, n * v, true, &pass->d_logits);
     if (st == MT_OK)
         st = mt_tp_vocab_cross_entropy_range(&g->tp, logits, pass->targets, (int)n,
                                              g->tp.rank * g->vocab_local, g->vocab_real,
                                              pass->grad_scale / (float)n, &pass->loss_sum,
                                              pass->d_logits);
     mt_device_free(g->dev, logits);
-    free_all(g->dev, scratch, 3);
+    mt_model_free_all(g->dev, scratch, 3);
     return st;
 }
 
@@ -431,20 +376,20 @@ static mt_status head_backward(mt_gpt *g, gpt_pass *pass, float **gr) {
     size_t n = pass->n, C = (size_t)g->C;
     const float *x = pass->acts[g->cfg.layers - 1].res_out;
     mt_status st = read_params(g->dev, ps, 2, matmul, w, wt, scratch);
-    if (st == MT_OK) st = act_alloc(g->dev, n * C, true, &d_lnf);
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, n * C, true, &d_lnf);
     if (st == MT_OK)
         st = mt_tp_column_linear_backward_ex(&g->tp, pass->d_logits, pass->lnf, w[1], wt[1],
                                              d_lnf, gr[R_WTE], NULL, (int)n, g->C,
                                              g->vocab_real);
-    if (st == MT_OK) st = act_alloc(g->dev, n * C, true, &pass->d_res);
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, n * C, true, &pass->d_res);
     if (st == MT_OK)
         st = mt_op_layernorm_backward(g->dev, d_lnf, x, w[0], pass->lnf_mean, pass->lnf_rstd, n,
                                       g->C, pass->d_res, gr[R_LNF_W], gr[R_LNF_B]);
     mt_device_free(g->dev, d_lnf);
-    free_all(g->dev, scratch, 2);
+    mt_model_free_all(g->dev, scratch, 2);
     if (st == MT_OK) {
         float *used[4] = {pass->d_logits, pass->lnf, pass->lnf_mean, pass->lnf_rstd};
-        free_all(g->dev, used, 4);
+        mt_model_free_all(g->dev, used, 4);
         pass->d_logits = pass->lnf = pass->lnf_mean = pass->lnf_rstd = NULL;
     }
     return st;
@@ -457,7 +402,7 @@ static mt_status root_backward(mt_module *module, void *ctx) {
         return mt_error(MT_ERR_INTERNAL, "gpt: backward without a forward that kept the loss "
                         "gradient");
     float *gr[ROOT_PARAMS];
-    MT_TRY(grads_of(g->rp, ROOT_PARAMS, "gpt", gr));
+    MT_TRY(mt_model_param_grads("gpt", module, g->rp, ROOT_PARAMS, gr));
     MT_TRY(head_backward(g, pass, gr));
     for (int l = g->cfg.layers - 1; l >= 0; l--)
         MT_TRY(mt_module_backward(g->block_modules[l], pass));
@@ -500,12 +445,7 @@ static mt_status add_block(mt_gpt *g, mt_mesh *mesh, int l) {
     snprintf(name, sizeof name, "block%d", l);
     static const mt_module_ops ops = {.forward = block_forward, .backward = block_backward};
     mt_module *m = NULL;
-    MT_TRY(mt_module_create(mesh, name, &ops, blk, &m));
-    mt_status st = mt_module_add_child(g->root, m);
-    if (st != MT_OK) {
-        mt_module_destroy(m);
-        return st;
-    }
+    MT_TRY(mt_model_add_child(mesh, g->root, name, &ops, blk, &m));
     g->block_modules[l] = m;
     int64_t C = g->C;
     const mt_tp_placement rep = {MT_TP_REPLICATE, 0}, s0 = {MT_TP_SHARD, 0},
@@ -605,11 +545,11 @@ static void pass_release(gpt_pass *pass) {
     mt_device *dev = pass->gpt->dev;
     if (pass->acts)
         for (int l = 0; l < pass->gpt->cfg.layers; l++)
-            free_all(dev, (float **)&pass->acts[l], BLOCK_ACT_COUNT);
+            mt_model_free_all(dev, (float **)&pass->acts[l], BLOCK_ACT_COUNT);
     free(pass->acts);
     float *rest[6] = {pass->x0, pass->lnf, pass->lnf_mean, pass->lnf_rstd, pass->d_logits,
                       pass->d_res};
-    free_all(dev, rest, 6);
+    mt_model_free_all(dev, rest, 6);
     mt_device_free(dev, pass->ids);
     mt_device_free(dev, pass->targets);
     memset(pass, 0, sizeof *pass);
@@ -671,7 +611,7 @@ static mt_status run_pass(mt_gpt *gpt, const int *tokens, int batch, bool backwa
     if (st == MT_OK) st = mt_module_forward(gpt->root, &pass);
     if (st == MT_OK && backward) st = mt_module_backward(gpt->root, &pass);
     if (st == MT_OK && loss) *loss = (float)(pass.loss_sum / (double)pass.n);
-    if (pass.gpt) pass_release(&pass);
+    pass_release(&pass); /* pass_prepare set pass.gpt whatever happened */
     return st;
 }
 

@@ -7,6 +7,7 @@
  * output is kept until layer l's backward has used it, then freed, so the activation memory
  * shrinks as backward proceeds. */
 #include "core/error.h"
+#include "models/model_common.h"
 
 #include <meshtrain/mlp.h>
 #include <meshtrain/ops.h>
@@ -48,58 +49,11 @@ typedef struct mlp_pass {
 
 enum { TAG_WEIGHT = 1, TAG_BIAS = 2, TAG_INPUT = 3, TAG_TEACHER = 4 };
 
-/* SplitMix64's finaliser: a well-mixed 64-bit value from any 64-bit key. */
-static uint64_t mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* Uniform in [-1, 1) from a counter: the same value for the same key on any rank. */
 static double hash_uniform(uint64_t seed, uint64_t tag, uint64_t a, uint64_t b, uint64_t c) {
-    uint64_t h = mix64(seed ^ mix64(tag ^ mix64(a ^ mix64(b ^ mix64(c)))));
+    uint64_t h = mt_model_mix64(b ^ mt_model_mix64(c));
+    h = mt_model_mix64(seed ^ mt_model_mix64(tag ^ mt_model_mix64(a ^ h)));
     return (double)(h >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;
-}
-
-/* ---- parameters and activations -------------------------------------------------------------- */
-
-static mt_status act_alloc(mt_device *dev, size_t elems, bool zero, float **out) {
-    size_t bytes = elems * sizeof(float);
-    MT_TRY(mt_device_alloc(dev, bytes, MT_MEM_ACTIVATIONS, (void **)out));
-    if (zero) {
-        mt_status st = mt_device_memset(dev, *out, 0, bytes, NULL);
-        if (st != MT_OK) {
-            mt_device_free(dev, *out);
-            *out = NULL;
-            return st;
-        }
-    }
-    return MT_OK;
-}
-
-/* The parameter's values as f32: its own data when it is f32, else a converted copy in *scratch
- * (activations) that the caller frees. */
-static mt_status param_values(mt_device *dev, mt_param *p, const float **out, float **scratch) {
-    *scratch = NULL;
-    void *data = mt_param_data(p);
-    if (!data)
-        return mt_error(MT_ERR_INVALID_ARG,
-                        "mlp: parameter '%s' has no values here (its unit is sharded)",
-                        mt_param_name(p));
-    if (mt_param_dtype(p) == MT_F32) {
-        *out = data;
-        return MT_OK;
-    }
-    MT_TRY(act_alloc(dev, mt_param_numel(p), false, scratch));
-    mt_status st = mt_param_read_f32(p, *scratch);
-    if (st != MT_OK) {
-        mt_device_free(dev, *scratch);
-        *scratch = NULL;
-        return st;
-    }
-    *out = *scratch;
-    return MT_OK;
 }
 
 /* ---- the layers' module functions ------------------------------------------------------------ */
@@ -109,18 +63,19 @@ static mt_status layer_forward(mt_module *module, void *ctx) {
     mlp_pass *pass = ctx;
     mt_device *dev = pass->mlp->dev;
     size_t n_out = (size_t)pass->batch * (size_t)layer->out;
-    const float *w = NULL, *b = NULL;
-    float *w_tmp = NULL, *b_tmp = NULL, *out = NULL;
-    mt_status st = param_values(dev, layer->w, &w, &w_tmp);
-    if (st == MT_OK) st = param_values(dev, layer->b, &b, &b_tmp);
-    if (st == MT_OK) st = act_alloc(dev, n_out, false, &out);
+    /* Weight and bias as f32 (converted copies under a bf16 param_dtype). */
+    mt_param *ps[2] = {layer->w, layer->b};
+    const void *wb[2];
+    mt_dtype dt[2];
+    float *scratch[2] = {0}, *out = NULL;
+    mt_status st = mt_model_param_values(dev, "mlp", ps, 2, NULL, wb, dt, scratch);
+    if (st == MT_OK) st = mt_model_act_alloc(dev, n_out, false, &out);
     if (st == MT_OK)
-        st = mt_op_linear_forward(dev, pass->acts[layer->index], w, b, out, pass->batch,
+        st = mt_op_linear_forward(dev, pass->acts[layer->index], wb[0], wb[1], out, pass->batch,
                                   layer->in, layer->out);
     /* ReLU in place: its backward only needs the output. */
     if (st == MT_OK && !layer->last) st = mt_op_relu_forward(dev, out, out, n_out);
-    mt_device_free(dev, w_tmp);
-    mt_device_free(dev, b_tmp);
+    mt_model_free_all(dev, scratch, 2);
     if (st != MT_OK) {
         mt_device_free(dev, out);
         return mt_error_wrap(st, "mlp: forward of layer %d", layer->index);
@@ -134,29 +89,29 @@ static mt_status layer_backward(mt_module *module, void *ctx) {
     mlp_pass *pass = ctx;
     mt_device *dev = pass->mlp->dev;
     size_t n_out = (size_t)pass->batch * (size_t)layer->out;
-    float *d_w = mt_param_grad(layer->w), *d_b = mt_param_grad(layer->b);
-    if (!d_w || !d_b)
-        return mt_error(MT_ERR_INVALID_ARG,
-                        "mlp: layer %d has no gradient buffers in its backward (is it sharded "
-                        "with mt_fsdp_shard?)",
-                        layer->index);
+    mt_param *ps[2] = {layer->w, layer->b};
+    float *grads[2]; /* d_w, d_b */
+    MT_TRY(mt_model_param_grads("mlp", module, ps, 2, grads));
     float *d_z = NULL, *d_in = NULL, *w_tmp = NULL;
-    const float *w = NULL;
+    const void *w = NULL;
+    mt_dtype w_dtype;
     mt_status st = MT_OK;
     if (layer->last) {
         d_z = pass->d_act;
     } else {
-        st = act_alloc(dev, n_out, true, &d_z);
+        st = mt_model_act_alloc(dev, n_out, true, &d_z);
         if (st == MT_OK)
             st = mt_op_relu_backward(dev, pass->acts[layer->index + 1], pass->d_act, d_z, n_out);
     }
+    /* The first layer's input gradient is not needed, nor is the weight that makes it. */
     if (st == MT_OK && layer->index > 0) {
-        st = act_alloc(dev, (size_t)pass->batch * (size_t)layer->in, true, &d_in);
-        if (st == MT_OK) st = param_values(dev, layer->w, &w, &w_tmp);
+        st = mt_model_act_alloc(dev, (size_t)pass->batch * (size_t)layer->in, true, &d_in);
+        if (st == MT_OK)
+            st = mt_model_param_values(dev, "mlp", ps, 1, NULL, &w, &w_dtype, &w_tmp);
     }
     if (st == MT_OK)
-        st = mt_op_linear_backward(dev, d_z, pass->acts[layer->index], w, d_in, d_w, d_b,
-                                   pass->batch, layer->in, layer->out);
+        st = mt_op_linear_backward(dev, d_z, pass->acts[layer->index], w, d_in, grads[0],
+                                   grads[1], pass->batch, layer->in, layer->out);
     mt_device_free(dev, w_tmp);
     if (d_z != pass->d_act) mt_device_free(dev, d_z);
     if (st != MT_OK) {
@@ -176,7 +131,8 @@ static mt_status layer_backward(mt_module *module, void *ctx) {
 static mt_status root_forward(mt_module *module, void *ctx) {
     mt_mlp *mlp = mt_module_user(module);
     mlp_pass *pass = ctx;
-    for (int l = 0; l < mlp->cfg.layers; l++) MT_TRY(mt_module_forward(mlp->layer_modules[l], pass));
+    for (int l = 0; l < mlp->cfg.layers; l++)
+        MT_TRY(mt_module_forward(mlp->layer_modules[l], pass));
     size_t n = (size_t)pass->batch * (size_t)mlp->cfg.out_dim;
     return mt_op_mse_forward(mlp->dev, pass->acts[mlp->cfg.layers], pass->target, n, &pass->loss);
 }
@@ -185,7 +141,7 @@ static mt_status root_backward(mt_module *module, void *ctx) {
     mt_mlp *mlp = mt_module_user(module);
     mlp_pass *pass = ctx;
     size_t n = (size_t)pass->batch * (size_t)mlp->cfg.out_dim;
-    MT_TRY(act_alloc(mlp->dev, n, true, &pass->d_act));
+    MT_TRY(mt_model_act_alloc(mlp->dev, n, true, &pass->d_act));
     MT_TRY(mt_op_mse_backward(mlp->dev, pass->acts[mlp->cfg.layers], pass->target, n,
                               pass->grad_scale, pass->d_act));
     for (int l = mlp->cfg.layers - 1; l >= 0; l--)
@@ -223,12 +179,7 @@ static mt_status add_layer(mt_mlp *mlp, mt_mesh *mesh, int l) {
     snprintf(name, sizeof name, "layer%d", l);
     static const mt_module_ops ops = {.forward = layer_forward, .backward = layer_backward};
     mt_module *m = NULL;
-    MT_TRY(mt_module_create(mesh, name, &ops, layer, &m));
-    mt_status st = mt_module_add_child(mlp->root, m);
-    if (st != MT_OK) {
-        mt_module_destroy(m);
-        return st;
-    }
+    MT_TRY(mt_model_add_child(mesh, mlp->root, name, &ops, layer, &m));
     mlp->layer_modules[l] = m;
 
     mt_tp_placement rep = {.kind = MT_TP_REPLICATE, .dim = 0};
@@ -314,8 +265,8 @@ static mt_status pass_prepare(mt_mlp *mlp, const float *x, const float *y, int b
     pass->acts = calloc((size_t)mlp->cfg.layers + 1, sizeof *pass->acts);
     if (!pass->acts) return mt_error(MT_ERR_OUT_OF_MEMORY, "mlp: out of host memory for a pass");
     size_t nx = (size_t)batch * (size_t)mlp->cfg.in_dim, ny = (size_t)batch * mlp->cfg.out_dim;
-    MT_TRY(act_alloc(mlp->dev, nx, false, &pass->acts[0]));
-    MT_TRY(act_alloc(mlp->dev, ny, false, &pass->target));
+    MT_TRY(mt_model_act_alloc(mlp->dev, nx, false, &pass->acts[0]));
+    MT_TRY(mt_model_act_alloc(mlp->dev, ny, false, &pass->target));
     MT_TRY(mt_device_copy(mlp->dev, pass->acts[0], x, nx * sizeof(float), MT_COPY_HOST_TO_DEVICE,
                           NULL));
     return mt_device_copy(mlp->dev, pass->target, y, ny * sizeof(float), MT_COPY_HOST_TO_DEVICE,

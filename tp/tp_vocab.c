@@ -10,14 +10,21 @@
 
 #include <stdlib.h>
 
-mt_status mt_tp_vocab_embedding_forward(const mt_tp_ctx *tp, const int *ids, int n,
-                                        const float *wte_local, int vocab_local, int channels,
-                                        float *out) {
-    static const char what[] = "tp vocab-parallel embedding forward";
+/* The checks of both embedding functions. */
+static mt_status check_embedding(const mt_tp_ctx *tp, const char *what, int n, int vocab_local,
+                                 int channels) {
     MT_TRY(mt_tp_check_ctx(tp, what));
     if (n < 0 || vocab_local < 1 || channels < 1)
         return mt_error(MT_ERR_INVALID_ARG, "%s: %d ids, vocab slice %d, %d channels", what, n,
                         vocab_local, channels);
+    return MT_OK;
+}
+
+mt_status mt_tp_vocab_embedding_forward(const mt_tp_ctx *tp, const int *ids, int n,
+                                        const float *wte_local, int vocab_local, int channels,
+                                        float *out) {
+    static const char what[] = "tp vocab-parallel embedding forward";
+    MT_TRY(check_embedding(tp, what, n, vocab_local, channels));
     if (n == 0) return MT_OK;
     MT_TRY(mt_op_embedding_forward(tp->dev, ids, (size_t)n, wte_local, tp->rank * vocab_local,
                                    vocab_local, channels, out, false));
@@ -27,11 +34,8 @@ mt_status mt_tp_vocab_embedding_forward(const mt_tp_ctx *tp, const int *ids, int
 mt_status mt_tp_vocab_embedding_backward(const mt_tp_ctx *tp, const int *ids, int n,
                                          const float *d_out, int vocab_local, int channels,
                                          float *d_wte_local) {
-    static const char what[] = "tp vocab-parallel embedding backward";
-    MT_TRY(mt_tp_check_ctx(tp, what));
-    if (n < 0 || vocab_local < 1 || channels < 1)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: %d ids, vocab slice %d, %d channels", what, n,
-                        vocab_local, channels);
+    MT_TRY(check_embedding(tp, "tp vocab-parallel embedding backward", n, vocab_local,
+                           channels));
     if (n == 0) return MT_OK;
     return mt_op_embedding_backward(tp->dev, ids, (size_t)n, d_out, tp->rank * vocab_local,
                                     vocab_local, channels, d_wte_local);
@@ -40,8 +44,7 @@ mt_status mt_tp_vocab_embedding_backward(const mt_tp_ctx *tp, const int *ids, in
 mt_status mt_tp_vocab_cross_entropy(const mt_tp_ctx *tp, const float *logits_local,
                                     const int *targets, int n, int vocab_local, float scale,
                                     float *loss_sum, float *d_logits_local) {
-    MT_TRY(mt_tp_check_ctx(tp, "tp vocab-parallel cross-entropy"));
-    double sum = 0.0;
+    double sum = 0.0; /* the _range function checks the context */
     MT_TRY(mt_tp_vocab_cross_entropy_range(tp, logits_local, targets, n, tp->rank * vocab_local,
                                            vocab_local, scale, &sum, d_logits_local));
     if (loss_sum) *loss_sum = (float)sum;

@@ -1,0 +1,78 @@
+/* Helpers shared by the reference models (models/model_common.h). */
+#include "models/model_common.h"
+
+#include "core/error.h"
+
+uint64_t mt_model_mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+mt_status mt_model_act_alloc(mt_device *dev, size_t elems, bool zero, float **out) {
+    size_t bytes = (elems ? elems : 1) * sizeof(float);
+    MT_TRY(mt_device_alloc(dev, bytes, MT_MEM_ACTIVATIONS, (void **)out));
+    if (zero) {
+        mt_status st = mt_device_memset(dev, *out, 0, bytes, NULL);
+        if (st != MT_OK) {
+            mt_device_free(dev, *out);
+            *out = NULL;
+            return st;
+        }
+    }
+    return MT_OK;
+}
+
+void mt_model_free_all(mt_device *dev, float **bufs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        mt_device_free(dev, bufs[i]);
+        bufs[i] = NULL;
+    }
+}
+
+mt_status mt_model_param_values(mt_device *dev, const char *model, mt_param **params, int n,
+                                const bool *matmul, const void **vals, mt_dtype *dtypes,
+                                float **scratch) {
+    for (int i = 0; i < n; i++) scratch[i] = NULL;
+    for (int i = 0; i < n; i++) {
+        mt_param *p = params[i];
+        void *data = mt_param_data(p);
+        if (!data)
+            return mt_error(MT_ERR_INVALID_ARG, "%s: parameter '%s' has no values here (its unit "
+                            "is sharded)", model, mt_param_name(p));
+        dtypes[i] = mt_param_dtype(p);
+        if (dtypes[i] == MT_F32 || (matmul && matmul[i])) {
+            vals[i] = data;
+            continue;
+        }
+        dtypes[i] = MT_F32;
+        MT_TRY(mt_model_act_alloc(dev, mt_param_numel(p), false, &scratch[i]));
+        MT_TRY(mt_param_read_f32(p, scratch[i]));
+        vals[i] = scratch[i];
+    }
+    return MT_OK;
+}
+
+mt_status mt_model_param_grads(const char *model, const mt_module *module, mt_param **params,
+                               int n, float **grads) {
+    for (int i = 0; i < n; i++)
+        if (!(grads[i] = mt_param_grad(params[i])))
+            return mt_error(MT_ERR_INVALID_ARG, "%s: '%s' has no gradient buffer for '%s' in its "
+                            "backward (shard the model with mt_fsdp_shard before training)",
+                            model, mt_module_name(module), mt_param_name(params[i]));
+    return MT_OK;
+}
+
+mt_status mt_model_add_child(mt_mesh *mesh, mt_module *parent, const char *name,
+                             const mt_module_ops *ops, void *user, mt_module **out) {
+    mt_module *m = NULL;
+    MT_TRY(mt_module_create(mesh, name, ops, user, &m));
+    mt_status st = mt_module_add_child(parent, m);
+    if (st != MT_OK) {
+        mt_module_destroy(m);
+        return st;
+    }
+    *out = m;
+    return MT_OK;
+}
