@@ -86,31 +86,20 @@ static mt_status bits_or(bits *dst, const bits *src) {
 static mt_status bits_parse(const char *list, const char *what, bits *out) {
     *out = (bits){0};
     const char *p = list ? list : "";
-    while (*p) {
-        char *end;
-        unsigned long lo = strtoul(p, &end, 10), hi = lo;
-        bool ok = end != p && *p >= '0' && *p <= '9';
-        if (ok && *end == '-') {
-            p = end + 1;
-            hi = strtoul(p, &end, 10);
-            ok = end != p && *p >= '0' && *p <= '9';
-        }
-        ok = ok && lo <= hi && hi <= BIND_CPU_MAX && (*end == ',' || *end == '\0');
-        if (!ok) {
-            bits_free(out);
-            return mt_error(MT_ERR_INVALID_ARG, "binding: %s has a malformed cpu list '%s'", what,
-                            list);
-        }
-        for (unsigned long c = lo; c <= hi; c++) {
+    long lo, hi;
+    int r;
+    while ((r = mt_topo_cpulist_next(&p, BIND_CPU_MAX, &lo, &hi)) > 0) {
+        for (long c = lo; c <= hi; c++) {
             mt_status s = bits_set(out, (unsigned)c);
             if (s != MT_OK) {
                 bits_free(out);
                 return s;
             }
         }
-        p = *end ? end + 1 : end;
     }
-    return MT_OK;
+    if (r == 0) return MT_OK;
+    bits_free(out);
+    return mt_error(MT_ERR_INVALID_ARG, "binding: %s has a malformed cpu list '%s'", what, list);
 }
 
 static mt_status bits_list(const bits *b, char **out) { return mt_topo_cpulist(b->w, b->n, out); }

@@ -29,33 +29,6 @@
 #define NCCL_VALUE_MAX 253   /* NCCL's parser rejects longer attribute values */
 #define NCCL_NODES_MAX 256   /* NCCL_TOPO_XML_MAX_NODES: elements NCCL keeps in one topology */
 #define HIDDEN_SWITCH "fffffff:ff:ff.0"
-#define CPU_MAX 32768
-
-mt_status mt_topo_cpulist_parse(const char *list, uint32_t *words, size_t n_words, int *max_cpu) {
-    memset(words, 0, n_words * sizeof(*words));
-    *max_cpu = -1;
-    const char *p = list;
-    while (*p) {
-        char *end;
-        long a = strtol(p, &end, 10), b = a;
-        if (end == p || a < 0) goto bad;
-        p = end;
-        if (*p == '-') {
-            b = strtol(p + 1, &end, 10);
-            if (end == p + 1 || b < a) goto bad;
-            p = end;
-        }
-        if ((size_t)b >= n_words * 32) goto bad;
-        for (long c = a; c <= b; c++) words[c / 32] |= 1u << (c % 32);
-        if (b > *max_cpu) *max_cpu = (int)b;
-        if (*p == ',') p++;
-        else if (*p) goto bad;
-    }
-    return MT_OK;
-bad:
-    return mt_error(MT_ERR_INVALID_ARG, "cpu list '%.80s' is not a list of CPU numbers below %zu",
-                    list, n_words * 32);
-}
 
 typedef struct writer {
     FILE *out;
@@ -132,13 +105,13 @@ static void mt_attr(writer *w, const char *key, const char *value) {
 /* "0-23,48-71" as NCCL's affinity: 32-bit hex words, most significant first. */
 static void attr_affinity(writer *w, const char *cpus) {
     if (w->err != MT_OK || !*cpus) return;
-    uint32_t *words = calloc(CPU_MAX / 32, sizeof(*words));
+    uint32_t *words = calloc(MT_TOPO_CPUS_MAX / 32, sizeof(*words));
     if (!words) {
         w->err = mt_error(MT_ERR_OUT_OF_MEMORY, "NCCL export: out of memory");
         return;
     }
     int max_cpu;
-    mt_status s = mt_topo_cpulist_parse(cpus, words, CPU_MAX / 32, &max_cpu);
+    mt_status s = mt_topo_cpulist_parse(cpus, words, MT_TOPO_CPUS_MAX / 32, &max_cpu);
     if (s != MT_OK) {
         w->err = mt_error_wrap(s, "NCCL export");
     } else if (max_cpu >= 0) {
@@ -453,35 +426,6 @@ static char *packages_attr(const mt_topo *t) {
     for (size_t i = 0; i < t->n_packages; i++)
         p += sprintf(p, "%s%d:%s", i ? ";" : "", t->packages[i].id, t->packages[i].cpus);
     return s;
-}
-
-mt_status mt_topo_cpulist_shift(const char *list, int k, char *out, size_t size) {
-    size_t len = 0;
-    out[0] = '\0';
-    for (const char *p = list; *p;) {
-        char *end;
-        long a = strtol(p, &end, 10), b = a;
-        int range = 0;
-        if (end == p || a < 0) goto bad;
-        p = end;
-        if (*p == '-') {
-            b = strtol(p + 1, &end, 10);
-            if (end == p + 1 || b < a) goto bad;
-            p = end;
-            range = 1;
-        }
-        if (*p == ',') p++;
-        else if (*p) goto bad;
-        if (a + k < 0 || b + k >= CPU_MAX) goto bad;
-        int w = range ? snprintf(out + len, size - len, "%s%ld-%ld", len ? "," : "", a + k, b + k)
-                      : snprintf(out + len, size - len, "%s%ld", len ? "," : "", a + k);
-        if (w < 0 || (size_t)w >= size - len) goto bad;
-        len += (size_t)w;
-    }
-    return MT_OK;
-bad:
-    return mt_error(MT_ERR_INVALID_ARG, "cpu list '%.80s' cannot be shifted by %d (CPUs below %d)",
-                    list, k, CPU_MAX);
 }
 
 /* Cores as "numa:pus" items; a run of cores each of whose PUs are the previous core's plus one

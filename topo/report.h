@@ -35,11 +35,4 @@ mt_topo_conn mt_topo_matrix_conn(const mt_topo *t, size_t a, size_t b);
  * is known or there is no GPU. */
 const char *mt_topo_nvlink_unknown_reason(const mt_topo *t);
 
-/* Helpers shared by the export and the NCCL loader (candidates for topology.h): parses a cpu
- * list ("0-23,48-71") into a bitmap of n_words 32-bit words (*max_cpu: the highest CPU, -1 for
- * none), and writes list with every CPU shifted by k into out. MT_ERR_INVALID_ARG when malformed
- * or out of range. */
-mt_status mt_topo_cpulist_parse(const char *list, uint32_t *words, size_t n_words, int *max_cpu);
-mt_status mt_topo_cpulist_shift(const char *list, int k, char *out, size_t size);
-
 #endif

@@ -12,7 +12,6 @@
  * it and are not kept), <gpu mt_name mt_nvlink>. */
 #include "core/error.h"
 #include "topo/topo_xml.h"
-#include "topo/report.h"
 #include "topo/topology.h"
 
 #include <meshtrain/log.h>
@@ -34,8 +33,13 @@
 #define HIDDEN_SWITCH "fffffff:ff:ff.0"
 #define CLASS_NVSWITCH 0x068000u
 #define CLASS_HOST_BRIDGE 0x060000u
-#define CPU_WORDS 1024 /* cpu lists in mt_* attributes: CPUs below 32768 */
-#define CORE_RUN_MAX 32768
+#define CPU_WORDS (MT_TOPO_CPUS_MAX / 32) /* cpu lists in mt_* attributes */
+/* Packages and cores in mt_* attributes: each holds a CPU of its own on any machine, so never
+ * more than there are CPU numbers; the bound keeps a short damaged attribute ("0:0*32768"
+ * repeated) from growing into billions of entries. */
+#define CPUSETS_MAX MT_TOPO_CPUS_MAX
+#define TEXT_(x) #x
+#define TEXT(x) TEXT_(x)
 #define LINK_WIDTH_MAX 1024 /* lanes; NCCL adds up the widths of virtual NICs' parents */
 #define CPU_ID_MAX 65535     /* familyid, modelid */
 
@@ -381,6 +385,8 @@ static mt_status read_packages(ctx *c, xmlNodePtr root) {
         if (!colon || end != colon || id < 0 || id > NUMA_MAX_ID ||
             mt_topo_cpulist_parse(colon + 1, words, CPU_WORDS, &max_cpu) != MT_OK)
             s = bad(c, root, "mt_packages item '%.60s' is not <id>:<cpu list>%s", item, "");
+        else if (c->t->n_packages >= CPUSETS_MAX)
+            s = bad(c, root, "mt_packages lists more than %s packages%s", TEXT(CPUSETS_MAX), "");
         else
             s = mt_topo_add_cpuset(c->t, 1, (int)id, colon + 1);
     }
@@ -407,8 +413,12 @@ static mt_status read_cores(ctx *c, xmlNodePtr root) {
             if (*rend || rend == star + 1) run = 0;
         }
         if (!colon || end != colon || numa < -1 || numa > NUMA_MAX_ID || run < 1 ||
-            run > CORE_RUN_MAX) {
+            run > CPUSETS_MAX) {
             s = bad(c, root, "mt_cores item '%.60s' is not <numa>:<cpu list>[*<count>]%s", item, "");
+            break;
+        }
+        if ((size_t)run > CPUSETS_MAX - c->t->n_cores) {
+            s = bad(c, root, "mt_cores lists more than %s cores%s", TEXT(CPUSETS_MAX), "");
             break;
         }
         for (long k = 0; k < run && s == MT_OK; k++) {

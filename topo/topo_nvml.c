@@ -145,12 +145,11 @@ void mt_nvml_close(mt_nvml *n) {
     free(n);
 }
 
-static mt_status pci_busid(const nvml_pci_info *p, char out[MT_TOPO_BUSID_MAX]) {
+static void pci_busid(const nvml_pci_info *p, char out[MT_TOPO_BUSID_MAX]) {
     /* The numeric fields, not the string: they hold the same and need no parsing. NVML reports
      * function 0 for a remote end, the function all GPUs and NVSwitches sit at. */
     snprintf(out, MT_TOPO_BUSID_MAX, "%04x:%02x:%02x.0", p->domain & 0xffffffffu, p->bus & 0xffu,
              p->device & 0x1fu);
-    return MT_OK;
 }
 
 mt_status mt_nvml_list_gpus(mt_nvml *n, mt_nvml_gpu **gpus, size_t *count) {

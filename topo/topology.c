@@ -368,6 +368,68 @@ mt_status mt_topo_finish(mt_topo *t) {
     return MT_OK;
 }
 
+/* One decimal CPU number at *p, no sign or blank, at most max. */
+static int read_cpu(const char **p, long max, long *out) {
+    const char *s = *p;
+    if (*s < '0' || *s > '9') return 0;
+    long v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        v = v * 10 + (*s - '0');
+        if (v > max) return 0;
+    }
+    *p = s;
+    *out = v;
+    return 1;
+}
+
+int mt_topo_cpulist_next(const char **p, long max, long *lo, long *hi) {
+    const char *s = *p;
+    if (!*s) return 0;
+    if (!read_cpu(&s, max, lo)) return -1;
+    *hi = *lo;
+    if (*s == '-') {
+        s++;
+        if (!read_cpu(&s, max, hi) || *hi < *lo) return -1;
+    }
+    if (*s == ',') s++;
+    else if (*s) return -1;
+    *p = s;
+    return 1;
+}
+
+mt_status mt_topo_cpulist_parse(const char *list, uint32_t *words, size_t n_words, int *max_cpu) {
+    memset(words, 0, n_words * sizeof(*words));
+    *max_cpu = -1;
+    long lo, hi, max = n_words ? (long)(n_words * 32 - 1) : -1;
+    int r;
+    for (const char *p = list; (r = mt_topo_cpulist_next(&p, max, &lo, &hi)) > 0;) {
+        for (long c = lo; c <= hi; c++) words[c / 32] |= 1u << (c % 32);
+        if (hi > *max_cpu) *max_cpu = (int)hi;
+    }
+    if (r == 0) return MT_OK;
+    return mt_error(MT_ERR_INVALID_ARG, "cpu list '%.80s' is not a list of CPU numbers below %zu",
+                    list, n_words * 32);
+}
+
+mt_status mt_topo_cpulist_shift(const char *list, int k, char *out, size_t size) {
+    size_t len = 0;
+    long lo, hi;
+    int r;
+    out[0] = '\0';
+    const char *p = list;
+    while ((r = mt_topo_cpulist_next(&p, MT_TOPO_CPUS_MAX - 1, &lo, &hi)) > 0) {
+        if (lo + k < 0 || hi + k >= MT_TOPO_CPUS_MAX) break;
+        int w = lo == hi ? snprintf(out + len, size - len, "%s%ld", len ? "," : "", lo + k)
+                         : snprintf(out + len, size - len, "%s%ld-%ld", len ? "," : "", lo + k,
+                                    hi + k);
+        if (w < 0 || (size_t)w >= size - len) break;
+        len += (size_t)w;
+    }
+    if (r == 0) return MT_OK;
+    return mt_error(MT_ERR_INVALID_ARG, "cpu list '%.80s' cannot be shifted by %d (CPUs below %d)",
+                    list, k, MT_TOPO_CPUS_MAX);
+}
+
 mt_status mt_topo_cpulist(const uint32_t *words, size_t n_words, char **out) {
     size_t nbits = n_words * 32, cap = 64, len = 0;
     char *s = malloc(cap);

@@ -188,6 +188,23 @@ mt_status mt_topo_busid_canon(const char *in, char out[MT_TOPO_BUSID_MAX]);
 /* Writes a bitmap (32-bit words, least significant first) as a cpu list into a new string. */
 mt_status mt_topo_cpulist(const uint32_t *words, size_t n_words, char **out);
 
+/* CPU numbers in the cpu lists topology files carry (NCCL affinity masks, mt_* attributes) stay
+ * below this: Linux itself stops at 8192, and a bound keeps a damaged list from ballooning. */
+#define MT_TOPO_CPUS_MAX 32768
+
+/* The one reader of cpu lists ("0-23,48-71"; "" is empty; a trailing ',' is allowed): reads the
+ * item at *p, plain decimals "lo" or "lo-hi" with lo <= hi <= max, and moves *p past it and its
+ * ','. Returns 1 for an item, 0 at the end of the list, -1 when the list is malformed there. */
+int mt_topo_cpulist_next(const char **p, long max, long *lo, long *hi);
+
+/* Parses a cpu list into a bitmap of n_words 32-bit words (*max_cpu: the highest CPU, -1 for
+ * none). MT_ERR_INVALID_ARG when malformed or naming a CPU of n_words * 32 or above. */
+mt_status mt_topo_cpulist_parse(const char *list, uint32_t *words, size_t n_words, int *max_cpu);
+
+/* Writes list with every CPU shifted by k into out (size bytes). MT_ERR_INVALID_ARG when list is
+ * malformed, a shifted CPU leaves [0, MT_TOPO_CPUS_MAX) or the result does not fit. */
+mt_status mt_topo_cpulist_shift(const char *list, int k, char *out, size_t size);
+
 /* The loaders behind mt_topo_load_file, from a buffer of len bytes plus a terminating NUL; path
  * is only used in messages and as the source. */
 mt_status mt_topo_load_nccl_xml(const char *path, const char *buf, size_t len, mt_topo **out);

@@ -29,6 +29,10 @@ static int pci_ok(const mt_topo *t, int i) { return i >= -1 && (i < 0 || (size_t
 /* Whatever loads must be a model readers can walk without checks of their own. */
 static void fuzz_check_model(const mt_topo *t, size_t size) {
     if (!t->source) fuzz_fail("no source", size);
+    /* Every package and core holds a CPU of its own: more than there are CPU numbers is a
+     * damaged input grown into a model no machine has. */
+    if (t->n_packages > MT_TOPO_CPUS_MAX || t->n_cores > MT_TOPO_CPUS_MAX)
+        fuzz_fail("more packages or cores than CPU numbers accepted", size);
     for (size_t i = 0; i < t->n_packages; i++)
         if (!t->packages[i].cpus) fuzz_fail("package without cpu list", size);
     for (size_t i = 0; i < t->n_numa; i++)
@@ -121,6 +125,12 @@ static uint32_t fuzz_next(void) {
     return (uint32_t)(fuzz_rng >> 11);
 }
 
+#ifdef FUZZ_EXTRA_SEEDS
+/* Seeds a harness adds after the fixture files (n of them so far); returns the new count, or -1
+ * after saying why on stderr. */
+static int fuzz_extra_seeds(const char *dir, fuzz_seed *seeds, int n);
+#endif
+
 static int fuzz_read_seeds(const char *dir, fuzz_seed *seeds) {
     DIR *d = opendir(dir);
     if (!d) return 0;
@@ -158,7 +168,8 @@ static int fuzz_read_seeds(const char *dir, fuzz_seed *seeds) {
 /* Values that probe the loaders' bounds when written over a number or an attribute value. */
 static const char *const fuzz_values[] = {"-1", "0", "4294967296", "99999999999999999999",
                                           "0x7fffffff", "", "fffffff:ff:ff.0", "0x068000",
-                                          "0x030200", "0000:00:00.0", "&amp;", "<a>"};
+                                          "0x030200", "0000:00:00.0", "&amp;", "<a>",
+                                          "0-32767", "0:0*32768;0:0*32768", "1e999"};
 
 /* One edit of buf[0..*len) (capacity cap): byte-level changes plus XML-aware ones that keep the
  * input well-formed often enough to reach the loaders' semantic checks. */
@@ -226,6 +237,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: no %s* fixture files in %s\n", FUZZ_NAME, FUZZ_PREFIX, dir);
         return 1;
     }
+#ifdef FUZZ_EXTRA_SEEDS
+    n = fuzz_extra_seeds(dir, seeds, n);
+    if (n < 0) return 1;
+#endif
     size_t maxlen = 0;
     for (int i = 0; i < n; i++) {
         if (!seeds[i].data || !seeds[i].len) {

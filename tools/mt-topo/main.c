@@ -1,6 +1,7 @@
 /* mt-topo: the machine's GPU / NVLink / PCIe / NIC topology, laid out like `nvidia-smi topo -m`,
  * as JSON, or exported as an NCCL topology file. See docs/mt-topo.md. */
 #include "topo/report.h"
+#include "topo/topo_open.h"
 #include "topo/topology.h"
 
 #include <meshtrain/status.h>
@@ -72,12 +73,9 @@ int main(int argc, char **argv) {
             return bad_usage(a[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", a);
         }
     }
-    if (!input) {
-        const char *env = getenv("MT_TOPO_FILE");
-        if (env && *env) input = env;
-    }
+    /* Without --input, the topology every meshtrain process uses: MT_TOPO_FILE, else live. */
     mt_topo *t = NULL;
-    mt_status s = input ? mt_topo_load_file(input, &t) : mt_topo_discover(&t);
+    mt_status s = input ? mt_topo_load_file(input, &t) : mt_topo_open(&t);
     if (s == MT_OK && export_path) s = mt_topo_export_nccl_file(t, export_path, stdout);
     int report = !export_path || strcmp(export_path, "-") != 0;
     if (s == MT_OK && report) s = json ? mt_topo_report_json(t, stdout) : mt_topo_report_text(t, stdout);

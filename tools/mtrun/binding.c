@@ -10,6 +10,8 @@
 
 #include "msg.h"
 
+#include "core/error.h"
+#include "mesh/mesh_placement.h"
 #include "topo/bind.h"
 #include "topo/topo_open.h"
 
@@ -68,6 +70,24 @@ static int open_apply(mtrun_binding *b) {
     return 0;
 }
 
+/* The GPU of each local rank as the runtime will pick it (mesh/mesh_placement.h) before it knows
+ * the mesh's tp size: MT_DEVICE_MAP when set, else local rank i on the i-th GPU. *out stays NULL
+ * without GPUs. */
+static mt_status local_gpus(const mt_topo *t, int n, int **out) {
+    *out = NULL;
+    if (t->n_gpus == 0) return MT_OK;
+    int *g = malloc((size_t)n * sizeof *g);
+    if (!g) return mt_error(MT_ERR_OUT_OF_MEMORY, "out of memory for %d ranks", n);
+    char why[160];
+    mt_status s = mt_placement_compute(t, n, 1, getenv("MT_DEVICE_MAP"), g, why, sizeof why);
+    if (s != MT_OK) {
+        free(g);
+        return s;
+    }
+    *out = g;
+    return MT_OK;
+}
+
 /* The plan itself, from the topology this node should use. */
 static int make_plan(mtrun_binding *b, const mtrun_options *o, mt_bind_mode mode, bool chosen) {
     mt_topo *t = NULL;
@@ -77,7 +97,8 @@ static int make_plan(mtrun_binding *b, const mtrun_options *o, mt_bind_mode mode
             return 2;
         }
         if (chosen) {
-            mtrun_msg("cannot bind the ranks (%s %s): %s", o->bind_from, o->bind, mt_last_error());
+            mtrun_msg("cannot bind the ranks (%s %s): %s", o->bind_from, mt_bind_mode_name(mode),
+                      mt_last_error());
             return 1;
         }
         mtrun_msg("the ranks are not bound: %s", mt_last_error());
@@ -90,6 +111,20 @@ static int make_plan(mtrun_binding *b, const mtrun_options *o, mt_bind_mode mode
         mt_topo_destroy(t);
         return 0;
     }
+    /* A map the ranks will refuse is theirs to report, with the job's exit code; binding them
+     * to GPUs they will not use would be wrong, so they are left unbound. */
+    int *gpus = NULL;
+    mt_status s = local_gpus(t, o->nproc_per_node, &gpus);
+    if (s != MT_OK) {
+        mt_topo_destroy(t);
+        if (s == MT_ERR_OUT_OF_MEMORY) {
+            mtrun_msg("cannot plan the binding: %s", mt_last_error());
+            return 1;
+        }
+        mtrun_msg("the ranks are not bound: %s", mt_last_error());
+        snprintf(b->why_none, sizeof b->why_none, "MT_DEVICE_MAP cannot be used");
+        return 0;
+    }
     /* On this machine, the ranks stay within what mtrun itself may use (taskset, a batch
      * system's affinity): hwloc's topology only leaves out what the cgroup forbids. */
     char *allowed = NULL;
@@ -100,20 +135,18 @@ static int make_plan(mtrun_binding *b, const mtrun_options *o, mt_bind_mode mode
             code = 1;
         }
         if (code != 0) {
+            free(gpus);
             mt_topo_destroy(t);
             return code;
         }
     }
-    int *gpus = NULL;
-    size_t n = (size_t)o->nproc_per_node;
-    mt_status s = mt_bind_default_gpus(t, n, &gpus);
-    if (s == MT_OK) s = mt_bind_plan_make(t, n, gpus, mode, allowed, &b->plan);
+    s = mt_bind_plan_make(t, (size_t)o->nproc_per_node, gpus, mode, allowed, &b->plan);
     free(gpus);
     free(allowed);
     mt_topo_destroy(t);
     if (s != MT_OK) {
-        mtrun_msg("cannot plan the binding (--bind %s): %s", mt_bind_mode_name(mode),
-                  mt_last_error());
+        mtrun_msg("cannot plan the binding (%s %s): %s", chosen ? o->bind_from : "default",
+                  mt_bind_mode_name(mode), mt_last_error());
         return 1;
     }
     if (b->plan->warning)
@@ -129,13 +162,8 @@ int mtrun_binding_prepare(const mtrun_options *o, mtrun_binding **out) {
         return 1;
     }
     b->file = mt_topo_file_env();
-    mt_bind_mode mode = MT_BIND_NONE;
-    bool chosen = o->bind != NULL;
-    if (chosen && mt_bind_mode_parse(o->bind, &mode) != MT_OK) { /* options checked it */
-        mtrun_msg("%s", mt_last_error());
-        free(b);
-        return 2;
-    }
+    mt_bind_mode mode = o->bind;
+    bool chosen = o->bind_from != NULL;
     int code = 0;
     if (chosen && mode == MT_BIND_NONE)
         snprintf(b->why_none, sizeof b->why_none, "%s", strcmp(o->bind_from, "MT_BIND") == 0

@@ -338,8 +338,9 @@ static void loop(job *j, int sigfd) {
 
 int mtrun_job_run(const mtrun_options *o, int store_port, mtrun_cluster *cluster,
                   mtrun_binding *binding, int sigfd, double timeout_s, double kill_grace_s) {
-    job j = {.o = o, .cluster = cluster, .binding = binding, .n = o->nproc_per_node, .ph = RUNNING, .code = 0,
-             .port = store_port, .grace = kill_grace_s, .timeout = timeout_s};
+    job j = {.o = o, .cluster = cluster, .binding = binding, .n = o->nproc_per_node,
+             .ph = RUNNING, .code = 0, .port = store_port, .grace = kill_grace_s,
+             .timeout = timeout_s};
     j.ranks = calloc((size_t)j.n, sizeof *j.ranks);
     if (!j.ranks) {
         mtrun_msg("out of memory for %d ranks", j.n);

@@ -120,14 +120,11 @@ static int apply(option_id id, const char *name, const char *value, mtrun_option
         o->log_dir = value;
         break;
     case OPT_STANDALONE: o->standalone = true; break;
-    case OPT_BIND: {
-        mt_bind_mode mode;
-        if (mt_bind_mode_parse(value, &mode) != MT_OK)
+    case OPT_BIND:
+        if (mt_bind_mode_parse(value, &o->bind) != MT_OK)
             return bad_value(name, value, "none, numa or core");
-        o->bind = value;
         o->bind_from = "--bind";
         break;
-    }
     case OPT_HELP: fputs(usage_text, stdout); return 0;
     }
     return MTRUN_PARSE_RUN;
@@ -188,13 +185,11 @@ int mtrun_parse_options(int argc, char **argv, mtrun_options *o) {
     }
     o->program_argv = argv + i;
     const char *env_bind = getenv("MT_BIND");
-    if (!o->bind && env_bind && *env_bind) {
-        mt_bind_mode mode;
-        if (mt_bind_mode_parse(env_bind, &mode) != MT_OK) {
+    if (!o->bind_from && env_bind && *env_bind) {
+        if (mt_bind_mode_parse(env_bind, &o->bind) != MT_OK) {
             mtrun_msg("invalid MT_BIND='%s': expected none, numa or core", env_bind);
             return 2;
         }
-        o->bind = env_bind;
         o->bind_from = "MT_BIND";
     }
     if (o->standalone) {

@@ -2,6 +2,8 @@
 #ifndef MTRUN_OPTIONS_H
 #define MTRUN_OPTIONS_H
 
+#include "topo/bind.h"
+
 #include <stdbool.h>
 
 typedef struct mtrun_options {
@@ -13,9 +15,9 @@ typedef struct mtrun_options {
     const char *rdzv_id;  /* the job id */
     const char *log_dir;  /* NULL: no log files */
     bool standalone;
-    /* --bind, else MT_BIND: "none", "numa" or "core" (checked); NULL: the default, numa when the
-     * topology has GPUs and none otherwise. bind_from says which ("--bind" or "MT_BIND"). */
-    const char *bind;
+    /* --bind, else MT_BIND; bind_from says which ("--bind" or "MT_BIND"), NULL when neither
+     * was given: then the default, numa when the topology has GPUs and none otherwise. */
+    mt_bind_mode bind;
     const char *bind_from;
     char **program_argv;  /* PROGRAM ARGS..., NULL-terminated (points into argv) */
 } mtrun_options;
