@@ -46,6 +46,13 @@ struct mt_module {
     mt_fsdp_unit *unit; /* non-NULL once mt_fsdp_shard made this module a unit */
 };
 
+/* The units in the order their hooks ran in the first pass (recorded: that pass completed). */
+typedef struct mt_fsdp_order {
+    mt_fsdp_unit **units;
+    size_t n, cap;
+    bool recorded;
+} mt_fsdp_order;
+
 typedef enum mt_unshard_state {
     MT_UNIT_SHARDED = 0, /* only the shard exists */
     MT_UNIT_GATHERING,   /* the all-gather into full is in flight */
@@ -56,7 +63,6 @@ typedef enum mt_unshard_state {
 typedef struct mt_fsdp_debug {
     long all_gathers;     /* all-gathers issued for this unit */
     long prefetches;      /* of which issued as a prefetch by another unit's hook */
-    long prefetch_hits;   /* hooks that found the unit's all-gather already issued */
     long reduce_scatters; /* reduce-scatters issued */
     int max_outstanding_rs; /* outermost unit: most reduce-scatters in flight at once */
 } mt_fsdp_debug;
@@ -103,11 +109,8 @@ struct mt_fsdp_unit {
     bool fwd_explicit, bwd_explicit;
     mt_fsdp_unit *fwd_next, *bwd_next; /* from the recorded order */
 
-    /* Used on the outermost unit only: the schedule of one forward or backward pass. */
-    mt_fsdp_unit **fwd_order, **bwd_order;
-    size_t n_fwd_order, n_bwd_order, cap_fwd_order, cap_bwd_order;
-    bool fwd_recorded, bwd_recorded;
-    bool in_fwd_pass, in_bwd_pass;
+    /* Used on the outermost unit only: the order of a forward ([0]) and a backward ([1]) pass. */
+    mt_fsdp_order order[2];
     mt_fsdp_unit *rs_pending; /* the unit whose reduce-scatter is outstanding */
     int rs_outstanding;
     char *broken; /* set after a collective failed: the message every later call returns */

@@ -45,35 +45,34 @@ static mt_status check_broken(mt_fsdp_unit *o, const mt_fsdp_unit *u) {
                     "ranks are out of step (first failure: %s)", u->module->name, o->broken);
 }
 
-static mt_status record(mt_fsdp_unit ***list, size_t *n, size_t *cap, mt_fsdp_unit *u) {
-    for (size_t i = 0; i < *n; i++)
-        if ((*list)[i] == u) return MT_OK; /* a unit run twice keeps its first place */
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : 8;
-        mt_fsdp_unit **l = realloc(*list, c * sizeof *l);
+static mt_status record(mt_fsdp_order *order, mt_fsdp_unit *u) {
+    for (size_t i = 0; i < order->n; i++)
+        if (order->units[i] == u) return MT_OK; /* a unit run twice keeps its first place */
+    if (order->n == order->cap) {
+        size_t c = order->cap ? order->cap * 2 : 8;
+        mt_fsdp_unit **l = realloc(order->units, c * sizeof *l);
         if (!l) return mt_error(MT_ERR_OUT_OF_MEMORY, "recording the FSDP order: out of host "
                                 "memory");
-        *list = l;
-        *cap = c;
+        order->units = l;
+        order->cap = c;
     }
-    (*list)[(*n)++] = u;
+    order->units[order->n++] = u;
     return MT_OK;
 }
 
 static void finish_recording(mt_fsdp_unit *o, bool backward) {
-    mt_fsdp_unit **order = backward ? o->bwd_order : o->fwd_order;
-    size_t n = backward ? o->n_bwd_order : o->n_fwd_order;
-    for (size_t i = 0; i < n; i++) {
-        mt_fsdp_unit *next = i + 1 < n ? order[i + 1] : NULL;
-        if (backward) order[i]->bwd_next = next;
-        else order[i]->fwd_next = next;
+    mt_fsdp_order *order = &o->order[backward];
+    for (size_t i = 0; i < order->n; i++) {
+        mt_fsdp_unit *u = order->units[i];
+        mt_fsdp_unit *next = i + 1 < order->n ? order->units[i + 1] : NULL;
+        if (backward) u->bwd_next = next;
+        else u->fwd_next = next;
         if (mt_log_enabled(MT_LOG_DEBUG))
             mt_log(MT_LOG_DEBUG, "fsdp: recorded %s order %zu: unit '%s' prefetches '%s'",
-                   backward ? "backward" : "forward", i, order[i]->module->name,
+                   backward ? "backward" : "forward", i, u->module->name,
                    next ? next->module->name : "(none)");
     }
-    if (backward) o->bwd_recorded = true;
-    else o->fwd_recorded = true;
+    order->recorded = true;
 }
 
 static mt_status prefetch(mt_fsdp_unit *u, bool backward) {
@@ -97,7 +96,6 @@ static mt_status prefetch(mt_fsdp_unit *u, bool backward) {
 
 /* Issues u's all-gather unless a prefetch did, prefetches the next unit(s), waits for u's. */
 static mt_status unshard_for(mt_fsdp_unit *u, bool backward) {
-    if (u->state != MT_UNIT_SHARDED) u->debug.prefetch_hits++;
     MT_TRY(mt_fsdp_unshard_issue(u));
     MT_TRY(prefetch(u, backward));
     return mt_fsdp_unshard_wait(u);
@@ -121,20 +119,21 @@ static mt_status reshard_all(mt_fsdp_unit *o, bool keep_non_resharding) {
     return st;
 }
 
-mt_status mt_fsdp_pre_forward(mt_fsdp_unit *u) {
-    mt_fsdp_unit *o = mt_fsdp_outermost(u->module);
+/* What both pre-hooks do: refuse after a failed collective, record the order while the first
+ * pass runs (a pass that failed before completing is recorded again from its start), unshard. */
+static mt_status pre_hook(mt_fsdp_unit *o, mt_fsdp_unit *u, bool backward) {
     MT_TRY(check_broken(o, u));
-    if (u == o) {
-        o->in_fwd_pass = true;
-        if (!o->fwd_recorded) o->n_fwd_order = 0;
+    mt_fsdp_order *order = &o->order[backward];
+    if (!order->recorded) {
+        if (u == o) order->n = 0;
+        MT_TRY(record(order, u));
     }
-    if (!o->fwd_recorded) MT_TRY(record(&o->fwd_order, &o->n_fwd_order, &o->cap_fwd_order, u));
-    mt_status st = unshard_for(u, false);
-    if (st != MT_OK) {
-        if (u == o) o->in_fwd_pass = false;
-        return mark_broken(o, st);
-    }
-    return MT_OK;
+    mt_status st = unshard_for(u, backward);
+    return st == MT_OK ? MT_OK : mark_broken(o, st);
+}
+
+mt_status mt_fsdp_pre_forward(mt_fsdp_unit *u) {
+    return pre_hook(mt_fsdp_outermost(u->module), u, false);
 }
 
 mt_status mt_fsdp_post_forward(mt_fsdp_unit *u, mt_status user_status) {
@@ -146,8 +145,7 @@ mt_status mt_fsdp_post_forward(mt_fsdp_unit *u, mt_status user_status) {
     if (u == o) {
         mt_status s = reshard_all(o, true);
         if (st == MT_OK) st = s;
-        if (!o->fwd_recorded && user_status == MT_OK) finish_recording(o, false);
-        o->in_fwd_pass = false;
+        if (!o->order[0].recorded && user_status == MT_OK) finish_recording(o, false);
     }
     if (st != MT_OK) mark_broken(o, st);
     if (user_status != MT_OK) return mt_error_restore(user_status, saved);
@@ -209,6 +207,9 @@ static mt_status issue_rs(mt_fsdp_unit *o, mt_fsdp_unit *u) {
     if (st != MT_OK) {
         mt_error_wrap(st, "reduce-scatter of the gradients of %s over '%s'",
                       mt_fsdp_unit_desc(u, desc, sizeof desc), u->shard_dim);
+        mt_device_free(u->dev, u->rs_send);
+        mt_device_free(u->dev, u->rs_recv);
+        u->rs_send = u->rs_recv = NULL;
         u->rs_work = NULL;
         return st;
     }
@@ -226,27 +227,22 @@ static void point_grads(mt_fsdp_unit *u, bool valid) {
 
 mt_status mt_fsdp_pre_backward(mt_fsdp_unit *u) {
     mt_fsdp_unit *o = mt_fsdp_outermost(u->module);
-    MT_TRY(check_broken(o, u));
-    if (u == o) {
-        o->in_bwd_pass = true;
-        if (!o->bwd_recorded) o->n_bwd_order = 0;
-    }
-    if (!o->bwd_recorded) MT_TRY(record(&o->bwd_order, &o->n_bwd_order, &o->cap_bwd_order, u));
-    mt_status st = unshard_for(u, true);
-    if (st != MT_OK) {
-        if (u == o) o->in_bwd_pass = false;
-        return mark_broken(o, st);
+    MT_TRY(pre_hook(o, u, true));
+    /* A unit run again in one pass while its own reduce-scatter is in flight: that collective
+     * reads full_grad, so it finishes before the buffer is written (or dropped) again. */
+    if (o->rs_pending == u) {
+        mt_status st = mt_fsdp_finish_pending_rs(o);
+        if (st != MT_OK) return mark_broken(o, st);
     }
     if (!u->full_grad) {
         char desc[256];
-        st = mt_device_alloc(u->dev, u->padded * sizeof(float), MT_MEM_GRADS,
-                             (void **)&u->full_grad);
+        mt_status st = mt_device_alloc(u->dev, u->padded * sizeof(float), MT_MEM_GRADS,
+                                       (void **)&u->full_grad);
         if (st == MT_OK) st = mt_device_memset(u->dev, u->full_grad, 0,
                                                u->padded * sizeof(float), NULL);
         if (st != MT_OK) {
             mt_device_free(u->dev, u->full_grad);
             u->full_grad = NULL;
-            if (u == o) o->in_bwd_pass = false;
             return mt_error_wrap(st, "gradient buffer of %s",
                                  mt_fsdp_unit_desc(u, desc, sizeof desc));
         }
@@ -264,8 +260,13 @@ mt_status mt_fsdp_post_backward(mt_fsdp_unit *u, mt_status user_status) {
     u->in_backward = false;
     mt_status st = MT_OK;
     /* A rank whose backward failed issues no reduce-scatter: the others find out by timeout or
-     * by the launcher stopping the job, and this rank reports its own error. */
-    if (user_status == MT_OK && u->requires_sync) {
+     * by the launcher stopping the job, and this rank reports its own error. What the failed
+     * backward added to the full gradient is partial: a later backward must not add to it (nor,
+     * without sync, to what earlier micro-batches accumulated there, which it has spoilt). */
+    if (user_status != MT_OK) {
+        mt_device_free(u->dev, u->full_grad);
+        u->full_grad = NULL;
+    } else if (u->requires_sync) {
         st = mt_fsdp_finish_pending_rs(o);
         if (st == MT_OK) st = issue_rs(o, u);
     }
@@ -276,8 +277,7 @@ mt_status mt_fsdp_post_backward(mt_fsdp_unit *u, mt_status user_status) {
         if (st == MT_OK) st = s;
         s = reshard_all(o, false);
         if (st == MT_OK) st = s;
-        if (!o->bwd_recorded && user_status == MT_OK) finish_recording(o, true);
-        o->in_bwd_pass = false;
+        if (!o->order[1].recorded && user_status == MT_OK) finish_recording(o, true);
     }
     if (st != MT_OK) mark_broken(o, st);
     if (user_status != MT_OK) return mt_error_restore(user_status, saved);

@@ -146,20 +146,25 @@ static mt_status check_options(mt_module *m, const mt_fsdp_options *o, mt_group 
     return MT_OK;
 }
 
-/* The runs of this rank's shard [lo, lo + S) that hold real parameter elements. */
-static mt_status build_ranges(mt_fsdp_unit *u) {
+/* The flat elements [*b, *e) of p that lie in this rank's shard [lo, lo + S); false if none. */
+static bool shard_overlap(const mt_fsdp_unit *u, const mt_param *p, size_t *b, size_t *e) {
     size_t lo = (size_t)u->rank * u->S, hi = lo + u->S;
+    *b = p->offset > lo ? p->offset : lo;
+    *e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    return *b < *e;
+}
+
+/* The runs of this rank's shard that hold real parameter elements. */
+static mt_status build_ranges(mt_fsdp_unit *u) {
+    size_t lo = (size_t)u->rank * u->S, b, e;
     u->ranges = calloc(u->n_params ? u->n_params : 1, sizeof *u->ranges);
     if (!u->ranges) return mt_error(MT_ERR_OUT_OF_MEMORY, "out of host memory");
     for (size_t i = 0; i < u->n_params; i++) {
-        mt_param *p = u->params[i];
-        size_t b = p->offset > lo ? p->offset : lo;
-        size_t e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-        if (b >= e) continue;
+        if (!shard_overlap(u, u->params[i], &b, &e)) continue;
         mt_fsdp_range *r = &u->ranges[u->n_ranges++];
         r->begin = b - lo;
         r->end = e - lo;
-        r->tp_replicated = p->tp.kind == MT_TP_REPLICATE;
+        r->tp_replicated = u->params[i]->tp.kind == MT_TP_REPLICATE;
     }
     return MT_OK;
 }
@@ -180,20 +185,18 @@ static void unit_free_struct(mt_fsdp_unit *u) {
     free(u->replicate_dim);
     free(u->fwd_prefetch);
     free(u->bwd_prefetch);
-    free(u->fwd_order);
-    free(u->bwd_order);
+    free(u->order[0].units);
+    free(u->order[1].units);
     free(u->broken);
     free(u);
 }
 
 /* Fills the master shard from the parameters' own f32 buffers (padding stays 0). */
 static mt_status fill_master(mt_fsdp_unit *u) {
-    size_t lo = (size_t)u->rank * u->S, hi = lo + u->S;
+    size_t lo = (size_t)u->rank * u->S, b, e;
     for (size_t i = 0; i < u->n_params; i++) {
         mt_param *p = u->params[i];
-        size_t b = p->offset > lo ? p->offset : lo;
-        size_t e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-        if (b < e)
+        if (shard_overlap(u, p, &b, &e))
             MT_TRY(mt_device_copy(u->dev, u->master + (b - lo),
                                   (const float *)p->data + (b - p->offset),
                                   (e - b) * sizeof(float), MT_COPY_DEVICE_TO_DEVICE, NULL));
@@ -258,13 +261,9 @@ mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options) {
     u->S = u->padded / N;
     if (st == MT_OK) st = alloc_shards(u);
     if (st == MT_OK) st = build_ranges(u);
-    if (st != MT_OK) {
-        free_buffers(u);
-        unit_free_struct(u);
-        return mt_error_wrap(st, "mt_fsdp_shard('%s')", module->name);
-    }
-    st = fill_master(u);
-    if (st == MT_OK && u->shard_lp) st = mt_op_cast(u->dev, u->master, MT_F32, u->shard_lp, MT_BF16, u->S);
+    if (st == MT_OK) st = fill_master(u);
+    if (st == MT_OK && u->shard_lp)
+        st = mt_op_cast(u->dev, u->master, MT_F32, u->shard_lp, MT_BF16, u->S);
     if (st != MT_OK) {
         free_buffers(u);
         unit_free_struct(u);
@@ -374,12 +373,8 @@ void mt_fsdp_unit_destroy(mt_fsdp_unit *u) {
         u->params[i]->grad = NULL;
         u->params[i]->unit = NULL;
     }
-    /* Units above may list this one in their prefetch lists or recorded order. */
-    for (mt_module *m = u->module->parent; m; m = m->parent) {
-        mt_fsdp_unit *a = m->unit;
-        if (!a) continue;
-        if (a->rs_pending == u) a->rs_pending = NULL;
-    }
+    /* No unit above can still point at this one (rs_pending, prefetch lists, recorded order):
+     * mt_module_destroy destroys a module's unit before its children, and detaches them. */
     unit_free_struct(u);
 }
 
@@ -393,13 +388,19 @@ static mt_status root_unit(mt_module *root, const char *what, mt_fsdp_unit **out
     return MT_OK;
 }
 
+/* Every unit of root's model (root must be a unit), as mt_fsdp_units_below lists them. */
+static mt_status root_units(mt_module *root, const char *what, mt_fsdp_unit ***units,
+                            size_t *count) {
+    mt_fsdp_unit *ru;
+    MT_TRY(root_unit(root, what, &ru));
+    return mt_fsdp_units_below(root, units, count);
+}
+
 mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, size_t *n) {
-    mt_fsdp_unit *ru = NULL;
     if (!views || !n) return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_collect_shards: NULL output");
-    MT_TRY(root_unit(root, "mt_fsdp_collect_shards", &ru));
     mt_fsdp_unit **units;
     size_t count;
-    MT_TRY(mt_fsdp_units_below(root, &units, &count));
+    MT_TRY(root_units(root, "mt_fsdp_collect_shards", &units, &count));
     mt_fsdp_shard_view *v = calloc(count ? count : 1, sizeof *v);
     if (!v) {
         free(units);
@@ -431,11 +432,9 @@ mt_status mt_fsdp_groups(mt_module *root, mt_group **shard, mt_group **replicate
 }
 
 mt_status mt_fsdp_shards_updated(mt_module *root) {
-    mt_fsdp_unit *ru = NULL;
-    MT_TRY(root_unit(root, "mt_fsdp_shards_updated", &ru));
     mt_fsdp_unit **units;
     size_t count;
-    MT_TRY(mt_fsdp_units_below(root, &units, &count));
+    MT_TRY(root_units(root, "mt_fsdp_shards_updated", &units, &count));
     mt_status st = MT_OK;
     for (size_t i = 0; i < count; i++) {
         mt_fsdp_unit *u = units[i];
@@ -456,11 +455,9 @@ mt_status mt_fsdp_shards_updated(mt_module *root) {
 mt_device *mt_fsdp_device(mt_module *root) { return root ? root->dev : NULL; }
 
 mt_status mt_zero_grad(mt_module *root) {
-    mt_fsdp_unit *ru = NULL;
-    MT_TRY(root_unit(root, "mt_zero_grad", &ru));
     mt_fsdp_unit **units;
     size_t count;
-    MT_TRY(mt_fsdp_units_below(root, &units, &count));
+    MT_TRY(root_units(root, "mt_zero_grad", &units, &count));
     mt_status st = MT_OK;
     for (size_t i = 0; i < count && st == MT_OK; i++)
         st = mt_device_memset(units[i]->dev, units[i]->grad_shard, 0,
@@ -471,29 +468,32 @@ mt_status mt_zero_grad(mt_module *root) {
 
 /* ---- switches ---------------------------------------------------------------------------- */
 
+/* The units a switch named what applies to: every unit at or below module, at least one. */
+static mt_status switch_units(mt_module *module, const char *what, mt_fsdp_unit ***units,
+                              size_t *count) {
+    if (!module) return mt_error(MT_ERR_INVALID_ARG, "%s: NULL module", what);
+    MT_TRY(mt_fsdp_units_below(module, units, count));
+    if (*count > 0) return MT_OK;
+    free(*units);
+    return mt_error(MT_ERR_INVALID_ARG, "%s: no FSDP unit at or below module '%s'", what,
+                    module->name);
+}
+
 mt_status mt_fsdp_set_requires_gradient_sync(mt_module *module, bool sync) {
-    if (!module) return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_set_requires_gradient_sync: NULL");
     mt_fsdp_unit **units;
     size_t count;
-    MT_TRY(mt_fsdp_units_below(module, &units, &count));
+    MT_TRY(switch_units(module, "mt_fsdp_set_requires_gradient_sync", &units, &count));
     for (size_t i = 0; i < count; i++) units[i]->requires_sync = sync;
     free(units);
-    if (count == 0)
-        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_set_requires_gradient_sync: no FSDP unit at "
-                        "or below module '%s'", module->name);
     return MT_OK;
 }
 
 mt_status mt_fsdp_set_prefetch(mt_module *root, bool enabled) {
-    if (!root) return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_set_prefetch: NULL module");
     mt_fsdp_unit **units;
     size_t count;
-    MT_TRY(mt_fsdp_units_below(root, &units, &count));
+    MT_TRY(switch_units(root, "mt_fsdp_set_prefetch", &units, &count));
     for (size_t i = 0; i < count; i++) units[i]->prefetch_enabled = enabled;
     free(units);
-    if (count == 0)
-        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_set_prefetch: no FSDP unit at or below "
-                        "module '%s'", root->name);
     return MT_OK;
 }
 
@@ -552,10 +552,8 @@ mt_status mt_fsdp_debug_order(mt_module *root, bool backward, mt_module **out, s
                               size_t *n) {
     mt_fsdp_unit *o = mt_fsdp_outermost(root);
     if (!o || !n) return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_debug_order: not an FSDP unit");
-    mt_fsdp_unit **order = backward ? o->bwd_order : o->fwd_order;
-    size_t count = backward ? o->n_bwd_order : o->n_fwd_order;
-    bool recorded = backward ? o->bwd_recorded : o->fwd_recorded;
-    *n = recorded ? count : 0;
-    for (size_t i = 0; i < *n && i < cap; i++) out[i] = order[i]->module;
+    const mt_fsdp_order *order = &o->order[backward];
+    *n = order->recorded ? order->n : 0;
+    for (size_t i = 0; i < *n && i < cap; i++) out[i] = order->units[i]->module;
     return MT_OK;
 }

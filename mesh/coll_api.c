@@ -41,17 +41,6 @@ static mt_status make(mt_group *g, mt_op_kind kind, const void *send, void *recv
     if (st == MT_OK && use_nccl) {
         w->refs = 1; /* never seen by the progress thread */
         st = mt_nccl_enqueue(g, w);
-        if (st != MT_OK) {
-            free(w);
-            return st;
-        }
-        if (work) {
-            *work = w;
-            return MT_OK;
-        }
-        st = mt_work_wait(w, -1);
-        mt_work_free(w);
-        return st;
     }
     if (st != MT_OK) {
         free(w);

@@ -39,7 +39,7 @@ struct mt_mesh {
     int gpu;
 };
 
-/* ---- specs and validation --------------------------------------------------------------------- */
+/* ---- specs and validation -------------------------------------------------------------------- */
 
 /* The spec as text: what every rank must agree on, and what error messages quote. Tolerates
  * arguments that validation will refuse, so that a bad spec on one rank is still compared. */
@@ -104,7 +104,7 @@ static mt_status validate_spec(mt_runtime *rt, int ndim, const int *shape,
     return MT_OK;
 }
 
-/* ---- geometry --------------------------------------------------------------------------------- */
+/* ---- geometry -------------------------------------------------------------------------------- */
 
 static int root_rank_at(const mt_mesh *root, const int *coords) {
     int rank = 0;
@@ -169,7 +169,7 @@ static mt_status add_group(mt_mesh *root, const char *name, unsigned mask, mt_gr
     return MT_OK;
 }
 
-/* ---- cross-host tp ---------------------------------------------------------------------------- */
+/* ---- cross-host tp --------------------------------------------------------------------------- */
 
 /* The tp dimension: the one named "tp", else the innermost of a mesh with two or more. */
 static int tp_dim(const mt_mesh *root) {
@@ -209,7 +209,7 @@ static mt_status check_tp_hosts(const mt_mesh *root) {
     return MT_OK;
 }
 
-/* ---- the table rank 0 prints ------------------------------------------------------------------ */
+/* ---- the table rank 0 prints ----------------------------------------------------------------- */
 
 static void log_table(const mt_mesh *root, const char *spec, char **extras) {
     if (!extras || !mt_log_enabled(MT_LOG_INFO)) return;
@@ -241,7 +241,7 @@ static void log_table(const mt_mesh *root, const char *spec, char **extras) {
     }
 }
 
-/* ---- create / destroy ------------------------------------------------------------------------- */
+/* ---- create / destroy ------------------------------------------------------------------------ */
 
 void mt_mesh_destroy(mt_mesh *mesh) {
     if (!mesh) return;
@@ -320,7 +320,7 @@ mt_status mt_mesh_create(mt_runtime *rt, int ndim, const int *shape, const char 
     return MT_OK;
 }
 
-/* ---- accessors -------------------------------------------------------------------------------- */
+/* ---- accessors ------------------------------------------------------------------------------- */
 
 int mt_mesh_ndim(const mt_mesh *mesh) { return mesh ? mesh->ndim : 0; }
 
@@ -410,17 +410,23 @@ mt_status mt_mesh_flatten(mt_mesh *mesh, const char *const *names, int n, const 
     const char *what = "mt_mesh_flatten";
     if (out) *out = NULL;
     if (!mesh) return mt_error(MT_ERR_INVALID_ARG, "%s: no mesh", what);
+    mt_mesh *root = mesh->root;
+    /* Compared before it is validated (and tolerating what validation refuses), as in
+     * mt_mesh_create: a rank with other arguments fails every rank now, not at the timeout. */
+    char spec[512];
+    int shown = n < 0 ? 0 : n > MT_MESH_MAX_DIMS ? MT_MESH_MAX_DIMS : n;
+    size_t len = (size_t)snprintf(spec, sizeof spec, "'%s' =",
+                                  flat_name ? flat_name : "(null)");
+    for (int i = 0; i < shown && len < sizeof spec; i++)
+        len += (size_t)snprintf(spec + len, sizeof spec - len, " %s'%s'", i ? "x " : "",
+                                names && names[i] ? names[i] : "(null)");
+    if (shown != n && len < sizeof spec) snprintf(spec + len, sizeof spec - len, " (%d)", n);
+    MT_TRY(mt_agree(root->rt, what, spec, NULL, NULL));
     unsigned mask;
     int dims[MT_MESH_MAX_DIMS];
     MT_TRY(names_to_dims(mesh, what, names, n, &mask, dims));
     const char *one[1] = {flat_name};
     MT_TRY(validate_names(what, 1, one));
-    mt_mesh *root = mesh->root;
-    char spec[512];
-    size_t len = (size_t)snprintf(spec, sizeof spec, "'%s' =", flat_name);
-    for (int i = 0; i < n && len < sizeof spec; i++)
-        len += (size_t)snprintf(spec + len, sizeof spec - len, " %s'%s'", i ? "x " : "", names[i]);
-    MT_TRY(mt_agree(root->rt, what, spec, NULL, NULL));
     mesh_group *g = find_group(root, flat_name);
     if (g) {
         if (g->dims != mask)

@@ -170,17 +170,22 @@ mt_status mt_nccl_enqueue(mt_group *g, mt_work *w) {
                  ncclGetLastError(c->comm));
         st = mt_nccl_break(c, MT_ERR_COMM, msg);
     }
+    /* From here the collective is queued: a failure aborts the communicator, so that it cannot
+     * write into buffers the caller frees on the error, nor leave this rank out of step with
+     * the members that saw it succeed. */
+    char step[64] = "";
     if (st == MT_OK && split_avg(w) &&
         (ce = mt_cuda_scale_on_stream(w->recv, w->dtype, w->count, 1.0f / (float)g->size,
-                                      c->stream)) != cudaSuccess) {
+                                      c->stream)) != cudaSuccess)
+        snprintf(step, sizeof step, "dividing the sum by %d", g->size);
+    if (st == MT_OK && !*step && (ce = cudaEventRecord(op->done, c->stream)) != cudaSuccess)
+        snprintf(step, sizeof step, "recording its completion");
+    if (*step) {
         (void)cudaGetLastError();
-        st = mt_error(MT_ERR_COMM, "%s: dividing the sum by %d: %s", what, g->size,
-                      cudaGetErrorString(ce));
-    }
-    if (st == MT_OK && (ce = cudaEventRecord(op->done, c->stream)) != cudaSuccess) {
-        (void)cudaGetLastError();
-        st = mt_error(MT_ERR_COMM, "%s: recording its completion: %s", what,
-                      cudaGetErrorString(ce));
+        char msg[MT_NCCL_MSG_CAP];
+        snprintf(msg, sizeof msg, "%s: %s: %s; the communicator was aborted", what, step,
+                 cudaGetErrorString(ce));
+        st = mt_nccl_break(c, MT_ERR_COMM, msg);
     }
     if (st != MT_OK) {
         cudaEventDestroy(op->done);

@@ -26,6 +26,11 @@ double mt_nccl_now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The value under the id's key: ID_TAG and the id, or FAIL_TAG and why group rank 0 has none,
+ * so that the other members stop with its reason instead of waiting for MT_TIMEOUT_S. */
+#define ID_TAG 'I'
+#define FAIL_TAG 'E'
+
 /* key (96 bytes) receives the store key of the id, which group rank 0 deletes once every member
  * has joined (a later job on the same store must not find it). */
 static mt_status exchange_id(mt_runtime *rt, mt_group *group, ncclUniqueId *id, char *key) {
@@ -35,12 +40,21 @@ static mt_status exchange_id(mt_runtime *rt, mt_group *group, ncclUniqueId *id, 
     int64_t n = 0;
     MT_TRY(mt_store_add(store, counter, 1, &n));
     snprintf(key, 96, "mt/nccl/%lld/%d", (long long)n, mt_group_global_rank(group, 0));
+    unsigned char value[1 + sizeof *id];
     if (mt_group_rank(group) == 0) {
         ncclResult_t r = ncclGetUniqueId(id);
-        if (r != ncclSuccess)
-            return mt_error(MT_ERR_COMM, "NCCL communicator of group '%s': ncclGetUniqueId: %s",
-                            mt_group_name(group), ncclGetErrorString(r));
-        return mt_store_set(store, key, id, sizeof *id);
+        if (r != ncclSuccess) {
+            char why[MT_NCCL_MSG_CAP];
+            snprintf(why, sizeof why, "%cncclGetUniqueId: %s (%s)", FAIL_TAG,
+                     ncclGetErrorString(r), ncclGetLastError(NULL));
+            if (mt_store_set(store, key, why, strlen(why)) != MT_OK)
+                mt_log(MT_LOG_DEBUG, "could not publish the failure: %s", mt_last_error());
+            return mt_error(MT_ERR_COMM, "NCCL communicator of group '%s': %s",
+                            mt_group_name(group), why + 1);
+        }
+        value[0] = ID_TAG;
+        memcpy(value + 1, id, sizeof *id);
+        return mt_store_set(store, key, value, sizeof value);
     }
     void *v = NULL;
     size_t len = 0;
@@ -48,12 +62,20 @@ static mt_status exchange_id(mt_runtime *rt, mt_group *group, ncclUniqueId *id, 
     if (st != MT_OK)
         return mt_error_wrap(st, "NCCL communicator of group '%s': waiting for the id from rank "
                              "%d", mt_group_name(group), mt_group_global_rank(group, 0));
-    if (len != sizeof *id) {
+    const char *tagged = v;
+    if (len > 0 && tagged[0] == FAIL_TAG) {
+        st = mt_error(MT_ERR_COMM, "NCCL communicator of group '%s': rank %d has no id: %.*s",
+                      mt_group_name(group), mt_group_global_rank(group, 0), (int)(len - 1),
+                      tagged + 1);
+        free(v);
+        return st;
+    }
+    if (len != sizeof value || tagged[0] != ID_TAG) {
         free(v);
         return mt_error(MT_ERR_PROTOCOL, "NCCL communicator of group '%s': the id has %zu bytes, "
-                        "expected %zu", mt_group_name(group), len, sizeof *id);
+                        "expected %zu", mt_group_name(group), len, sizeof value);
     }
-    memcpy(id, v, sizeof *id);
+    memcpy(id, tagged + 1, sizeof *id);
     free(v);
     return MT_OK;
 }

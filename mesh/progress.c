@@ -97,7 +97,8 @@ mt_status mt_progress_submit(mt_transport *tr, mt_work *w) {
 
 mt_status mt_work_submit_or_wait(mt_work *w, mt_work **out) {
     if (out) *out = NULL;
-    mt_status st = mt_progress_submit(w->tr, w);
+    /* Work already queued on an NCCL communicator never goes to the progress thread. */
+    mt_status st = w->nccl_op ? MT_OK : mt_progress_submit(w->tr, w);
     if (st != MT_OK) {
         free(w);
         return st;

@@ -219,7 +219,8 @@ void mt_progress_free_zombies(mt_transport *tr);
 mt_status mt_progress_submit(mt_transport *tr, struct mt_work *work);
 /* Allocates a work item with two references (the caller's handle and the progress thread). */
 struct mt_work *mt_work_new(mt_group *group, mt_op_kind kind);
-/* Submits work and either returns the handle or waits for it when out is NULL. */
+/* Submits work to the progress thread (not work mt_nccl_enqueue queued) and either returns the
+ * handle or waits for it when out is NULL. */
 mt_status mt_work_submit_or_wait(struct mt_work *work, mt_work **out);
 const char *mt_op_name(mt_op_kind kind);
 /* Records a failure on a running work (progress thread). */
