@@ -1,11 +1,15 @@
-/* Test helpers for numeric comparisons: a small deterministic random generator and the largest
- * relative error between two arrays, shared by the op tests on the CPU and on the GPU. */
+/* Test helpers for numeric comparisons, shared by the op, model and parallelism tests on the CPU
+ * and on the GPU: small deterministic random generators, array copies, tolerance checks and the
+ * largest relative error between two arrays. */
 #ifndef MT_TESTS_NUMERIC_H
 #define MT_TESTS_NUMERIC_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* xorshift64*: uniform in [0, 1), the same sequence on every machine for a given state. */
 static inline double test_rand_unit(uint64_t *state) {
@@ -15,15 +19,70 @@ static inline double test_rand_unit(uint64_t *state) {
     return (double)((*state * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
 }
 
-/* Largest |got - want| / max(|want|, 1) over n elements, NaN counted as the worst; *at receives
- * its index. */
+/* A 64-bit linear congruential step (Knuth's MMIX constants), uniform in [-1, 1). */
+static inline double test_lcg_pm1(uint64_t *state) {
+    *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(*state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+/* n floats amp * test_lcg_pm1(state); aborts when out of memory. The caller frees them. */
+static inline float *test_lcg_floats(uint64_t *state, size_t n, double amp) {
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v) abort();
+    for (size_t i = 0; i < n; i++) v[i] = (float)(amp * test_lcg_pm1(state));
+    return v;
+}
+
+/* splitmix64's finalizer: a well-mixed hash of z, for values defined by a key (an index). */
+static inline uint64_t test_mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* A malloc'ed copy of n floats; aborts when out of memory. */
+static inline float *test_copy_floats(const float *src, size_t n) {
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v) abort();
+    if (n) memcpy(v, src, n * sizeof *v);
+    return v;
+}
+
+/* n floats widened to double (malloc'ed); aborts when out of memory. */
+static inline double *test_to_double(const float *src, size_t n) {
+    double *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v) abort();
+    for (size_t i = 0; i < n; i++) v[i] = src[i];
+    return v;
+}
+
+/* |got - want| <= abs_tol + rel * |want| (false for NaN). */
+static inline bool test_close_to(double got, double want, double rel, double abs_tol) {
+    return fabs(got - want) <= abs_tol + rel * fabs(want);
+}
+
+/* n floats uniform in [lo, hi) from *state; aborts when out of memory. The caller frees them. */
+static inline float *test_rand_floats(uint64_t *state, size_t n, float lo, float hi) {
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    if (!p) abort();
+    for (size_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * (float)test_rand_unit(state);
+    return p;
+}
+
+/* Largest |got - want| / max(|want|, 1) over n elements; a NaN (in got or want) is the worst of
+ * all: the result is NaN, which fails every `<= tol` check, and *at is its index. */
 static inline double test_max_rel_err(const float *got, const float *want, size_t n, size_t *at) {
     double worst = 0.0;
     *at = 0;
     for (size_t i = 0; i < n; i++) {
         double den = fabs((double)want[i]) > 1.0 ? fabs((double)want[i]) : 1.0;
         double e = fabs((double)got[i] - (double)want[i]) / den;
-        if (!(e <= worst)) { /* also catches NaN */
+        if (isnan(e)) {
+            *at = i;
+            return e;
+        }
+        if (e > worst) {
             worst = e;
             *at = i;
         }

@@ -25,6 +25,14 @@ if(MT_HAVE_CUDA)
   mt_add_unit_test(test_gpu_reduce_ops SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_reduce_ops.c
                    TIMEOUT 300 LABELS gpu)
   set_tests_properties(test_gpu_reduce_ops PROPERTIES SKIP_RETURN_CODE 77)
+
+  # Both op tests with a second CPU device in the GPU's place (MT_TEST_OPS_SELF=1): their own
+  # bookkeeping (uploads, comparisons, frees) checked on every machine, GPU or not.
+  foreach(t test_gpu_ops test_gpu_reduce_ops)
+    add_test(NAME ${t}_self COMMAND ${t})
+    set_tests_properties(${t}_self PROPERTIES TIMEOUT 120 LABELS "unit;cuda"
+                         ENVIRONMENT "MT_TEST_OPS_SELF=1")
+  endforeach()
 endif()
 
 # Collectives on GPU buffers through the mesh group's NCCL communicator, under mtrun: one rank,

@@ -22,6 +22,8 @@
 # with scripts/gpu-deps (.gpu-deps, carried along) is used. Logs: <build>/gpu-run-logs.
 # Exit status: the number of failed sections (0 = all passed or skipped).
 set -u
+# A pipeline's status is its first failing command's: `prog | tee log` fails when prog does.
+set -o pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build-gpu}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -97,7 +99,10 @@ BIN=$BUILD/bin
 ctest_rc=${PIPESTATUS[0]}
 counts=$(grep -E 'tests passed|tests failed' "$LOG/ctest-gpu.log" | tail -1)
 skipped=$(grep -c '(Skipped)' "$LOG/ctest-gpu.log" || true)
-if [ "$ctest_rc" -eq 0 ]; then
+if [ "$ctest_rc" -eq 0 ] && [ "$gpus" -gt 0 ] && [ "$skipped" -gt 0 ]; then
+    # The tests skip only when they find no GPU; nvidia-smi found one.
+    fail "ctest -L gpu: $skipped test(s) skipped for want of a GPU, but nvidia-smi lists $gpus"
+elif [ "$ctest_rc" -eq 0 ]; then
     note "PASS  ctest -L gpu: ${counts:-no tests} ($skipped skipped)"
 else
     fail "ctest -L gpu: ${counts:-ctest failed} ($skipped skipped)"
@@ -147,6 +152,8 @@ nccl_result() { # rc, what, log name
     ver=$(nccl_version "$3")
     if [ "$1" -eq 0 ]; then
         note "PASS  $2, NCCL ${ver:-?}: $(grep -ho '[0-9]* passed, [0-9]* failed' "$LOG/$3.log" | awk '{p += $1} END {print p " checks"}')$(grep -h 'busbw' "$LOG/$3.log" | sed 's/^/; /' | head -1)"
+    elif [ "$1" -eq 77 ] && [ "$gpus" -gt 0 ]; then
+        fail "$2: the test found no GPU, but nvidia-smi lists $gpus (see $LOG/$3.log)"
     elif [ "$1" -eq 77 ]; then
         note "SKIP  $2: no GPU"
     elif [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; then
@@ -172,6 +179,13 @@ if [ -x "$BUILD/tests/bin/test_gpu_nccl" ]; then
 fi
 
 # ---- topology ---------------------------------------------------------------------------------
+# agrees_with_live DUMP OUT: mt-topo's JSON report of the NCCL topology file DUMP (written next to
+# it) agrees with the live report (compare_topo.py); their messages in OUT, the verdict last
+agrees_with_live() {
+    "$BIN/mt-topo" --input "$1" --json >"${1%.xml}.json" 2>"$2" &&
+        python3 "$ROOT/tests/gpu/compare_topo.py" json "${1%.xml}.json" "$LOG/mt-topo.json" \
+            >>"$2" 2>&1
+}
 echo; echo "==== mt-topo (live) ===="
 if "$BIN/mt-topo" 2>&1 | tee "$LOG/mt-topo.txt" && "$BIN/mt-topo" --json >"$LOG/mt-topo.json" 2>>"$LOG/mt-topo.txt"; then
     echo; echo "==== nvidia-smi topo -m ===="
@@ -190,8 +204,7 @@ if "$BIN/mt-topo" 2>&1 | tee "$LOG/mt-topo.txt" && "$BIN/mt-topo" --json >"$LOG/
         fail "mt-topo vs nvidia-smi topo -m: $(tail -n 1 "$LOG/compare-smi.txt")"
     fi
     if [ "$have_py" = 1 ] && [ -s "$LOG/nccl-topo-dump.xml" ]; then
-        if "$BIN/mt-topo" --input "$LOG/nccl-topo-dump.xml" --json >"$LOG/nccl-dump.json" 2>"$LOG/compare-dump.txt" &&
-           python3 "$ROOT/tests/gpu/compare_topo.py" json "$LOG/nccl-dump.json" "$LOG/mt-topo.json" >>"$LOG/compare-dump.txt" 2>&1; then
+        if agrees_with_live "$LOG/nccl-topo-dump.xml" "$LOG/compare-dump.txt"; then
             note "PASS  mt-topo vs NCCL's own dump (NCCL_TOPO_DUMP_FILE): $(tail -n 1 "$LOG/compare-dump.txt")"
         else
             cat "$LOG/compare-dump.txt"
@@ -207,13 +220,17 @@ if "$BIN/mt-topo" 2>&1 | tee "$LOG/mt-topo.txt" && "$BIN/mt-topo" --json >"$LOG/
         nccl_test nccl-topo-file 1 NCCL_TOPO_FILE="$LOG/mt-topo-nccl.xml" NCCL_DEBUG=INFO \
             NCCL_DEBUG_SUBSYS=INIT,GRAPH NCCL_TOPO_DUMP_FILE="$LOG/nccl-topo-dump-from-export.xml" --
         rc=$?
-        if [ "$rc" -eq 0 ] && [ "$have_py" = 1 ] && [ -s "$LOG/nccl-topo-dump-from-export.xml" ] &&
-           "$BIN/mt-topo" --input "$LOG/nccl-topo-dump-from-export.xml" --json >"$LOG/nccl-export-dump.json" 2>"$LOG/compare-export.txt" &&
-           python3 "$ROOT/tests/gpu/compare_topo.py" json "$LOG/nccl-export-dump.json" "$LOG/mt-topo.json" >>"$LOG/compare-export.txt" 2>&1; then
-            note "PASS  NCCL_TOPO_FILE=mt-topo --export-nccl: collectives pass, NCCL's view matches ($(tail -n 1 "$LOG/compare-export.txt"))"
+        if [ "$rc" -eq 0 ] && [ "$have_py" = 1 ] && [ -s "$LOG/nccl-topo-dump-from-export.xml" ]; then
+            # NCCL dumped what it read: that view must match the live report.
+            if agrees_with_live "$LOG/nccl-topo-dump-from-export.xml" "$LOG/compare-export.txt"; then
+                note "PASS  NCCL_TOPO_FILE=mt-topo --export-nccl: collectives pass, NCCL's view matches ($(tail -n 1 "$LOG/compare-export.txt"))"
+            else
+                cat "$LOG/compare-export.txt"
+                fail "NCCL_TOPO_FILE=mt-topo --export-nccl: NCCL's view differs: $(tail -n 1 "$LOG/compare-export.txt")"
+            fi
         elif [ "$rc" -eq 0 ]; then
-            note "INFO  NCCL_TOPO_FILE=mt-topo --export-nccl: collectives pass; no comparison of NCCL's view ($(tail -n 1 "$LOG/compare-export.txt" 2>/dev/null))"
-        elif [ "$rc" -eq 77 ]; then
+            note "INFO  NCCL_TOPO_FILE=mt-topo --export-nccl: collectives pass; no comparison of NCCL's view (no python3, or NCCL wrote no $LOG/nccl-topo-dump-from-export.xml)"
+        elif [ "$rc" -eq 77 ] && [ "$gpus" -eq 0 ]; then
             note "SKIP  NCCL_TOPO_FILE=mt-topo --export-nccl: no GPU"
         else
             grep -i 'warn\|topo' "$LOG/nccl-topo-file.log" | tail -n 20

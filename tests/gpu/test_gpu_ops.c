@@ -7,6 +7,7 @@
  * f32, so only the summation order differs, as for f32. Casts and accumulations between f32 and
  * bf16 must be bit-exact. Exits 77 (ctest: skipped) without a GPU. */
 #include "check.h"
+#include "gpu_pair.h"
 #include "numeric.h"
 
 #include <meshtrain/device.h>
@@ -20,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SKIPPED 77
 #define TOL_ELEM 1e-5
 #define TOL_RED 1e-4
 
@@ -30,10 +30,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double next_unit(void) { return test_rand_unit(&rng); }
 
 static float *rand_floats(size_t n, float lo, float hi) {
-    float *p = malloc((n ? n : 1) * sizeof *p);
-    if (!p) abort();
-    for (size_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * (float)next_unit();
-    return p;
+    return test_rand_floats(&rng, n, lo, hi);
 }
 
 static int *rand_ints(size_t n, int lo, int hi) {
@@ -480,18 +477,9 @@ static void test_xent(void) {
 int main(void) {
     /* MT_TEST_OPS_SELF=1 runs the whole program with a second CPU device in the GPU's place: a
      * check of this program's own bookkeeping (under ASan) on a machine without a GPU. */
-    const char *self = getenv("MT_TEST_OPS_SELF");
-    bool self_check = self && strcmp(self, "1") == 0;
-    char why[256] = "";
-    if (!self_check && mt_device_cuda_count(why, sizeof why) == 0) {
-        printf("test_gpu_ops: skipped, no GPU (%s)\n", why);
-        return SKIPPED;
-    }
-    CHECK_OK(mt_device_open_cpu(0, &cpu));
-    if (self_check) CHECK_OK(mt_device_open_cpu(0, &gpu));
-    else CHECK_OK(mt_device_open(MT_DEVICE_CUDA, 0, &gpu));
-    if (!cpu || !gpu || (!self_check && mt_device_is_fallback(gpu)))
-        return check_report("test_gpu_ops");
+    bool self_check;
+    int rc = gpu_pair_open("test_gpu_ops", &cpu, &gpu, &self_check);
+    if (rc >= 0) return rc;
     test_gemm();
     test_linear();
     test_gemm_ex();

@@ -13,6 +13,7 @@
  * MT_TEST_OPS_SELF=1 runs the program with a second CPU device in the GPU's place (a check of its
  * own bookkeeping on a machine without a GPU; the case over 2^31 elements is left out there). */
 #include "check.h"
+#include "gpu_pair.h"
 #include "numeric.h"
 
 #include <meshtrain/device.h>
@@ -25,20 +26,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SKIPPED 77
 #define TOL_SUM 1e-6
 
 static mt_device *cpu, *gpu;
 static bool self_check;
 static uint64_t rng = 0x243f6a8885a308d3ull;
 
-static double next_unit(void) { return test_rand_unit(&rng); }
-
 static float *rand_floats(size_t n, float lo, float hi) {
-    float *p = malloc((n ? n : 1) * sizeof *p);
-    if (!p) abort();
-    for (size_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * (float)next_unit();
-    return p;
+    return test_rand_floats(&rng, n, lo, hi);
 }
 
 static void *up(const void *host, size_t bytes) {
@@ -225,18 +220,8 @@ static void test_huge(void) {
 }
 
 int main(void) {
-    const char *self = getenv("MT_TEST_OPS_SELF");
-    self_check = self && strcmp(self, "1") == 0;
-    char why[256] = "";
-    if (!self_check && mt_device_cuda_count(why, sizeof why) == 0) {
-        printf("test_gpu_reduce_ops: skipped, no GPU (%s)\n", why);
-        return SKIPPED;
-    }
-    CHECK_OK(mt_device_open_cpu(0, &cpu));
-    if (self_check) CHECK_OK(mt_device_open_cpu(0, &gpu));
-    else CHECK_OK(mt_device_open(MT_DEVICE_CUDA, 0, &gpu));
-    if (!cpu || !gpu || (!self_check && mt_device_is_fallback(gpu)))
-        return check_report("test_gpu_reduce_ops");
+    int rc = gpu_pair_open("test_gpu_reduce_ops", &cpu, &gpu, &self_check);
+    if (rc >= 0) return rc;
     test_sum_sizes();
     test_sum_accumulate();
     test_sum_non_finite();

@@ -45,6 +45,22 @@ start_bg() {
     printf -v "PID_$name" '%s' "$pid"
 }
 
+# free_port: prints a TCP port of 127.0.0.1 that is free now (mtrun_lib.sh and runtime_lib.sh
+# define their own, through their test programs)
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# start_node NAME NODE_RANK PORT ARGS...: starts (as start_bg NAME) one of two "$MTRUN" on
+# 127.0.0.1 that form one job of 2 nodes with 2 ranks each, its rendezvous at PORT; ARGS are the
+# program and its arguments
+start_node() {
+    local name=$1 node=$2 port=$3
+    shift 3
+    start_bg "$name" "$MTRUN" --nnodes 2 --nproc_per_node 2 --master_addr 127.0.0.1 \
+        --master_port "$port" --rdzv_id "two-nodes-$port" --node_rank "$node" "$@"
+}
+
 # wait_rc PID SECONDS: waits for a background child and sets RC to its exit code, or to
 # "timeout" (after killing it) when it runs longer than SECONDS. Not in $(...): a subshell cannot
 # wait for this shell's children.

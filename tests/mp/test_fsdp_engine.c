@@ -258,6 +258,34 @@ typedef struct env {
     run_ctx *c;
 } env;
 
+/* The default options on the test's mesh (HSDP when it has a replicate dimension). */
+static mt_fsdp_options env_options(const env *e) {
+    mt_fsdp_options o = mt_fsdp_defaults(e->mesh, e->shard_dim);
+    o.replicate_dim = e->replicate_dim;
+    return o;
+}
+
+/* Adds 1 to every master value this rank holds (as an optimizer step would) and tells the engine,
+ * so that the next gather must show originals + 1. */
+static void shift_masters(toy *t) {
+    mt_fsdp_shard_view *v;
+    size_t nv;
+    CHECK_OK(mt_fsdp_collect_shards(t->root, &v, &nv));
+    for (size_t u = 0; u < nv; u++)
+        for (size_t r = 0; r < v[u].n_ranges; r++)
+            for (size_t k = v[u].ranges[r].begin; k < v[u].ranges[r].end; k++) v[u].param[k] += 1.0f;
+    free(v);
+    CHECK_OK(mt_fsdp_shards_updated(t->root));
+}
+
+/* Records a failure when forward or backward saw parameter values other than expected since the
+ * last call (check_params counts them in c->bad_values), then starts the count again. */
+static void check_values(run_ctx *c, const char *label) {
+    CHECK_MSG(c->bad_values == 0, "%s: %d parameter values differ from the expected ones", label,
+              c->bad_values);
+    c->bad_values = 0;
+}
+
 /* f32, default options: values, gradients, recorded order, prefetch counters, memory. */
 static void test_basic(env *e) {
     run_ctx *c = e->c;
@@ -269,8 +297,7 @@ static void test_basic(env *e) {
     for (int i = 0; i < NP; i++) all += (size_t)p_numel[i] * 4;
     CHECK_MSG(cur(d, MT_MEM_PARAMS) - base_p == all, "params before sharding %zu, expected %zu",
               cur(d, MT_MEM_PARAMS) - base_p, all);
-    mt_fsdp_options o = mt_fsdp_defaults(e->mesh, e->shard_dim);
-    o.replicate_dim = e->replicate_dim;
+    mt_fsdp_options o = env_options(e);
     CHECK_OK(toy_shard(&t, &o));
     int n = e->shard_n;
     size_t sh = shard_bytes(n, 4);
@@ -344,22 +371,14 @@ static void test_basic(env *e) {
     CHECK_OK(mt_module_backward(t.root, c));
     check_shards(&t, c, n, e->shard_rank, 1, 1e-6f, "explicit prefetch");
 
+    check_values(c, "basic");
     /* An update of the master shards shows in the next gather. */
-    mt_fsdp_shard_view *v;
-    size_t nv;
-    CHECK_OK(mt_fsdp_collect_shards(t.root, &v, &nv));
-    for (size_t u = 0; u < nv; u++)
-        for (size_t r = 0; r < v[u].n_ranges; r++)
-            for (size_t k = v[u].ranges[r].begin; k < v[u].ranges[r].end; k++) v[u].param[k] += 1.0f;
-    free(v);
-    CHECK_OK(mt_fsdp_shards_updated(t.root));
+    shift_masters(&t);
     c->shift = 1.0f;
-    c->bad_values = 0;
     CHECK_OK(mt_module_forward(t.root, c));
-    CHECK_MSG(c->bad_values == 0, "%d values differ after the update", c->bad_values);
     CHECK_OK(mt_module_backward(t.root, c));
+    check_values(c, "basic, after the update");
     c->shift = 0;
-    c->bad_values = 0;
     mt_module_destroy(t.root);
     CHECK_MSG(cur(d, MT_MEM_PARAMS) == base_p && cur(d, MT_MEM_GRADS) == base_g,
               "destroy leaves params %zu grads %zu", cur(d, MT_MEM_PARAMS) - base_p,
@@ -373,8 +392,7 @@ static void test_no_prefetch(env *e) {
     size_t base_p = cur(d, MT_MEM_PARAMS);
     toy t;
     CHECK_OK(toy_build(e->mesh, c, &t));
-    mt_fsdp_options o = mt_fsdp_defaults(e->mesh, e->shard_dim);
-    o.replicate_dim = e->replicate_dim;
+    mt_fsdp_options o = env_options(e);
     CHECK_OK(toy_shard(&t, &o));
     CHECK_OK(mt_fsdp_set_prefetch(t.root, false));
     int n = e->shard_n;
@@ -396,6 +414,7 @@ static void test_no_prefetch(env *e) {
         CHECK_MSG(dbg.prefetches == 0, "unit %s: %ld prefetches with prefetch off", unit_names[u],
                   dbg.prefetches);
     }
+    check_values(c, "no prefetch");
     mt_module_destroy(t.root);
 }
 
@@ -406,8 +425,7 @@ static void test_reshard(env *e, int raf) {
     size_t base_p = cur(d, MT_MEM_PARAMS);
     toy t;
     CHECK_OK(toy_build(e->mesh, c, &t));
-    mt_fsdp_options o = mt_fsdp_defaults(e->mesh, e->shard_dim);
-    o.replicate_dim = e->replicate_dim;
+    mt_fsdp_options o = env_options(e);
     o.reshard_after_forward = raf;
     CHECK_OK(toy_shard(&t, &o));
     int n = e->shard_n;
@@ -424,6 +442,7 @@ static void test_reshard(env *e, int raf) {
         check_shards(&t, c, n, e->shard_rank, 1, 1e-6f, raf ? "reshard 1" : "reshard 0");
         CHECK(cur(d, MT_MEM_PARAMS) - base_p == shard_bytes(n, 4));
     }
+    check_values(c, raf ? "reshard 1" : "reshard 0");
     mt_module_destroy(t.root);
 }
 
@@ -434,8 +453,7 @@ static void test_accumulation(env *e) {
     size_t base_g = cur(d, MT_MEM_GRADS);
     toy t;
     CHECK_OK(toy_build(e->mesh, c, &t));
-    mt_fsdp_options o = mt_fsdp_defaults(e->mesh, e->shard_dim);
-    o.replicate_dim = e->replicate_dim;
+    mt_fsdp_options o = env_options(e);
     CHECK_OK(toy_shard(&t, &o));
     int n = e->shard_n;
     CHECK_OK(mt_fsdp_set_requires_gradient_sync(t.root, false));
@@ -452,6 +470,7 @@ static void test_accumulation(env *e) {
     check_shards(&t, c, n, e->shard_rank, 4, 1e-6f, "accumulated");
     CHECK_MSG(cur(d, MT_MEM_GRADS) - base_g == shard_bytes(n, 4), "grads after sync %zu",
               cur(d, MT_MEM_GRADS) - base_g);
+    check_values(c, "accumulation");
     mt_module_destroy(t.root);
 }
 
@@ -462,8 +481,7 @@ static void test_bf16(env *e, mt_dtype reduce) {
     size_t base_p = cur(d, MT_MEM_PARAMS), base_o = cur(d, MT_MEM_OPTIMIZER);
     toy t;
     CHECK_OK(toy_build(e->mesh, c, &t));
-    mt_fsdp_options o = mt_fsdp_defaults(e->mesh, e->shard_dim);
-    o.replicate_dim = e->replicate_dim;
+    mt_fsdp_options o = env_options(e);
     o.param_dtype = MT_BF16;
     o.reduce_dtype = reduce;
     CHECK_OK(toy_shard(&t, &o));
@@ -474,14 +492,13 @@ static void test_bf16(env *e, mt_dtype reduce) {
     CHECK_MSG(cur(d, MT_MEM_OPTIMIZER) - base_o == shard_bytes(n, 4), "f32 masters %zu",
               cur(d, MT_MEM_OPTIMIZER) - base_o);
     c->bf16 = true;
-    c->bad_values = 0;
     for (int s = 0; s < 2; s++) {
         CHECK_OK(mt_zero_grad(t.root));
         mt_device_reset_peaks(d);
         CHECK_OK(step(&t, c, 0));
         check_shards(&t, c, n, e->shard_rank, 1, reduce == MT_BF16 ? 1.6e-2f : 1e-6f, "bf16");
     }
-    CHECK_MSG(c->bad_values == 0, "%d bf16 values differ", c->bad_values);
+    check_values(c, "bf16");
     size_t pair = full_bytes(U_L0, n, 2) + full_bytes(U_L1, n, 2);
     size_t pair2 = full_bytes(U_L1, n, 2) + full_bytes(U_L2, n, 2);
     size_t want = base_p + shard_bytes(n, 2) + full_bytes(U_ROOT, n, 2) + (pair > pair2 ? pair : pair2);
@@ -489,21 +506,13 @@ static void test_bf16(env *e, mt_dtype reduce) {
               peak(d, MT_MEM_PARAMS), want);
     CHECK(cur(d, MT_MEM_PARAMS) - base_p == shard_bytes(n, 2));
     /* An update of the masters reaches the bf16 copies. */
-    mt_fsdp_shard_view *v;
-    size_t nv;
-    CHECK_OK(mt_fsdp_collect_shards(t.root, &v, &nv));
-    for (size_t u = 0; u < nv; u++)
-        for (size_t r = 0; r < v[u].n_ranges; r++)
-            for (size_t k = v[u].ranges[r].begin; k < v[u].ranges[r].end; k++) v[u].param[k] += 1.0f;
-    free(v);
-    CHECK_OK(mt_fsdp_shards_updated(t.root));
+    shift_masters(&t);
     c->shift = 1.0f;
     CHECK_OK(mt_module_forward(t.root, c));
     CHECK_OK(mt_module_backward(t.root, c));
-    CHECK_MSG(c->bad_values == 0, "%d bf16 values differ after the update", c->bad_values);
+    check_values(c, "bf16, after the update");
     c->shift = 0;
     c->bf16 = false;
-    c->bad_values = 0;
     mt_module_destroy(t.root);
 }
 
@@ -517,8 +526,7 @@ static void test_empty_unit(env *e) {
     mt_module *wrap;
     CHECK_OK(mt_module_create(e->mesh, "wrap", NULL, NULL, &wrap));
     CHECK_OK(mt_module_add_child(wrap, t.root));
-    mt_fsdp_options o = mt_fsdp_defaults(e->mesh, e->shard_dim);
-    o.replicate_dim = e->replicate_dim;
+    mt_fsdp_options o = env_options(e);
     CHECK_OK(toy_shard(&t, &o));
     CHECK_OK(mt_fsdp_shard(wrap, &o));
     for (int s = 0; s < 2; s++) {
@@ -543,8 +551,7 @@ static void test_errors(env *e) {
     run_ctx *c = e->c;
     toy t;
     CHECK_OK(toy_build(e->mesh, c, &t));
-    mt_fsdp_options o = mt_fsdp_defaults(e->mesh, e->shard_dim);
-    o.replicate_dim = e->replicate_dim;
+    mt_fsdp_options o = env_options(e);
     CHECK_OK(mt_fsdp_shard(t.root, &o));
     CHECK(mt_fsdp_shard(t.l[0], &o) == MT_ERR_INVALID_ARG);
     CHECK_MSG(strstr(mt_last_error(), "layers first") != NULL, "message: %s", mt_last_error());
@@ -610,9 +617,10 @@ static int lose_rank(env *e, mt_runtime *rt) {
     run_ctx *c = e->c;
     toy t;
     CHECK_OK(toy_build(e->mesh, c, &t));
-    mt_fsdp_options o = mt_fsdp_defaults(e->mesh, e->shard_dim);
+    mt_fsdp_options o = env_options(e);
     CHECK_OK(toy_shard(&t, &o));
     CHECK_OK(step(&t, c, 0));
+    check_values(c, "lose-rank, the first step");
     CHECK_OK(mt_barrier(mt_runtime_world(rt), NULL));
     if (c->rank == c->world - 1) {
         printf("rank %d leaves\n", c->rank);

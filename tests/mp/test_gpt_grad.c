@@ -14,6 +14,7 @@
 #include "fsdp/fsdp_internal.h"
 
 #include "check.h"
+#include "numeric.h"
 
 #include <meshtrain/meshtrain.h>
 
@@ -25,15 +26,8 @@
 enum { LAYERS = 2, D_MODEL = 16, HEADS = 4, SEQ = 8, BATCH = 2, PICKS = 6 };
 static const float EPS = 1e-2f;
 
-static uint64_t mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 static double uniform_pm1(uint64_t key) {
-    return (double)(mix64(key) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;
+    return (double)(test_mix64(key) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;
 }
 
 #define TRY(call)                                                                                  \
@@ -62,7 +56,7 @@ static int pick_elements(const float *g, size_t n, int param_no, size_t *idx) {
         idx[count++] = best;
     }
     for (int r = 0; count < PICKS && (size_t)count < n && r < 100; r++) {
-        size_t k = (size_t)(mix64(((uint64_t)param_no << 32) + (uint64_t)r) % n);
+        size_t k = (size_t)(test_mix64(((uint64_t)param_no << 32) + (uint64_t)r) % n);
         if (!picked(idx, count, k)) idx[count++] = k;
     }
     return count;
@@ -115,7 +109,8 @@ static int run(mt_mesh *mesh) {
 
     for (size_t i = 0; i < u->S; i++) u->master[i] += (float)(0.2 * uniform_pm1(1000003 + i));
     int tokens[BATCH * (SEQ + 1)];
-    for (int i = 0; i < BATCH * (SEQ + 1); i++) tokens[i] = (int)(mix64(77 + (uint64_t)i) % 256);
+    for (int i = 0; i < BATCH * (SEQ + 1); i++)
+        tokens[i] = (int)(test_mix64(77 + (uint64_t)i) % 256);
 
     float loss = 0.0f, eval = 0.0f;
     TRY(mt_gpt_forward_backward(gpt, tokens, BATCH, 1.0f, &loss));

@@ -18,6 +18,7 @@
 #include "fsdp/fsdp_internal.h"
 
 #include "check.h"
+#include "numeric.h"
 
 #include <meshtrain/meshtrain.h>
 
@@ -146,13 +147,6 @@ static int gather_unit(ctx *c, mt_module *m) {
 
 /* ---- moving the model off its initialisation ------------------------------------------------ */
 
-static uint64_t mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* Adds noise of +-0.2, a function of the parameter's name and global index, to every tp-local
  * element (not to wte's padding rows): biases become non-zero and LayerNorm gains differ from 1,
  * so that a bias added twice or a gain ignored shows. Before sharding, where values are f32. */
@@ -162,15 +156,15 @@ static int perturb_module(ctx *c, mt_module *m, int vocab) {
         size_t n = mt_param_numel(p), gn = 1;
         for (int d = 0; d < mt_param_ndim(p); d++) gn *= (size_t)mt_param_global_dim(p, d);
         uint64_t key = 0;
-        for (const char *s = mt_module_name(m); *s; s++) key = mix64(key ^ (uint64_t)*s);
-        for (const char *s = mt_param_name(p); *s; s++) key = mix64(key ^ (uint64_t)*s);
+        for (const char *s = mt_module_name(m); *s; s++) key = test_mix64(key ^ (uint64_t)*s);
+        for (const char *s = mt_param_name(p); *s; s++) key = test_mix64(key ^ (uint64_t)*s);
         float *noise = calloc(gn, sizeof(float)), *chunk = malloc(n * sizeof(float));
         float *local = malloc(n * sizeof(float));
         if (!noise || !chunk || !local) return 1;
         bool wte = strcmp(mt_param_name(p), "wte.weight") == 0;
         for (size_t g = 0; g < gn; g++)
             if (!wte || g / (size_t)D_MODEL < (size_t)vocab)
-                noise[g] = (float)(0.2 * ((double)(mix64(key + g) >> 11) / 9007199254740992.0 *
+                noise[g] = (float)(0.2 * ((double)(test_mix64(key + g) >> 11) / 9007199254740992.0 *
                                           2.0 - 1.0));
         /* The inverse of place_chunk: this rank's elements of the global noise. */
         for (size_t k = 0; k < n; k++) chunk[k] = (float)k;

@@ -74,21 +74,14 @@ EOF
     fi
 }
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
 # two_nodes NAME ARGS...: two mtrun (--nnodes 2, 2 ranks each) on 127.0.0.1, UCX over tcp
 two_nodes() {
     local name=$1 port
     shift
     port=$(free_port)
-    local common=(--nnodes 2 --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$port"
-                  --rdzv_id "train-gpt-$port")
     export UCX_TLS=tcp,self UCX_NET_DEVICES=lo
-    start_bg "${name}_node1" "$MTRUN" "${common[@]}" --node_rank 1 "$PROG" "$@"
-    start_bg "$name" "$MTRUN" "${common[@]}" --node_rank 0 "$PROG" \
-        --metrics "$TMP/$name.jsonl" "$@"
+    start_node "${name}_node1" 1 "$port" "$PROG" "$@"
+    start_node "$name" 0 "$port" "$PROG" --metrics "$TMP/$name.jsonl" "$@"
     expect_rc "$name" 0 200
     expect_rc "${name}_node1" 0 60
     unset UCX_TLS UCX_NET_DEVICES

@@ -56,6 +56,7 @@ static void check_disabled(void) {
         void *a = NULL, *b = NULL;
         CHECK_OK(mt_device_alloc(dev, 4 * MIB, MT_MEM_PARAMS, &a));
         uint64_t sa = serial_of(dev, a, 1);
+        CHECK_MSG(sa != 0, "a 4 MiB block is shared memory with the cache off too");
         mt_device_free(dev, a);
         CHECK_OK(mt_device_alloc(dev, 4 * MIB, MT_MEM_PARAMS, &b));
         CHECK_MSG(serial_of(dev, b, 1) != sa, "without the cache every block is new");

@@ -4,6 +4,7 @@
  * clipping and one AdamW step against the formula, for param_dtype f32 and bf16 (bf16: the
  * reference uses the bf16-rounded parameters the layers compute with). */
 #include "check.h"
+#include "numeric.h"
 #include "fsdp/fsdp_shards.h"
 
 #include <meshtrain/meshtrain.h>
@@ -48,10 +49,6 @@ static double fd(ref_model *m, double *p, const float *x, const float *y) {
     double down = ref_loss(m, x, y);
     *p = keep;
     return (up - down) / (2 * h);
-}
-
-static bool close_to(double got, double want, double rel, double abs_tol) {
-    return fabs(got - want) <= abs_tol + rel * fabs(want);
 }
 
 static double as_computed(float v, mt_dtype dtype) {
@@ -110,7 +107,8 @@ static void run_case(mt_runtime *rt, mt_mesh *mesh, mt_dtype dtype) {
     float loss = -1.0f;
     CHECK_OK(mt_mlp_forward_backward(mlp, x, y, BATCH, 0.5f, &loss));
     double want = ref_loss(&ref, x, y);
-    CHECK_MSG(close_to(loss, want, 1e-5, 1e-7), "loss %.9g, reference %.9g", (double)loss, want);
+    CHECK_MSG(test_close_to(loss, want, 1e-5, 1e-7), "loss %.9g, reference %.9g", (double)loss,
+              want);
     int bad = 0, total = 0;
     double sumsq = 0.0;
     for (int l = 0; l < LAYERS; l++) {
@@ -122,7 +120,7 @@ static void run_case(mt_runtime *rt, mt_mesh *mesh, mt_dtype dtype) {
                 double g = v->grad[v->ranges[r].begin + (size_t)i], f = 0.5 * fd(&ref, &p[i], x, y);
                 sumsq += g * g;
                 total++;
-                if (!close_to(g, f, 1e-3, 2e-6)) {
+                if (!test_close_to(g, f, 1e-3, 2e-6)) {
                     if (bad++ < 5)
                         fprintf(stderr, "layer %d %s[%d]: gradient %.8g, finite difference %.8g\n",
                                 l, r ? "bias" : "weight", i, g, f);
@@ -149,8 +147,8 @@ static void run_case(mt_runtime *rt, mt_mesh *mesh, mt_dtype dtype) {
         *p = keep;
         CHECK_OK(mt_fsdp_shards_updated(root));
         double engine_fd = ((double)up - down) / (2.0 * h);
-        CHECK_MSG(close_to(engine_fd, g, 2e-2, 1e-4), "engine finite difference %.6g, gradient %.6g",
-                  engine_fd, g);
+        CHECK_MSG(test_close_to(engine_fd, g, 2e-2, 1e-4),
+                  "engine finite difference %.6g, gradient %.6g", engine_fd, g);
     }
 
     /* Backward accumulates: the same batch again doubles every gradient. */
@@ -159,7 +157,7 @@ static void run_case(mt_runtime *rt, mt_mesh *mesh, mt_dtype dtype) {
     CHECK_OK(mt_mlp_forward_backward(mlp, x, y, BATCH, 0.5f, &loss));
     bad = 0;
     for (size_t i = 0; i < views[0].n; i++)
-        if (!close_to(views[0].grad[i], 2.0 * first[i], 1e-5, 1e-8)) bad++;
+        if (!test_close_to(views[0].grad[i], 2.0 * first[i], 1e-5, 1e-8)) bad++;
     CHECK_MSG(bad == 0, "%d gradients of layer 0 are not doubled by a second backward", bad);
     free(first);
 
@@ -167,13 +165,13 @@ static void run_case(mt_runtime *rt, mt_mesh *mesh, mt_dtype dtype) {
     float norm = 0.0f, norm_again = 0.0f;
     CHECK_OK(mt_clip_grad_norm(root, 0.0f, &norm));
     double want_norm = 2.0 * sqrt(sumsq);
-    CHECK_MSG(close_to(norm, want_norm, 1e-5, 0), "norm %.8g, expected %.8g", (double)norm,
+    CHECK_MSG(test_close_to(norm, want_norm, 1e-5, 0), "norm %.8g, expected %.8g", (double)norm,
               want_norm);
     CHECK_OK(mt_clip_grad_norm(root, norm / 4.0f, &norm_again));
-    CHECK(close_to(norm_again, norm, 1e-6, 0));
+    CHECK(test_close_to(norm_again, norm, 1e-6, 0));
     CHECK_OK(mt_clip_grad_norm(root, 1e9f, &norm_again));
-    CHECK_MSG(close_to(norm_again, norm / 4.0, 1e-4, 0), "norm after clipping %.8g, expected %.8g",
-              (double)norm_again, norm / 4.0);
+    CHECK_MSG(test_close_to(norm_again, norm / 4.0, 1e-4, 0),
+              "norm after clipping %.8g, expected %.8g", (double)norm_again, norm / 4.0);
 
     /* One AdamW step: m = (1 - b1) g and v = (1 - b2) g^2 make the update lr * g / (|g| + eps)
      * after bias correction, plus decoupled weight decay. */
@@ -198,7 +196,7 @@ static void run_case(mt_runtime *rt, mt_mesh *mesh, mt_dtype dtype) {
     bad = 0;
     for (size_t i = 0; i < n2; i++) {
         double upd = p0[i] - lr * g0[i] / (fabs(g0[i]) + eps) - (double)lr * wd * p0[i];
-        if (!close_to(views[2].param[i], upd, 1e-5, 1e-7)) bad++;
+        if (!test_close_to(views[2].param[i], upd, 1e-5, 1e-7)) bad++;
     }
     CHECK_MSG(bad == 0, "%d parameters of layer 2 off the AdamW formula after one step", bad);
     free(p0);
@@ -219,7 +217,7 @@ static void run_case(mt_runtime *rt, mt_mesh *mesh, mt_dtype dtype) {
         CHECK(mt_mlp_forward_backward(plain, x, y, BATCH, 1.0f, &loss) != MT_OK);
         CHECK(strstr(mt_last_error(), "gradient") != NULL);
         CHECK_OK(mt_mlp_forward(plain, x, y, BATCH, &loss));
-        CHECK_MSG(dtype != MT_F32 || close_to(loss, want, 1e-5, 1e-7),
+        CHECK_MSG(dtype != MT_F32 || test_close_to(loss, want, 1e-5, 1e-7),
                   "unsharded loss %.9g, reference %.9g", (double)loss, want);
         mt_mlp_destroy(plain);
     }

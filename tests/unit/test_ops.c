@@ -2,6 +2,7 @@
  * random inputs, the backward ops against finite differences of a double-precision forward, and
  * AdamW against the scalar formula over several steps. */
 #include "check.h"
+#include "numeric.h"
 
 #include <meshtrain/device.h>
 #include <meshtrain/ops.h>
@@ -13,21 +14,8 @@
 
 static uint64_t rng_state = 0x1234abcdULL;
 
-/* Uniform in [-1, 1). */
-static double rnd(void) {
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
-
-static float *rnd_vec(size_t n) {
-    float *v = malloc((n ? n : 1) * sizeof *v);
-    for (size_t i = 0; i < n; i++) v[i] = (float)rnd();
-    return v;
-}
-
-static bool close_to(double got, double want, double rel, double abs_tol) {
-    return fabs(got - want) <= abs_tol + rel * fabs(want);
-}
+/* n values uniform in [-1, 1). */
+static float *rnd_vec(size_t n) { return test_lcg_floats(&rng_state, n, 1.0); }
 
 /* ---- gemm ------------------------------------------------------------------------------------ */
 
@@ -55,7 +43,7 @@ static void test_gemm(mt_device *dev) {
                 CHECK_OK(mt_op_gemm(dev, ta, tb, m, n, k, alpha, a, b, beta, c));
                 int bad = 0;
                 for (size_t i = 0; i < (size_t)m * n; i++)
-                    if (!close_to(c[i], want[i], 1e-5, 1e-5)) bad++;
+                    if (!test_close_to(c[i], want[i], 1e-5, 1e-5)) bad++;
                 CHECK_MSG(bad == 0, "gemm %dx%dx%d trans %d%d: %d elements off", m, n, k, ta, tb,
                           bad);
                 free(a);
@@ -89,12 +77,6 @@ static double linear_loss(const double *in, const double *w, const double *bias,
     return loss;
 }
 
-static double *to_double(const float *v, size_t n) {
-    double *d = malloc((n ? n : 1) * sizeof *d);
-    for (size_t i = 0; i < n; i++) d[i] = v[i];
-    return d;
-}
-
 /* Central difference of linear_loss with respect to x[i] (x is one of the double arrays). */
 static double fd_linear(double *x, size_t i, const double *in, const double *w,
                         const double *bias, const double *r, int batch, int nin, int nout) {
@@ -113,8 +95,9 @@ static void test_linear(mt_device *dev) {
     size_t n_in = (size_t)batch * nin, n_w = (size_t)nout * nin, n_out = (size_t)batch * nout;
     float *in = rnd_vec(n_in), *w = rnd_vec(n_w), *bias = rnd_vec(nout), *r = rnd_vec(n_out);
     float *out = rnd_vec(n_out);
-    double *din = to_double(in, n_in), *dw = to_double(w, n_w), *db = to_double(bias, nout);
-    double *dr = to_double(r, n_out);
+    double *din = test_to_double(in, n_in), *dw = test_to_double(w, n_w);
+    double *db = test_to_double(bias, nout);
+    double *dr = test_to_double(r, n_out);
 
     /* Forward, with and without bias, against the naive product. */
     for (int with_bias = 0; with_bias < 2; with_bias++) {
@@ -124,7 +107,7 @@ static void test_linear(mt_device *dev) {
             for (int o = 0; o < nout; o++) {
                 double y = with_bias ? db[o] : 0.0;
                 for (int p = 0; p < nin; p++) y += din[(size_t)i * nin + p] * dw[(size_t)o * nin + p];
-                if (!close_to(out[(size_t)i * nout + o], y, 1e-5, 1e-6)) bad++;
+                if (!test_close_to(out[(size_t)i * nout + o], y, 1e-5, 1e-6)) bad++;
             }
         }
         CHECK_MSG(bad == 0, "linear forward (bias %d): %d outputs off", with_bias, bad);
@@ -140,20 +123,20 @@ static void test_linear(mt_device *dev) {
     CHECK_OK(mt_op_linear_backward(dev, r, in, w, g_in, g_w, g_b, batch, nin, nout));
     int bad = 0;
     for (size_t i = 0; i < n_in; i++)
-        if (!close_to(g_in[i] - base, fd_linear(din, i, din, dw, db, dr, batch, nin, nout), 1e-4,
-                      1e-6))
+        if (!test_close_to(g_in[i] - base, fd_linear(din, i, din, dw, db, dr, batch, nin, nout),
+                           1e-4, 1e-6))
             bad++;
     CHECK_MSG(bad == 0, "linear d_in: %d elements off the finite differences", bad);
     bad = 0;
     for (size_t i = 0; i < n_w; i++)
-        if (!close_to(g_w[i] - base, fd_linear(dw, i, din, dw, db, dr, batch, nin, nout), 1e-4,
-                      1e-6))
+        if (!test_close_to(g_w[i] - base, fd_linear(dw, i, din, dw, db, dr, batch, nin, nout),
+                           1e-4, 1e-6))
             bad++;
     CHECK_MSG(bad == 0, "linear d_w: %d elements off the finite differences", bad);
     bad = 0;
     for (int i = 0; i < nout; i++)
-        if (!close_to(g_b[i] - base, fd_linear(db, (size_t)i, din, dw, db, dr, batch, nin, nout),
-                      1e-4, 1e-6))
+        if (!test_close_to(g_b[i] - base,
+                           fd_linear(db, (size_t)i, din, dw, db, dr, batch, nin, nout), 1e-4, 1e-6))
             bad++;
     CHECK_MSG(bad == 0, "linear d_bias: %d elements off the finite differences", bad);
 
@@ -167,6 +150,21 @@ static void test_linear(mt_device *dev) {
 
 /* ---- relu and mse ---------------------------------------------------------------------------- */
 
+/* A double-precision loss of x against a fixed second array r, both of n elements. */
+typedef double (*pair_loss)(const double *x, const double *r, size_t n);
+
+/* Central difference of loss(x, r) with respect to x[i]; x is perturbed in place and restored. */
+static double fd_pair(pair_loss loss, double *x, size_t i, const double *r, size_t n) {
+    const double h = 1e-6;
+    double keep = x[i];
+    x[i] = keep + h;
+    double up = loss(x, r, n);
+    x[i] = keep - h;
+    double down = loss(x, r, n);
+    x[i] = keep;
+    return (up - down) / (2 * h);
+}
+
 static double relu_loss(const double *x, const double *r, size_t n) {
     double loss = 0.0;
     for (size_t i = 0; i < n; i++) loss += (x[i] > 0 ? x[i] : 0.0) * r[i];
@@ -179,7 +177,7 @@ static void test_relu(mt_device *dev) {
     /* Keep inputs away from the kink, where the finite difference is meaningless. */
     for (size_t i = 0; i < n; i++)
         if (fabsf(x[i]) < 0.01f) x[i] = 0.5f;
-    double *dx = to_double(x, n), *dr = to_double(r, n);
+    double *dx = test_to_double(x, n), *dr = test_to_double(r, n);
     CHECK_OK(mt_op_relu_forward(dev, x, y, n));
     int bad = 0;
     for (size_t i = 0; i < n; i++)
@@ -188,16 +186,8 @@ static void test_relu(mt_device *dev) {
     for (size_t i = 0; i < n; i++) g[i] = -1.0f;
     CHECK_OK(mt_op_relu_backward(dev, y, r, g, n));
     bad = 0;
-    const double h = 1e-6;
-    for (size_t i = 0; i < n; i++) {
-        double keep = dx[i];
-        dx[i] = keep + h;
-        double up = relu_loss(dx, dr, n);
-        dx[i] = keep - h;
-        double down = relu_loss(dx, dr, n);
-        dx[i] = keep;
-        if (!close_to(g[i] + 1.0, (up - down) / (2 * h), 1e-5, 1e-6)) bad++;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (!test_close_to(g[i] + 1.0, fd_pair(relu_loss, dx, i, dr, n), 1e-5, 1e-6)) bad++;
     CHECK_MSG(bad == 0, "relu backward: %d elements off the finite differences", bad);
     /* In place forward is allowed. */
     CHECK_OK(mt_op_relu_forward(dev, x, x, n));
@@ -214,25 +204,17 @@ static double mse_loss(const double *p, const double *t, size_t n) {
 static void test_mse(mt_device *dev) {
     const size_t n = 123;
     float *p = rnd_vec(n), *t = rnd_vec(n), *g = malloc(n * sizeof *g);
-    double *dp = to_double(p, n), *dt = to_double(t, n);
+    double *dp = test_to_double(p, n), *dt = test_to_double(t, n);
     float loss = -1.0f;
     CHECK_OK(mt_op_mse_forward(dev, p, t, n, &loss));
-    CHECK_MSG(close_to(loss, mse_loss(dp, dt, n), 1e-6, 0), "mse %g vs %g", (double)loss,
+    CHECK_MSG(test_close_to(loss, mse_loss(dp, dt, n), 1e-6, 0), "mse %g vs %g", (double)loss,
               mse_loss(dp, dt, n));
     const float scale = 0.25f;
     for (size_t i = 0; i < n; i++) g[i] = 2.0f;
     CHECK_OK(mt_op_mse_backward(dev, p, t, n, scale, g));
     int bad = 0;
-    const double h = 1e-6;
-    for (size_t i = 0; i < n; i++) {
-        double keep = dp[i];
-        dp[i] = keep + h;
-        double up = mse_loss(dp, dt, n);
-        dp[i] = keep - h;
-        double down = mse_loss(dp, dt, n);
-        dp[i] = keep;
-        if (!close_to(g[i] - 2.0, scale * (up - down) / (2 * h), 1e-4, 1e-7)) bad++;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (!test_close_to(g[i] - 2.0, scale * fd_pair(mse_loss, dp, i, dt, n), 1e-4, 1e-7)) bad++;
     CHECK_MSG(bad == 0, "mse backward: %d elements off the finite differences", bad);
     CHECK(mt_op_mse_forward(dev, p, t, 0, &loss) == MT_ERR_INVALID_ARG);
     free(p), free(t), free(g), free(dp), free(dt);
@@ -244,7 +226,7 @@ static void test_adamw(mt_device *dev) {
     const size_t n = 50;
     const float lr = 0.01f, b1 = 0.8f, b2 = 0.95f, eps = 1e-6f, wd = 0.1f;
     float *p = rnd_vec(n), *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v);
-    double *rp = to_double(p, n), *rm = calloc(n, sizeof *rm), *rv = calloc(n, sizeof *rv);
+    double *rp = test_to_double(p, n), *rm = calloc(n, sizeof *rm), *rv = calloc(n, sizeof *rv);
     int bad = 0;
     for (long t = 1; t <= 6; t++) {
         float *g = rnd_vec(n);
@@ -259,8 +241,8 @@ static void test_adamw(mt_device *dev) {
         free(g);
     }
     for (size_t i = 0; i < n; i++)
-        if (!close_to(p[i], rp[i], 1e-5, 1e-6) || !close_to(m[i], rm[i], 1e-5, 1e-7) ||
-            !close_to(v[i], rv[i], 1e-5, 1e-8))
+        if (!test_close_to(p[i], rp[i], 1e-5, 1e-6) || !test_close_to(m[i], rm[i], 1e-5, 1e-7) ||
+            !test_close_to(v[i], rv[i], 1e-5, 1e-8))
             bad++;
     CHECK_MSG(bad == 0, "adamw: %d elements off the scalar reference after 6 steps", bad);
 

@@ -20,21 +20,7 @@
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 
-static double next_unit(void) { return test_rand_unit(&rng); }
-
-static float *rand_floats(size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof *p);
-    if (!p) abort();
-    for (size_t i = 0; i < n; i++) p[i] = (float)(2.0 * next_unit() - 1.0);
-    return p;
-}
-
-static float *copy_floats(const float *src, size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof *p);
-    if (!p) abort();
-    if (n) memcpy(p, src, n * sizeof *p);
-    return p;
-}
+static float *rand_floats(size_t n) { return test_rand_floats(&rng, n, -1.0f, 1.0f); }
 
 /* The bf16 copy of src (rounded as mt_f32_to_bf16) and, in *widened, those values as f32. */
 static mt_bf16 *to_bf16(const float *src, size_t n, float **widened) {
@@ -76,14 +62,14 @@ static void test_gemm(mt_device *dev) {
         for (int tb = 0; tb < 2; tb++) {
             float *a = rand_floats((size_t)m * k), *b = rand_floats((size_t)k * n), *fa, *fb;
             mt_bf16 *ba = to_bf16(a, (size_t)m * k, &fa), *bb = to_bf16(b, (size_t)k * n, &fb);
-            float *c = rand_floats((size_t)m * n), *ref = copy_floats(c, (size_t)m * n);
+            float *c = rand_floats((size_t)m * n), *ref = test_copy_floats(c, (size_t)m * n);
             CHECK_OK(mt_op_gemm_ex(dev, ta, tb, m, n, k, 0.7f, ba, bb, MT_BF16, 0.5f, c));
             CHECK_OK(mt_op_gemm(dev, ta, tb, m, n, k, 0.7f, fa, fb, 0.5f, ref));
             char what[64];
             snprintf(what, sizeof what, "gemm_ex bf16 trans_a %d trans_b %d", ta, tb);
             agree(what, c, ref, (size_t)m * n, TOL);
             /* f32: mt_op_gemm bit for bit. */
-            float *c32 = rand_floats((size_t)m * n), *ref32 = copy_floats(c32, (size_t)m * n);
+            float *c32 = rand_floats((size_t)m * n), *ref32 = test_copy_floats(c32, (size_t)m * n);
             CHECK_OK(mt_op_gemm_ex(dev, ta, tb, m, n, k, 0.7f, a, b, MT_F32, 0.5f, c32));
             CHECK_OK(mt_op_gemm(dev, ta, tb, m, n, k, 0.7f, a, b, 0.5f, ref32));
             CHECK(memcmp(c32, ref32, (size_t)m * n * sizeof *c32) == 0);
@@ -149,8 +135,8 @@ static void test_linear(mt_device *dev) {
     for (int full = 0; full < 2; full++) {
         /* Random starting gradients: the op adds onto them. */
         float *dx = rand_floats(ni), *dw = rand_floats(nw), *db = rand_floats((size_t)out);
-        float *rdx = copy_floats(dx, ni), *rdw = copy_floats(dw, nw);
-        float *rdb = copy_floats(db, (size_t)out);
+        float *rdx = test_copy_floats(dx, ni), *rdw = test_copy_floats(dw, nw);
+        float *rdb = test_copy_floats(db, (size_t)out);
         CHECK_OK(mt_op_linear_backward_ex(dev, dy, x, wb, MT_BF16, full ? dx : NULL, dw,
                                           full ? db : NULL, batch, in, out));
         CHECK_OK(mt_op_linear_backward(dev, dy_r, x_r, w_r, full ? rdx : NULL, rdw, NULL, batch,
@@ -185,8 +171,8 @@ static void test_linear(mt_device *dev) {
 
     /* f32: mt_op_linear_backward bit for bit. */
     float *fdx = rand_floats(ni), *fdw = rand_floats(nw), *fdb = rand_floats((size_t)out);
-    float *gdx = copy_floats(fdx, ni), *gdw = copy_floats(fdw, nw);
-    float *gdb = copy_floats(fdb, (size_t)out);
+    float *gdx = test_copy_floats(fdx, ni), *gdw = test_copy_floats(fdw, nw);
+    float *gdb = test_copy_floats(fdb, (size_t)out);
     CHECK_OK(mt_op_linear_backward_ex(dev, dy, x, w, MT_F32, fdx, fdw, fdb, batch, in, out));
     CHECK_OK(mt_op_linear_backward(dev, dy, x, w, gdx, gdw, gdb, batch, in, out));
     CHECK(memcmp(fdx, gdx, ni * sizeof *fdx) == 0);

@@ -5,6 +5,7 @@
  * cross-entropy is also run as two slices combined the way the tp layer combines them, and must
  * match the full softmax cross-entropy, also for logits far from 0. */
 #include "check.h"
+#include "numeric.h"
 
 #include <meshtrain/device.h>
 #include <meshtrain/ops.h>
@@ -19,32 +20,9 @@ enum { B = 2, T = 5, C = 8, NH = 2, HD = 4, N = B * T };
 static uint64_t rng_state = 0x5eed6a7ULL;
 
 /* Uniform in [-1, 1). */
-static double rnd(void) {
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
+static double rnd(void) { return test_lcg_pm1(&rng_state); }
 
-static float *rnd_vec(size_t n, double amp) {
-    float *v = malloc((n ? n : 1) * sizeof *v);
-    for (size_t i = 0; i < n; i++) v[i] = (float)(amp * rnd());
-    return v;
-}
-
-static float *copy_vec(const float *src, size_t n) {
-    float *v = malloc((n ? n : 1) * sizeof *v);
-    memcpy(v, src, n * sizeof *v);
-    return v;
-}
-
-static double *to_double(const float *src, size_t n) {
-    double *v = malloc((n ? n : 1) * sizeof *v);
-    for (size_t i = 0; i < n; i++) v[i] = src[i];
-    return v;
-}
-
-static bool close_to(double got, double want, double rel, double abs_tol) {
-    return fabs(got - want) <= abs_tol + rel * fabs(want);
-}
+static float *rnd_vec(size_t n, double amp) { return test_lcg_floats(&rng_state, n, amp); }
 
 /* Counts the elements of got (minus a prefilled base, when given) that differ from want. */
 static int count_off(const float *got, const float *base, const double *want, size_t n, double rel,
@@ -52,7 +30,7 @@ static int count_off(const float *got, const float *base, const double *want, si
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
         double g = (double)got[i] - (base ? (double)base[i] : 0.0);
-        if (!close_to(g, want[i], rel, abs_tol)) {
+        if (!test_close_to(g, want[i], rel, abs_tol)) {
             if (bad < 3) fprintf(stderr, "  [%zu] got %.8g want %.8g\n", i, g, want[i]);
             bad++;
         }
@@ -127,7 +105,7 @@ static void test_embedding(mt_device *dev) {
     /* Backward: d_wte[row] += d_out for the ids in the slice (the op is linear: exact sums). */
     float *d_out = rnd_vec((size_t)N * C, 1.0);
     float *d_wte = rnd_vec((size_t)LOCAL * C, 1.0);
-    float *d_wte0 = copy_vec(d_wte, (size_t)LOCAL * C);
+    float *d_wte0 = test_copy_floats(d_wte, (size_t)LOCAL * C);
     double want[LOCAL * C];
     memset(want, 0, sizeof want);
     for (int i = 0; i < N; i++)
@@ -149,7 +127,7 @@ static void test_embedding(mt_device *dev) {
 static void test_position(mt_device *dev) {
     float *wpe = rnd_vec((size_t)T * C, 1.0);
     float *out = rnd_vec((size_t)N * C, 1.0);
-    float *out0 = copy_vec(out, (size_t)N * C);
+    float *out0 = test_copy_floats(out, (size_t)N * C);
     CHECK_OK(mt_op_position_forward(dev, wpe, B, T, C, out));
     double want[N * C];
     for (int b = 0; b < B; b++)
@@ -161,7 +139,7 @@ static void test_position(mt_device *dev) {
 
     float *d_out = rnd_vec((size_t)N * C, 1.0);
     float *d_wpe = rnd_vec((size_t)T * C, 1.0);
-    float *d_wpe0 = copy_vec(d_wpe, (size_t)T * C);
+    float *d_wpe0 = test_copy_floats(d_wpe, (size_t)T * C);
     double dw[T * C];
     memset(dw, 0, sizeof dw);
     for (int b = 0; b < B; b++)
@@ -204,7 +182,7 @@ static void test_layernorm(mt_device *dev) {
     for (int j = 0; j < C; j++) x[j] += 50.0f; /* a row far from 0: the mean must cancel */
     float *out = malloc(nx * sizeof *out), mean[N], rstd[N];
     CHECK_OK(mt_op_layernorm_forward(dev, x, gamma, beta, N, C, out, mean, rstd));
-    ln_ctx ctx = {to_double(x, nx), to_double(gamma, C), to_double(beta, C)};
+    ln_ctx ctx = {test_to_double(x, nx), test_to_double(gamma, C), test_to_double(beta, C)};
     double *want = malloc(nx * sizeof *want);
     ref_layernorm(&ctx, want);
     CHECK_MSG(count_off(out, NULL, want, nx, 1e-4, 1e-4) == 0, "layernorm forward off");
@@ -214,16 +192,17 @@ static void test_layernorm(mt_device *dev) {
         for (int j = 0; j < C; j++) m += ctx.x[(size_t)i * C + j];
         m /= C;
         for (int j = 0; j < C; j++) v += pow(ctx.x[(size_t)i * C + j] - m, 2);
-        if (!close_to(mean[i], m, 1e-6, 1e-6) || !close_to(rstd[i], 1.0 / sqrt(v / C + 1e-5),
-                                                           1e-5, 1e-6))
+        if (!test_close_to(mean[i], m, 1e-6, 1e-6) ||
+            !test_close_to(rstd[i], 1.0 / sqrt(v / C + 1e-5), 1e-5, 1e-6))
             bad++;
     }
     CHECK_MSG(bad == 0, "layernorm: saved mean/rstd off in %d rows", bad);
 
     float *d_out = rnd_vec(nx, 1.0);
-    double *w = to_double(d_out, nx);
+    double *w = test_to_double(d_out, nx);
     float *d_x = rnd_vec(nx, 1.0), *d_g = rnd_vec(C, 1.0), *d_b = rnd_vec(C, 1.0);
-    float *d_x0 = copy_vec(d_x, nx), *d_g0 = copy_vec(d_g, C), *d_b0 = copy_vec(d_b, C);
+    float *d_x0 = test_copy_floats(d_x, nx), *d_g0 = test_copy_floats(d_g, C);
+    float *d_b0 = test_copy_floats(d_b, C);
     CHECK_OK(mt_op_layernorm_backward(dev, d_out, x, gamma, mean, rstd, N, C, d_x, d_g, d_b));
     double *fd = malloc(nx * sizeof *fd);
     finite_diff(ref_layernorm, &ctx, ctx.x, nx, w, nx, fd);
@@ -259,13 +238,13 @@ static void test_gelu(mt_device *dev) {
     x[0] = 12.0f, x[1] = -12.0f, x[2] = 0.0f; /* saturated tails and the origin */
     float *out = malloc(n * sizeof *out);
     CHECK_OK(mt_op_gelu_forward(dev, x, out, n));
-    gelu_ctx ctx = {to_double(x, n), n};
+    gelu_ctx ctx = {test_to_double(x, n), n};
     double *want = malloc(n * sizeof *want);
     ref_gelu(&ctx, want);
     CHECK_MSG(count_off(out, NULL, want, n, 1e-5, 1e-6) == 0, "gelu forward off");
 
-    float *d_out = rnd_vec(n, 1.0), *d_x = rnd_vec(n, 1.0), *d_x0 = copy_vec(d_x, n);
-    double *w = to_double(d_out, n), *fd = malloc(n * sizeof *fd);
+    float *d_out = rnd_vec(n, 1.0), *d_x = rnd_vec(n, 1.0), *d_x0 = test_copy_floats(d_x, n);
+    double *w = test_to_double(d_out, n), *fd = malloc(n * sizeof *fd);
     CHECK_OK(mt_op_gelu_backward(dev, x, d_out, d_x, n));
     finite_diff(ref_gelu, &ctx, ctx.x, n, w, n, fd);
     CHECK_MSG(count_off(d_x, d_x0, fd, n, 1e-4, 1e-5) == 0, "gelu backward off");
@@ -325,15 +304,16 @@ static void test_attention(mt_device *dev) {
     float *qkv = rnd_vec(nqkv, 1.5), *out = malloc(nout * sizeof *out);
     float *att = rnd_vec(natt, 1.0); /* garbage above the diagonal must be overwritten */
     CHECK_OK(mt_op_attention_forward(dev, qkv, B, T, NH, HD, out, att));
-    att_ctx ctx = {to_double(qkv, nqkv), malloc(natt * sizeof(double))};
+    att_ctx ctx = {test_to_double(qkv, nqkv), malloc(natt * sizeof(double))};
     double *want = malloc(nout * sizeof *want);
     ref_attention(&ctx, want);
     CHECK_MSG(count_off(out, NULL, want, nout, 1e-5, 1e-5) == 0, "attention forward: out off");
     CHECK_MSG(count_off(att, NULL, ctx.att, natt, 1e-5, 1e-6) == 0,
               "attention forward: probabilities off (or not causal)");
 
-    float *d_out = rnd_vec(nout, 1.0), *d_qkv = rnd_vec(nqkv, 1.0), *d_qkv0 = copy_vec(d_qkv, nqkv);
-    double *w = to_double(d_out, nout), *fd = malloc(nqkv * sizeof *fd);
+    float *d_out = rnd_vec(nout, 1.0), *d_qkv = rnd_vec(nqkv, 1.0);
+    float *d_qkv0 = test_copy_floats(d_qkv, nqkv);
+    double *w = test_to_double(d_out, nout), *fd = malloc(nqkv * sizeof *fd);
     CHECK_OK(mt_op_attention_backward(dev, d_out, qkv, att, B, T, NH, HD, d_qkv));
     finite_diff(ref_attention, &ctx, ctx.qkv, nqkv, w, nout, fd);
     CHECK_MSG(count_off(d_qkv, d_qkv0, fd, nqkv, 1e-3, 1e-4) == 0,
@@ -407,7 +387,7 @@ static void test_xent(mt_device *dev, double offset) {
     int targets[N];
     for (int i = 0; i < N; i++) targets[i] = (int)((rnd() + 1.0) * 0.5 * V) % V;
     targets[0] = 0, targets[1] = V - 1, targets[2] = 4, targets[3] = 5; /* slice edges */
-    xent_ctx ctx = {to_double(logits, nl), targets};
+    xent_ctx ctx = {test_to_double(logits, nl), targets};
     double want[N], w[N], *fd = malloc(nl * sizeof *fd);
     ref_xent(&ctx, want);
     const float scale = 1.0f / N;
@@ -417,7 +397,7 @@ static void test_xent(mt_device *dev, double offset) {
     const int one[] = {0, V}, two[] = {0, 5, V}, three[] = {0, 1, 6, V};
     const int *splits[] = {one, two, three};
     for (int k = 0; k < 3; k++) {
-        float loss[N], *d = rnd_vec(nl, 1.0), *d0 = copy_vec(d, nl);
+        float loss[N], *d = rnd_vec(nl, 1.0), *d0 = test_copy_floats(d, nl);
         xent_sliced(dev, logits, targets, k + 1, splits[k], scale, loss, d);
         CHECK_MSG(count_off(loss, NULL, want, N, 1e-5, 1e-5) == 0,
                   "xent over %d slices (logits + %g): loss off", k + 1, offset);

@@ -4,6 +4,7 @@
  * clipping must keep its bits), accumulation over several calls into one device double, NaN and
  * infinity, mt_op_scale bit for bit, and the argument checks. */
 #include "check.h"
+#include "numeric.h"
 
 #include <meshtrain/device.h>
 #include <meshtrain/ops.h>
@@ -15,18 +16,7 @@
 
 static uint64_t rng_state = 0x5eed0fc11bULL;
 
-/* Uniform in [-1, 1). */
-static double rnd(void) {
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
-
-static float *rnd_vec(size_t n, double scale) {
-    float *v = malloc((n ? n : 1) * sizeof *v);
-    if (!v) abort();
-    for (size_t i = 0; i < n; i++) v[i] = (float)(scale * rnd());
-    return v;
-}
+static float *rnd_vec(size_t n, double scale) { return test_lcg_floats(&rng_state, n, scale); }
 
 /* The loop fsdp/clip.c ran on the host before mt_op_sum_squares: one running double. */
 static double running_double(double start, const float *x, size_t n) {
