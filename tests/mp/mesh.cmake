@@ -15,6 +15,13 @@ foreach(spec "4;1x4;dp,tp;flat" "4;4x1;dp,tp;flat" "4;2x2;dp,tp;flat" "4;4;dp;fl
             --shape ${shape} --names ${names} --flatten ${flat})
 endforeach()
 
+# The last rank flattens a dimension that does not exist: every rank fails within seconds saying
+# the ranks disagree, then flattens again correctly (no call pairs with another's next one, which
+# would leave the others waiting for MT_TIMEOUT_S).
+mt_add_mp_test(mesh_flatten_disagree TIMEOUT 60 LABELS mesh ENV MT_TIMEOUT_S=20
+  COMMAND ${MT_MESH_MTRUN} --standalone --nproc_per_node 4 ${MT_MESH_PROG}
+          --shape 2x2 --names dp,tp --flatten flat --flatten-disagree)
+
 # Invalid meshes: a non-zero exit within seconds with the message, for every case.
 mt_add_mp_test(mesh_invalid TIMEOUT 180 LABELS mesh
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mesh_invalid.sh ${MT_MESH_MTRUN} ${MT_MESH_PROG})

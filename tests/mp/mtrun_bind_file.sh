@@ -42,6 +42,27 @@ MT_TOPO_FILE=$FILE run init "$MTRUN" --standalone --bind none "$PROG" --init
 ran_ok init
 check "runtime topology from the file" test "$(field init 0 topology)" = "$FILE numa=2 gpus=8"
 
+# MT_DEVICE_MAP picks each rank's GPU, so the binding follows the map: on the crossed-pairs
+# file (GPUs 0-1 on node 0, cpus 0-15; GPUs 2-3 on node 1, cpus 16-31), 3,2,1,0 puts local
+# ranks 0 and 1 on node 1. (mtrun used to bind local rank i near GPU i whatever the map said.)
+CROSSED="$FIXTURES/../placement/nvlink-crossed-pairs-4gpu.xml"
+MT_TOPO_FILE=$CROSSED MT_DEVICE_MAP=3,2,1,0 run map "$MTRUN" --standalone --nproc_per_node 4 "$PROG"
+ran_ok map
+map_gpus=(3 2 1 0)
+for r in 0 1 2 3; do
+    g=${map_gpus[$r]}
+    if [ "$g" -lt 2 ]; then node=0 cpus=0-15; else node=1 cpus=16-31; fi
+    want="would bind to NUMA node $node (cpus $cpus, nearest GPU $g)"
+    check "file map: rank $r's line (GPU $g)" test "$(bind_line map $r)" = \
+        "$want (MT_TOPO_FILE=$CROSSED: not applied)"
+done
+# A map the ranks will refuse: mtrun binds nobody (the ranks report the map themselves).
+MT_TOPO_FILE=$CROSSED MT_DEVICE_MAP=0,1 run badmap "$MTRUN" --standalone --nproc_per_node 4 "$PROG"
+check "file bad map: mtrun says why the ranks are not bound" grep -qF \
+    "mtrun: the ranks are not bound: MT_DEVICE_MAP='0,1' has 2 entries for 4 local ranks" \
+    "$TMP/badmap.err"
+check "file bad map: no rank would be bound" test "$(grep -c 'would bind' "$TMP/badmap.err")" = 0
+
 # Bad files: mtrun stops with one line naming the variable and the file, before any rank.
 bad_file() {
     local name=$1 path=$2 expect=$3

@@ -11,8 +11,11 @@
  * --hsdp: a 2 x 2 mesh {rep, shard} (4 ranks), shards replicated over rep.
  * --lose-rank: the last rank leaves after the first step; the others must get an error naming
  *   the unit from their next forward/backward (not hang, not crash).
+ * The toy's backward can also fail on purpose in one module (after writing its gradient), or run
+ * one child's backward twice in a pass (run_ctx fail_in, twice).
  */
 #include "check.h"
+#include "core/error.h"
 #include "fsdp/fsdp_internal.h"
 
 #include <meshtrain/meshtrain.h>
@@ -40,6 +43,8 @@ typedef struct run_ctx {
     int bad_values, bad_grads_ptr;
     mt_device *dev;
     size_t max_params_in_forward;
+    mt_module *fail_in; /* its backward returns an error after writing its gradient */
+    mt_module *twice;   /* its parent runs its backward twice in one pass */
 } run_ctx;
 
 typedef struct mod_state {
@@ -98,8 +103,11 @@ static mt_status fwd(mt_module *m, void *vctx) {
 
 static mt_status bwd(mt_module *m, void *vctx) {
     run_ctx *c = vctx;
-    for (size_t i = mt_module_child_count(m); i-- > 0;)
-        MT_TRY(mt_module_backward(mt_module_child(m, i), c));
+    for (size_t i = mt_module_child_count(m); i-- > 0;) {
+        mt_module *child = mt_module_child(m, i);
+        MT_TRY(mt_module_backward(child, c));
+        if (child == c->twice) MT_TRY(mt_module_backward(child, c));
+    }
     check_params(m, c);
     mod_state *s = mt_module_user(m);
     for (int k = 0; k < s->npids; k++) {
@@ -111,6 +119,9 @@ static mt_status bwd(mt_module *m, void *vctx) {
         }
         for (int j = 0; j < p_numel[pid]; j++) g[j] += grad_of(c->rank, pid, j, c->micro);
     }
+    if (m == c->fail_in)
+        return mt_error(MT_ERR_INVALID_ARG, "the backward of '%s' fails on purpose",
+                        mt_module_name(m));
     return MT_OK;
 }
 
@@ -180,9 +191,10 @@ static int locate(int u, size_t k, int *j) {
 }
 
 /* Checks every unit's shard: master values and the gradient, which must be the average over the
- * world of what the ranks wrote, summed over micro-batches [0, micros). */
-static void check_shards(toy *t, run_ctx *c, int shard_n, int shard_rank, int micros, float tol,
-                         const char *label) {
+ * world of what the ranks wrote, summed over micro-batches [0, micros), times scale[unit] (each
+ * 1 when scale is NULL: a unit whose backward ran k times in a pass has k times the gradient). */
+static void check_shards_scaled(toy *t, run_ctx *c, int shard_n, int shard_rank, int micros,
+                                const float *scale, float tol, const char *label) {
     mt_fsdp_shard_view *v;
     size_t n;
     CHECK_OK(mt_fsdp_collect_shards(t->root, &v, &n));
@@ -208,6 +220,7 @@ static void check_shards(toy *t, run_ctx *c, int shard_n, int shard_rank, int mi
                     for (int r = 0; r < c->world; r++) sum += grad_of(r, pid, j, m);
                     want_g += sum / c->world;
                 }
+                if (scale) want_g *= scale[u];
             }
             CHECK_MSG(v[u].param[k] == want_p, "%s: unit %s master[%zu] %g, expected %g", label,
                       unit_names[u], k, (double)v[u].param[k], (double)want_p);
@@ -224,6 +237,11 @@ static void check_shards(toy *t, run_ctx *c, int shard_n, int shard_rank, int mi
                   unit_names[u], in_ranges, real);
     }
     free(v);
+}
+
+static void check_shards(toy *t, run_ctx *c, int shard_n, int shard_rank, int micros, float tol,
+                         const char *label) {
+    check_shards_scaled(t, c, shard_n, shard_rank, micros, NULL, tol, label);
 }
 
 static mt_status step(toy *t, run_ctx *c, int micro) {
@@ -546,6 +564,68 @@ static void test_empty_unit(env *e) {
     mt_module_destroy(wrap);
 }
 
+/* l1's backward fails on every rank after writing part of its gradient (l2 reduced, l0 never
+ * ran): the error is returned as is, and after mt_zero_grad a retry gives exactly one step's
+ * gradients. The partial gradient must not stay in l1's full buffer (it gave 2x). */
+static void test_failed_backward(env *e) {
+    run_ctx *c = e->c;
+    mt_device *d = c->dev;
+    size_t base_g = cur(d, MT_MEM_GRADS);
+    toy t;
+    CHECK_OK(toy_build(e->mesh, c, &t));
+    mt_fsdp_options o = env_options(e);
+    CHECK_OK(toy_shard(&t, &o));
+    int n = e->shard_n;
+    for (int s = 0; s < 2; s++) { /* the first pass records the order, the second uses it */
+        c->fail_in = t.l[1];
+        c->micro = 0;
+        CHECK_OK(mt_module_forward(t.root, c));
+        mt_status st = mt_module_backward(t.root, c);
+        CHECK_MSG(st == MT_ERR_INVALID_ARG && strstr(mt_last_error(), "'l1' fails on purpose"),
+                  "failed backward %d: %s: %s", s, mt_status_str(st), mt_last_error());
+        c->fail_in = NULL;
+        CHECK_MSG(cur(d, MT_MEM_GRADS) - base_g == shard_bytes(n, 4), "grads after a failed "
+                  "backward %zu, expected the shards' %zu", cur(d, MT_MEM_GRADS) - base_g,
+                  shard_bytes(n, 4));
+        CHECK_OK(mt_zero_grad(t.root));
+        CHECK_OK(step(&t, c, 0));
+        check_shards(&t, c, n, e->shard_rank, 1, 1e-6f, "retry after a failed backward");
+        CHECK_OK(mt_zero_grad(t.root));
+    }
+    check_values(c, "failed backward");
+    mt_module_destroy(t.root);
+}
+
+/* l1 (a unit, with its non-unit child sub) runs twice in one backward: its gradient is twice
+ * one pass's, the others' once, and no error. The second run must not write l1's full gradient
+ * while the reduce-scatter of the first still reads it. */
+static void test_unit_twice(env *e) {
+    run_ctx *c = e->c;
+    mt_device *d = c->dev;
+    size_t base_g = cur(d, MT_MEM_GRADS);
+    toy t;
+    CHECK_OK(toy_build(e->mesh, c, &t));
+    mt_fsdp_options o = env_options(e);
+    CHECK_OK(toy_shard(&t, &o));
+    int n = e->shard_n;
+    const float scale[NU] = {[U_L0] = 1, [U_L1] = 2, [U_L2] = 1, [U_ROOT] = 1};
+    c->twice = t.l[1];
+    for (int s = 0; s < 2; s++) { /* recording, then prefetching along the recorded order */
+        CHECK_OK(mt_zero_grad(t.root));
+        CHECK_OK(step(&t, c, 0));
+        check_shards_scaled(&t, c, n, e->shard_rank, 1, scale, 1e-6f, "l1 twice in a pass");
+        CHECK_MSG(cur(d, MT_MEM_GRADS) - base_g == shard_bytes(n, 4), "grads after the pass %zu",
+                  cur(d, MT_MEM_GRADS) - base_g);
+    }
+    c->twice = NULL;
+    /* Once again: back to one pass's gradient. */
+    CHECK_OK(mt_zero_grad(t.root));
+    CHECK_OK(step(&t, c, 0));
+    check_shards(&t, c, n, e->shard_rank, 1, 1e-6f, "l1 once after twice");
+    check_values(c, "unit twice");
+    mt_module_destroy(t.root);
+}
+
 /* Misuse is refused with a message naming the module or parameter. */
 static void test_errors(env *e) {
     run_ctx *c = e->c;
@@ -691,6 +771,8 @@ int main(int argc, char **argv) {
     test_bf16(&e, MT_F32);
     test_errors(&e);
     test_empty_unit(&e);
+    test_failed_backward(&e);
+    test_unit_twice(&e);
     CHECK_MSG(c.bad_values == 0, "%d parameter values differed from the originals", c.bad_values);
     CHECK_MSG(c.bad_grads_ptr == 0, "%d gradient pointers wrong (NULL in backward or set in "
               "forward)", c.bad_grads_ptr);

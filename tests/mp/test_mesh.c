@@ -8,15 +8,19 @@
  * --expect-error TEXT: mt_mesh_create must fail on every rank with a message containing TEXT.
  * --last-rank-shape S: the last rank passes shape S instead (ranks that disagree).
  * --expect-gpus 0,2,1,3: the GPU the placement must give each local rank (with MT_TOPO_FILE).
+ * --flatten-disagree: before --flatten NAME, the last rank flattens a dimension that does not
+ *   exist: every rank must fail at once saying the ranks disagree, and the next flatten works.
  */
 #include "check.h"
 
 #include <meshtrain/meshtrain.h>
 #include <meshtrain/mesh.h>
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int parse_shape(const char *s, int *shape) {
     int n = 0;
@@ -62,6 +66,12 @@ static int expected_members(int rank, int ndim, const int *shape, unsigned mask,
     return n;
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void check_group(mt_group *g, const char *label, int rank, const int *members, int n) {
     CHECK_MSG(mt_group_size(g) == n, "%s: size %d, expected %d", label, mt_group_size(g), n);
     int me = -1;
@@ -89,6 +99,7 @@ int main(int argc, char **argv) {
     char names_buf[256] = "dp,tp";
     const char *shape_arg = "2x2", *flatten = NULL, *expect_error = NULL, *last_shape = NULL;
     const char *expect_gpus = NULL;
+    bool flatten_disagree = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape_arg = argv[++i];
         else if (!strcmp(argv[i], "--names") && i + 1 < argc)
@@ -97,6 +108,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--expect-error") && i + 1 < argc) expect_error = argv[++i];
         else if (!strcmp(argv[i], "--last-rank-shape") && i + 1 < argc) last_shape = argv[++i];
         else if (!strcmp(argv[i], "--expect-gpus") && i + 1 < argc) expect_gpus = argv[++i];
+        else if (!strcmp(argv[i], "--flatten-disagree")) flatten_disagree = true;
         else {
             fprintf(stderr, "test_mesh: unknown argument %s\n", argv[i]);
             return 2;
@@ -190,6 +202,21 @@ int main(int argc, char **argv) {
     CHECK(mt_mesh_group(mesh, "no-such-dim", &none) == MT_ERR_NOT_FOUND && none == NULL);
     CHECK(strstr(mt_last_error(), "no-such-dim") != NULL);
 
+    if (flatten && ndim >= 2 && flatten_disagree) {
+        /* The bad rank's arguments are compared before they are checked: failing alone, it
+         * would pair the others' call with its next one (and they would wait at that one). */
+        const char *bad[2] = {names[0], "no-such-dim"};
+        mt_group *fg = (mt_group *)&fg;
+        double t0 = now_s();
+        mt_status fst = mt_mesh_flatten(mesh, rank == world - 1 ? bad : names, 2, flatten, &fg);
+        double secs = now_s() - t0;
+        CHECK_MSG(fst != MT_OK && strstr(mt_last_error(), "disagree") != NULL,
+                  "flatten with other names on rank %d: %s: %s", world - 1, mt_status_str(fst),
+                  mt_last_error());
+        CHECK_MSG(fg == NULL, "a failed flatten left its output set");
+        CHECK_MSG(secs < 10.0, "the disagreement took %.1f s to show", secs);
+        printf("rank %d: expected error after %.2f s: %s\n", rank, secs, mt_last_error());
+    }
     if (flatten && ndim >= 2) {
         mt_group *fg = NULL, *again = NULL;
         CHECK_OK(mt_mesh_flatten(mesh, names, 2, flatten, &fg));

@@ -1,7 +1,9 @@
 /* The device interface on the CPU: accounting per category, the capacity and its out-of-memory
- * error, MT_CPU_DEVICE_MEMORY, bad frees, leak reports, copies, streams and events, threads, and
- * opening CUDA (falls back to the CPU here; on a GPU machine the GPU is exercised instead). */
+ * error, external charges past the capacity, MT_CPU_DEVICE_MEMORY, bad frees, leak reports,
+ * copies, streams and events, threads, and opening CUDA (falls back to the CPU here; on a GPU
+ * machine the GPU is exercised instead). */
 #include "check.h"
+#include "core/device_internal.h"
 
 #include <meshtrain/device.h>
 #include <meshtrain/log.h>
@@ -200,6 +202,47 @@ static void test_out_of_memory(void) {
         CHECK(s.total_current == 0 && s.total_peak == 0);
         mt_device_close(unlimited);
     }
+    mt_device_close(dev);
+}
+
+/* Memory charged from outside the allocator (NCCL's, say) can exceed the capacity: then nothing
+ * is left, and an allocation is refused (the room left was computed as capacity minus use, which
+ * wrapped around to almost 2^64 and let everything through). Released, there is room again; a
+ * release of more than is charged is clamped and said. */
+static void test_external_over_capacity(void) {
+    mt_device *dev = NULL;
+    CHECK_OK(mt_device_open_cpu(1 * MiB, &dev));
+    if (!dev) return;
+    mt_device_charge_external(dev, MT_MEM_COMM, 2 * MiB);
+    mt_mem_stats s;
+    mt_device_mem_stats(dev, &s);
+    CHECK(s.current[MT_MEM_COMM] == 2 * MiB && s.total_current == 2 * MiB);
+    void *p = (void *)0x1;
+    mt_status st = mt_device_alloc(dev, 4 * KiB, MT_MEM_PARAMS, &p);
+    CHECK_MSG(st == MT_ERR_OUT_OF_MEMORY, "4 KiB on a 1 MiB device with 2 MiB charged: %s",
+              st == MT_OK ? "accepted" : mt_status_str(st));
+    if (st == MT_OK) mt_device_free(dev, p);
+    else CHECK(p == NULL);
+    CHECK_MSG(strstr(mt_last_error(), "asked 4.00 KiB for params, 0 B left of 1.00 MiB") != NULL,
+              "%s", mt_last_error());
+    mt_device_mem_stats(dev, &s);
+    CHECK(s.current[MT_MEM_PARAMS] == 0);
+
+    mt_device_release_external(dev, MT_MEM_COMM, 2 * MiB);
+    p = NULL;
+    CHECK_OK(mt_device_alloc(dev, 4 * KiB, MT_MEM_PARAMS, &p));
+    mt_device_free(dev, p);
+
+    /* Releasing more than was charged: clamped to what was, with a warning. */
+    mt_device_charge_external(dev, MT_MEM_COMM, 1 * KiB);
+    capture cap;
+    capture_begin(&cap);
+    mt_device_release_external(dev, MT_MEM_COMM, 3 * KiB);
+    const char *err = capture_end(&cap);
+    CHECK_MSG(strstr(err, "releasing 3.00 KiB of external comm memory, but only 1.00 KiB is "
+                          "charged") != NULL, "warning: '%s'", err);
+    mt_device_mem_stats(dev, &s);
+    CHECK(s.current[MT_MEM_COMM] == 0 && s.total_current == 0);
     mt_device_close(dev);
 }
 
@@ -491,6 +534,7 @@ int main(void) {
     test_accounting();
     test_many_blocks();
     test_out_of_memory();
+    test_external_over_capacity();
     test_env_capacity();
     test_bad_free_and_leaks();
     mt_device *cpu = NULL;

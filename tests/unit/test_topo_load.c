@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 
@@ -303,6 +304,34 @@ static void expect_fail(const char *name, const char *text, mt_status want) {
     unlink(path);
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* An NCCL file whose <system> asks, through mt_* attributes (mt-topo's export), for more packages
+ * or cores than there are CPU numbers: refused quickly, naming the attribute. Each item alone is
+ * valid; only the total is too much (a 20 KB file of "0:0*32768" items took 42 s and 7.8 GB). */
+static void expect_cpusets_capped(const char *name, const char *attr, const char *item,
+                                  int items, const char *message) {
+    size_t len = strlen(item) + 1, cap = (size_t)items * len + 256;
+    char *text = malloc(cap);
+    CHECK(text != NULL);
+    if (!text) return;
+    size_t n = (size_t)snprintf(text, cap, "<system version=\"1\" %s=\"", attr);
+    for (int i = 0; i < items; i++)
+        n += (size_t)snprintf(text + n, cap - n, "%s%s", i ? ";" : "", item);
+    snprintf(text + n, cap - n, "\"><cpu numaid=\"0\" affinity=\"0000000f\"/></system>");
+    double t0 = now_s();
+    expect_fail(name, text, MT_ERR_INVALID_ARG);
+    double secs = now_s() - t0;
+    CHECK_MSG(strstr(mt_last_error(), message) != NULL, "%s: '%s' lacks '%s'", name,
+              mt_last_error(), message);
+    CHECK_MSG(secs < 5.0, "%s: refused after %.1f s", name, secs);
+    free(text);
+}
+
 #define GPU_PCI(bus, body)                                                                         \
     "<pci busid=\"" bus "\" class=\"0x030200\"><gpu dev=\"0\">" body "</gpu></pci>"
 
@@ -352,6 +381,12 @@ static void test_bad_input(void) {
                 MT_ERR_INVALID_ARG);
     expect_fail("bad_hwloc.xml", "<topology version=\"2.0\"><object type=\"Bogus\"/></topology>",
                 MT_ERR_INVALID_ARG);
+    expect_cpusets_capped("cores_capped.xml", "mt_cores", "0:0*32768", 2,
+                          "mt_cores lists more than 32768 cores");
+    expect_cpusets_capped("cores_many.xml", "mt_cores", "0:0-1*16384", 8,
+                          "mt_cores lists more than 32768 cores");
+    expect_cpusets_capped("packages_capped.xml", "mt_packages", "0:0", 32769,
+                          "mt_packages lists more than 32768 packages");
 
     /* Truncated: the first half of a real file. */
     char src[512];
