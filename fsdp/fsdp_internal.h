@@ -1,4 +1,4 @@
-/* Internal: the module and FSDP unit objects shared by fsdp/module.c (the module tree),
+/* Internal: the module and FSDP unit objects shared by module/module.c (the module tree),
  * fsdp/fsdp_unit.c (sharding, unshard/reshard, shard views) and fsdp/fsdp_schedule.c (the hooks
  * around a unit's forward and backward, prefetch, reduce-scatter). */
 #ifndef MT_FSDP_FSDP_INTERNAL_H

@@ -3,7 +3,7 @@
  * a flattened dimension made through a sub-mesh is found again through the root. */
 #include "mesh/agree.h"
 #include "mesh/mesh_placement.h"
-#include "mesh/nccl_comm.h"
+#include "comm/nccl/nccl_comm.h"
 #include "mesh/runtime_device.h"
 
 #include "core/error.h"

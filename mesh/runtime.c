@@ -11,8 +11,8 @@
 #include "mesh/runtime_env.h"
 #include "mesh/runtime_device.h"
 #include "mesh/runtime_topo.h"
-#include "mesh/store_proto.h"
-#include "mesh/transport.h"
+#include "store/proto.h"
+#include "comm/transport.h"
 
 #include "core/error.h"
 #include "topo/classify.h"

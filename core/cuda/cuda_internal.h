@@ -61,7 +61,7 @@ mt_status mt_cuda_device_alloc_stats(mt_device *dev, mt_cuda_alloc_stats *out);
 mt_status mt_cuda_device_empty_cache(mt_device *dev);
 
 /* x[i] *= factor on stream, in place, for f32 or bf16 (f32 arithmetic, one rounding to bf16):
- * the NCCL path's average where NCCL's own bf16 average would bias it (mesh/nccl_coll.c).
+ * the NCCL path's average where NCCL's own bf16 average would bias it (comm/nccl/nccl_coll.c).
  * Returns the launch's status. */
 cudaError_t mt_cuda_scale_on_stream(void *x, mt_dtype dtype, size_t n, float factor,
                                     cudaStream_t stream);

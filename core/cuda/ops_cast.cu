@@ -67,7 +67,7 @@ extern "C" mt_status mt_cuda_op_accumulate(mt_device *dev, float *dst, const voi
     return mt_cuda_ops_launched(dev, op);
 }
 
-/* ---- the NCCL path's average (mesh/nccl_coll.c) ---------------------------------------------- */
+/* ---- the NCCL path's average (comm/nccl/nccl_coll.c) ---------------------------------------------- */
 
 __global__ void scale_bf16_kernel(uint16_t *x, size_t n, float factor) {
     MT_GRID_STRIDE(i, n) x[i] = bf16_round(bf16_widen(x[i]) * factor);

@@ -7,7 +7,7 @@
  *   scripts/fuzz 600 fuzz_store_frame
  * Without it (ctest), a built-in driver mutates valid requests of every opcode with a fixed seed.
  */
-#include "mesh/store_proto.h"
+#include "store/proto.h"
 
 #include <stdio.h>
 #include <stdlib.h>

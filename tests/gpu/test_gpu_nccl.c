@@ -1,4 +1,4 @@
-/* Collectives on GPU buffers through a mesh group's NCCL communicator (mesh/nccl_coll.c), run
+/* Collectives on GPU buffers through a mesh group's NCCL communicator (comm/nccl/nccl_coll.c), run
  * under mtrun on every rank of the job:
  *
  *   mtrun --standalone --nproc_per_node N test_gpu_nccl [--timeout-check] [--bench-mib M]

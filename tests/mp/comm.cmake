@@ -1,4 +1,4 @@
-# Host collectives over UCX (mesh/transport_ucx.c, progress.c, group.c, coll_*.c), run
+# Host collectives over UCX (comm/host/ucx.c, progress.c, group.c, coll_*.c), run
 # through mtrun as a user would: every collective x {f32, bf16} x sizes from 0 to 64 MiB (total
 # buffer) x group sizes 1, 2, 3, 4, 8; about a minute and a half on 2 cores.
 mt_add_test_program(test_collectives ${CMAKE_CURRENT_LIST_DIR}/test_collectives.c)
@@ -15,7 +15,7 @@ foreach(np 1 2 3 4 8)
 endforeach()
 
 # Buffers from the rank's CPU device: large ones are shared memory that local peers read directly
-# (mesh/transport_shm.c). Malloc'd buffers above go through UCX (cma) instead, except the
+# (comm/host/shm.c). Malloc'd buffers above go through UCX (cma) instead, except the
 # collectives' own scratch, which comes from the device too; MT_COMM_SHM=0 turns the path off.
 foreach(np 2 3 4)
   mt_add_mp_test(comm_collectives_shm_np${np} TIMEOUT 300 LABELS comm ENV ${MT_COMM_ENV}

@@ -1,4 +1,4 @@
-# FSDP engine (fsdp/module.c, fsdp_unit.c, fsdp_schedule.c) on a toy model, through mtrun:
+# FSDP engine (module/module.c, fsdp_unit.c, fsdp_schedule.c) on a toy model, through mtrun:
 # gathered values, averaged gradient shards, padding, prefetch order, reshard_after_forward,
 # accumulation, bf16, memory categories; HSDP 2x2; a lost rank becomes an error.
 mt_add_test_program(test_fsdp_engine ${CMAKE_CURRENT_LIST_DIR}/test_fsdp_engine.c)

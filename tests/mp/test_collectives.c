@@ -67,7 +67,7 @@ static void *xmalloc(size_t bytes) {
 }
 
 /* Communication buffers: malloc'd (UCX moves them), or with --device-buffers from the rank's CPU
- * device, whose large blocks local peers read through shared memory (mesh/transport_shm.c). */
+ * device, whose large blocks local peers read through shared memory (comm/host/shm.c). */
 static mt_device *buffer_device;
 
 static void *buf_alloc(size_t bytes) {

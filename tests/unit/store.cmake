@@ -1,4 +1,4 @@
-# The rendezvous store (mesh/store_*.c) and the launch-environment parser (mesh/runtime_env.c).
+# The rendezvous store (store/*.c) and the launch-environment parser (mesh/runtime_env.c).
 mt_add_unit_test(test_store SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_store.c TIMEOUT 60)
 mt_add_unit_test(test_runtime_env SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_runtime_env.c
                  TIMEOUT 30)

@@ -2,7 +2,7 @@
  * step only, one bf16 rounding per hop, and agreement with core/dtype.c's conversion. */
 #include "check.h"
 
-#include "mesh/reduce.h"
+#include "comm/reduce.h"
 
 #include <math.h>
 #include <meshtrain/dtype.h>

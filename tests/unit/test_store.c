@@ -3,7 +3,7 @@
  * serve a good one, and the good client's error messages must say what matters. */
 #include "check.h"
 
-#include "mesh/store_proto.h"
+#include "store/proto.h"
 
 #include <meshtrain/store.h>
 #include <meshtrain/version.h>

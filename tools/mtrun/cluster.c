@@ -5,7 +5,7 @@
  * heartbeat. They report to the main loop through a pipe. */
 #include "cluster.h"
 
-#include "mesh/store_proto.h" /* mt_store_wait_any */
+#include "store/proto.h" /* mt_store_wait_any */
 #include "msg.h"
 
 #include <meshtrain/store.h>

@@ -1,8 +1,8 @@
 /* The public collective and point-to-point calls: argument checks, then a work item for the
  * progress thread, or for the group's NCCL communicator when the buffers are GPU memory
- * (mesh/nccl_comm.h). */
-#include "mesh/nccl_comm.h"
-#include "mesh/transport_internal.h"
+ * (comm/nccl/nccl_comm.h). */
+#include "comm/nccl/nccl_comm.h"
+#include "comm/transport_internal.h"
 
 #include "core/error.h"
 

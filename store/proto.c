@@ -1,6 +1,6 @@
 /* The store's frame encoding and the request parser. The parser is the only code that reads bytes
  * a remote peer chose, so it checks every length against what is left before touching it. */
-#include "mesh/store_proto.h"
+#include "store/proto.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -12,7 +12,7 @@
  *
  * Runs on the progress thread only. MT_COMM_SHM=0 turns the path off (sends go as data).
  */
-#include "mesh/transport_internal.h"
+#include "comm/transport_internal.h"
 
 #include "core/copy_stream.h"
 #include "core/error.h"

@@ -6,10 +6,10 @@
  * not yet written), so a client that floods requests or never reads replies only fills its own
  * kernel socket buffers. Blocking get/wait are answered by the server when the key appears or the
  * deadline passes; clients never poll. Any malformed input drops that client with a warning.
- * The keys and values themselves live in the map of store_kv.c.
+ * The keys and values themselves live in the map of store/kv.c.
  */
-#include "mesh/store_kv.h"
-#include "mesh/store_proto.h"
+#include "store/kv.h"
+#include "store/proto.h"
 
 #include "core/error.h"
 

@@ -4,7 +4,7 @@
 #ifndef MT_MESH_STORE_KV_H
 #define MT_MESH_STORE_KV_H
 
-#include "mesh/store_proto.h"
+#include "store/proto.h"
 
 #include <stdbool.h>
 #include <stddef.h>

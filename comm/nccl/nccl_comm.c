@@ -1,9 +1,9 @@
-/* NCCL communicators per mesh-dimension group (mesh/nccl_comm.h). Group rank 0 makes the unique
+/* NCCL communicators per mesh-dimension group (comm/nccl/nccl_comm.h). Group rank 0 makes the unique
  * id and publishes it in the store under mt/nccl/<n>/<first member>, where n counts the
  * communicators this rank created: every member creates one per dimension per mesh, in the same
  * order, so the members agree on n. Communicators are non-blocking and their initialisation is
  * polled with a deadline, so that a member that never arrives is an error, not a hang. */
-#include "mesh/nccl_comm.h"
+#include "comm/nccl/nccl_comm.h"
 
 #include "core/device_internal.h"
 #include "core/error.h"
@@ -18,7 +18,7 @@
 
 #ifdef MT_HAVE_NCCL
 #include "core/cuda/cuda_internal.h"
-#include "mesh/nccl_internal.h"
+#include "comm/nccl/nccl_internal.h"
 
 double mt_nccl_now_s(void) {
     struct timespec ts;

@@ -1,6 +1,6 @@
 /* Internal: an NCCL communicator for one mesh-dimension group, created eagerly when the mesh is
  * (so that the first training step does not stall on it), with its own CUDA stream, and the
- * collectives that run on it (mesh/nccl_coll.c). Only built with NCCL; on a CPU device nothing is
+ * collectives that run on it (comm/nccl/nccl_coll.c). Only built with NCCL; on a CPU device nothing is
  * created.
  *
  * A group's collective runs on NCCL when its buffers are GPU memory and the group has a

@@ -9,7 +9,7 @@
  * group-rank order, so every member computes identical bits. barrier is a dissemination barrier
  * of empty messages.
  */
-#include "mesh/transport_internal.h"
+#include "comm/transport_internal.h"
 
 #include "core/error.h"
 #include "core/host_alloc.h"
@@ -47,7 +47,7 @@ static uint32_t sub_of(size_t step, size_t nchunks, size_t k) {
 
 /* Scratch belongs to the group and is reused: collectives of a group run one at a time, and fresh
  * pages would cost a page fault each on every operation. It comes from the rank's CPU device
- * (category comm), whose large blocks local peers read directly (transport_shm.c); with another
+ * (category comm), whose large blocks local peers read directly (comm/host/shm.c); with another
  * device kind, from host memory. */
 static void *scratch(mt_work *w, size_t bytes) {
     mt_group *g = w->group;

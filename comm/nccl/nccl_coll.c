@@ -1,8 +1,8 @@
-/* Collectives on a mesh dimension's NCCL communicator (mesh/nccl_comm.h): which path a
+/* Collectives on a mesh dimension's NCCL communicator (comm/nccl/nccl_comm.h): which path a
  * collective takes, queueing it on the communicator's stream behind the compute queued so far, and
  * waiting for it with NCCL's asynchronous errors and MT_TIMEOUT_S in view. */
-#include "mesh/nccl_comm.h"
-#include "mesh/transport_internal.h"
+#include "comm/nccl/nccl_comm.h"
+#include "comm/transport_internal.h"
 
 #include "core/error.h"
 
@@ -76,7 +76,7 @@ mt_status mt_nccl_route(mt_group *g, const char *op, const void *a, const void *
 
 #ifdef MT_HAVE_NCCL
 #include "core/cuda/cuda_internal.h"
-#include "mesh/nccl_internal.h"
+#include "comm/nccl/nccl_internal.h"
 
 struct mt_nccl_op {
     mt_nccl_comm *comm;

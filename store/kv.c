@@ -1,6 +1,6 @@
 /* The rendezvous store server's key-value map: FNV-1a hashed, chained buckets, doubled when the
  * map holds as many keys as it has buckets. */
-#include "mesh/store_kv.h"
+#include "store/kv.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * members build one key from the rank list, the name and how many groups with that membership and
  * name this process created before; the lowest member allocates the id with mt_store_add and
  * publishes it under that key, the others wait for it. The world group has id 0. */
-#include "mesh/transport_internal.h"
+#include "comm/transport_internal.h"
 
 #include "core/error.h"
 

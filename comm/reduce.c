@@ -3,7 +3,7 @@
  * trip count is a known multiple of the vector width; these loops carry the whole cost of
  * reduce_scatter and all_reduce: about 20% of their bandwidth at 64 MiB, docs/benchmarks.md). */
 #include "core/bf16_inline.h"
-#include "mesh/reduce.h"
+#include "comm/reduce.h"
 
 #include <stdint.h>
 #include <string.h>

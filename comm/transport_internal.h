@@ -8,7 +8,7 @@
 #ifndef MT_MESH_TRANSPORT_INTERNAL_H
 #define MT_MESH_TRANSPORT_INTERNAL_H
 
-#include "mesh/transport.h"
+#include "comm/transport.h"
 
 #include "core/shm_block.h"
 
@@ -22,7 +22,7 @@
 
 /* Tag layout (64 bits): group id 16 | p2p 1 | sequence 15 | sender group rank 12 | desc 1 |
  * ack 1 | sub 18. Different groups, operations, senders and chunks never match each other. The
- * desc bit marks a shared-memory descriptor sent instead of the data (transport_shm.c): receives
+ * desc bit marks a shared-memory descriptor sent instead of the data (comm/host/shm.c): receives
  * ignore it so that either form matches; the ack bit marks the receiver's reply to one. */
 #define MT_TAG_GROUP_SHIFT 48
 #define MT_TAG_P2P_BIT (UINT64_C(1) << 47)
@@ -55,7 +55,7 @@ typedef enum mt_task_kind {
     MT_TASK_COPY         /* bytes from src to dst; 0 bytes = a join point */
 } mt_task_kind;
 
-/* How a REDUCE task combines its inputs; see mesh/reduce.h. */
+/* How a REDUCE task combines its inputs; see comm/reduce.h. */
 typedef enum mt_reduce_mode { MT_REDUCE_MODE_PARTIAL, MT_REDUCE_MODE_FINAL } mt_reduce_mode;
 
 enum { MT_TASK_IDLE = 0, MT_TASK_POSTED, MT_TASK_DONE };
@@ -79,7 +79,7 @@ typedef struct mt_task {
     void *req;      /* UCX request while posted */
     struct mt_work *work;
     ucs_status_t ucs;
-    /* SEND through shared memory (transport_shm.c): the descriptor sent instead of the data, the
+    /* SEND through shared memory (comm/host/shm.c): the descriptor sent instead of the data, the
      * receiver's ack, and the two requests (descriptor send, ack recv) still to complete. */
     mt_shm_ref shm_desc;
     void *ack_req;
@@ -131,7 +131,7 @@ struct mt_work {
     mt_status status;
     char errmsg[MT_ERRMSG_CAP];
     int refs; /* user handle + progress thread */
-    /* Set when the work runs on the group's NCCL communicator (mesh/nccl_coll.c): it never goes
+    /* Set when the work runs on the group's NCCL communicator (comm/nccl/nccl_coll.c): it never goes
      * to the progress thread, and wait/test/free go to NCCL's event instead. */
     struct mt_nccl_op *nccl_op;
 };
@@ -160,7 +160,7 @@ struct mt_group {
     atomic_bool failed;
     char fail_msg[MT_ERRMSG_CAP];
     int pending; /* queued or running work, under tr->mu (destroy waits for 0) */
-    /* The mesh dimension's NCCL communicator (mesh/nccl_comm.h), or NULL: GPU buffers given to
+    /* The mesh dimension's NCCL communicator (comm/nccl/nccl_comm.h), or NULL: GPU buffers given to
      * this group's collectives go through it. Owned by the mesh. */
     struct mt_nccl_comm *nccl;
 };
@@ -197,7 +197,7 @@ struct mt_transport {
     int window;
     size_t small_bytes;
 
-    /* shared-memory path between ranks of one host (transport_shm.c) */
+    /* shared-memory path between ranks of one host (comm/host/shm.c) */
     bool shm_enabled;       /* MT_COMM_SHM != 0 */
     size_t shm_min_bytes;   /* messages at least this large may go through it */
     bool *same_host;        /* per global rank */
@@ -251,7 +251,7 @@ mt_status mt_sched_finish(mt_sched *s);
 /* Posts/executes whatever tasks are ready; returns true when anything changed. */
 bool mt_schedule_advance(struct mt_work *work);
 
-/* transport_ucx.c */
+/* comm/host/ucx.c */
 uint64_t mt_tag_make(const mt_group *group, bool p2p, uint32_t seq, int src, uint32_t sub);
 /* Posts a task's message on the worker (progress thread). */
 mt_status mt_transport_post(mt_transport *tr, mt_task *task);
@@ -262,7 +262,7 @@ void mt_describe_rank(mt_transport *tr, int global_rank, char *out, size_t cap);
 /* Marks a SEND/RECV task finished (progress thread): counters, and the work's failure. */
 void mt_task_done(mt_task *task, ucs_status_t status);
 
-/* transport_shm.c */
+/* comm/host/shm.c */
 mt_status mt_shm_init(mt_transport *tr);
 void mt_shm_close(mt_transport *tr);
 /* Posts a SEND task as a descriptor + ack when its peer is on this host and its bytes lie in a

@@ -2,8 +2,8 @@
  * dependencies. The progress thread starts each task once its dependencies are done, keeping at
  * most `window` sends and `window` receives of an operation in flight, and runs reductions and
  * copies inline. Algorithms (coll_build.c) only describe the list. */
-#include "mesh/reduce.h"
-#include "mesh/transport_internal.h"
+#include "comm/reduce.h"
+#include "comm/transport_internal.h"
 
 #include "core/copy_stream.h"
 #include "core/error.h"
@@ -74,7 +74,7 @@ int mt_sched_recv(mt_sched *s, int peer, uint32_t sub, void *dst, size_t bytes, 
 }
 
 /* A REDUCE whose second input is exactly what one of its RECV dependencies receives may read
- * the peer's shared memory in place of that copy (transport_shm.c). Not when it also waits for a
+ * the peer's shared memory in place of that copy (comm/host/shm.c). Not when it also waits for a
  * send: the peer's ack would then wait on our send, whose own ack waits on the next rank, around
  * the ring. */
 static void mark_consumer(mt_sched *s, int index) {

@@ -7,8 +7,8 @@
  * moves it arms the worker and sleeps in poll() on the worker's event fd. The poll timeout only
  * bounds how late a stop or abort request is seen; it is not a polling loop.
  */
-#include "mesh/nccl_comm.h"
-#include "mesh/transport_internal.h"
+#include "comm/nccl/nccl_comm.h"
+#include "comm/transport_internal.h"
 
 #include "core/error.h"
 

@@ -1,7 +1,7 @@
 /* The rendezvous store client: one TCP connection, requests serialized by a mutex, every wait
  * bounded by a deadline. Blocking get/wait are waited for by the server; the client only waits
  * for the reply, a little longer than the server's deadline so that a dead server is noticed. */
-#include "mesh/store_proto.h"
+#include "store/proto.h"
 
 #include "core/error.h"
 

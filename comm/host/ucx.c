@@ -9,7 +9,7 @@
  *
  * UCX_* variables are honoured as UCX reads them (ucp_config_read with no overrides).
  */
-#include "mesh/transport_internal.h"
+#include "comm/transport_internal.h"
 
 #include "core/error.h"
 
@@ -70,7 +70,7 @@ static void send_cb(void *request, ucs_status_t status, void *user_data) {
     ucp_request_free(request);
 }
 
-/* A shared-memory descriptor still has to be read (transport_shm.c); data must have the size the
+/* A shared-memory descriptor still has to be read (comm/host/shm.c); data must have the size the
  * schedule expects. */
 static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
                     void *user_data) {
