@@ -12,6 +12,7 @@
 #ifndef MESHTRAIN_COMM_H
 #define MESHTRAIN_COMM_H
 
+#include <meshtrain/api.h>
 #include <meshtrain/dtype.h>
 #include <meshtrain/runtime.h>
 #include <meshtrain/status.h>
@@ -30,57 +31,57 @@ typedef struct mt_work mt_work;
 /* Creates a group of the given global ranks (ascending or not; a rank's group rank is its index
  * in `ranks`). Every member calls it with the same list; it is collective over the members and
  * returns MT_ERR_INVALID_ARG on a non-member. name is used in messages ("tp", "dp", ...). */
-mt_status mt_group_create(mt_runtime *rt, const int *ranks, int nranks, const char *name,
-                          mt_group **out);
+MT_API mt_status mt_group_create(mt_runtime *rt, const int *ranks, int nranks, const char *name,
+                                 mt_group **out);
 
 /* Destroys a group created with mt_group_create (not the world group). Waits for its work. */
-void mt_group_destroy(mt_group *group);
+MT_API void mt_group_destroy(mt_group *group);
 
-int mt_group_size(const mt_group *group);
+MT_API int mt_group_size(const mt_group *group);
 /* This process's rank within the group. */
-int mt_group_rank(const mt_group *group);
+MT_API int mt_group_rank(const mt_group *group);
 /* The global rank of group member i. */
-int mt_group_global_rank(const mt_group *group, int i);
-const char *mt_group_name(const mt_group *group);
+MT_API int mt_group_global_rank(const mt_group *group, int i);
+MT_API const char *mt_group_name(const mt_group *group);
 
 /* recv (count * size elements) receives every member's `count` elements of send, in group rank
  * order. In place when send == recv + rank * count. */
-mt_status mt_all_gather(mt_group *group, const void *send, void *recv, size_t count,
-                        mt_dtype dtype, mt_work **work);
+MT_API mt_status mt_all_gather(mt_group *group, const void *send, void *recv, size_t count,
+                               mt_dtype dtype, mt_work **work);
 
 /* send holds size * count elements; member i receives in recv the reduction over members of
  * block i (count elements). op: sum or avg. */
-mt_status mt_reduce_scatter(mt_group *group, const void *send, void *recv, size_t count,
-                            mt_dtype dtype, mt_reduce_op op, mt_work **work);
+MT_API mt_status mt_reduce_scatter(mt_group *group, const void *send, void *recv, size_t count,
+                                   mt_dtype dtype, mt_reduce_op op, mt_work **work);
 
 /* recv receives the element-wise reduction of every member's send (count elements, any count).
  * send == recv is allowed. op: sum, avg or max. */
-mt_status mt_all_reduce(mt_group *group, const void *send, void *recv, size_t count,
-                        mt_dtype dtype, mt_reduce_op op, mt_work **work);
+MT_API mt_status mt_all_reduce(mt_group *group, const void *send, void *recv, size_t count,
+                               mt_dtype dtype, mt_reduce_op op, mt_work **work);
 
 /* Every member's buf receives root's buf (root is a group rank). */
-mt_status mt_broadcast(mt_group *group, void *buf, size_t count, mt_dtype dtype, int root,
-                       mt_work **work);
+MT_API mt_status mt_broadcast(mt_group *group, void *buf, size_t count, mt_dtype dtype, int root,
+                              mt_work **work);
 
 /* Point-to-point within a group (peer is a group rank). Messages between a pair arrive in the
  * order they were sent; sizes must match. */
-mt_status mt_send(mt_group *group, const void *buf, size_t count, mt_dtype dtype, int peer,
-                  mt_work **work);
-mt_status mt_recv(mt_group *group, void *buf, size_t count, mt_dtype dtype, int peer,
-                  mt_work **work);
+MT_API mt_status mt_send(mt_group *group, const void *buf, size_t count, mt_dtype dtype, int peer,
+                         mt_work **work);
+MT_API mt_status mt_recv(mt_group *group, void *buf, size_t count, mt_dtype dtype, int peer,
+                         mt_work **work);
 
 /* Completes when every member has entered it. */
-mt_status mt_barrier(mt_group *group, mt_work **work);
+MT_API mt_status mt_barrier(mt_group *group, mt_work **work);
 
 /* Waits for the work (timeout_s < 0: MT_TIMEOUT_S). A timeout error names the operation, the
  * group and the peer that did not answer. The work stays valid until mt_work_free. */
-mt_status mt_work_wait(mt_work *work, double timeout_s);
+MT_API mt_status mt_work_wait(mt_work *work, double timeout_s);
 
 /* Non-blocking: *done is set when the work finished (its status is then returned). */
-mt_status mt_work_test(mt_work *work, bool *done);
+MT_API mt_status mt_work_test(mt_work *work, bool *done);
 
 /* Frees a work handle; waits for the work first if it is still running. */
-void mt_work_free(mt_work *work);
+MT_API void mt_work_free(mt_work *work);
 
 #ifdef __cplusplus
 }

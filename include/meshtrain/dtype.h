@@ -6,6 +6,7 @@
 #ifndef MESHTRAIN_DTYPE_H
 #define MESHTRAIN_DTYPE_H
 
+#include <meshtrain/api.h>
 #include <meshtrain/status.h>
 
 #include <stddef.h>
@@ -20,21 +21,21 @@ typedef enum mt_dtype { MT_F32 = 0, MT_BF16 = 1, MT_DTYPE_COUNT } mt_dtype;
 typedef uint16_t mt_bf16;
 
 /* Bytes per element (4 or 2); 0 for an invalid dtype. */
-size_t mt_dtype_size(mt_dtype dtype);
+MT_API size_t mt_dtype_size(mt_dtype dtype);
 
 /* "f32" or "bf16"; "invalid" otherwise. */
-const char *mt_dtype_name(mt_dtype dtype);
+MT_API const char *mt_dtype_name(mt_dtype dtype);
 
 /* Parses "f32"/"float32"/"float" or "bf16"/"bfloat16". */
-mt_status mt_dtype_parse(const char *name, mt_dtype *out);
+MT_API mt_status mt_dtype_parse(const char *name, mt_dtype *out);
 
 /* Scalar conversions. */
-mt_bf16 mt_f32_to_bf16(float value);
-float mt_bf16_to_f32(mt_bf16 value);
+MT_API mt_bf16 mt_f32_to_bf16(float value);
+MT_API float mt_bf16_to_f32(mt_bf16 value);
 
 /* Array conversions; src and dst must not overlap. */
-void mt_f32_to_bf16_array(const float *src, mt_bf16 *dst, size_t count);
-void mt_bf16_to_f32_array(const mt_bf16 *src, float *dst, size_t count);
+MT_API void mt_f32_to_bf16_array(const float *src, mt_bf16 *dst, size_t count);
+MT_API void mt_bf16_to_f32_array(const mt_bf16 *src, float *dst, size_t count);
 
 #ifdef __cplusplus
 }

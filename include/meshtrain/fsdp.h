@@ -20,6 +20,7 @@
 #ifndef MESHTRAIN_FSDP_H
 #define MESHTRAIN_FSDP_H
 
+#include <meshtrain/api.h>
 #include <meshtrain/dtype.h>
 #include <meshtrain/mesh.h>
 #include <meshtrain/module.h>
@@ -41,35 +42,35 @@ typedef struct mt_fsdp_options {
 } mt_fsdp_options;
 
 /* Defaults: f32 everywhere, reshard after forward except the root, no replicate dimension. */
-mt_fsdp_options mt_fsdp_defaults(mt_mesh *mesh, const char *shard_dim);
+MT_API mt_fsdp_options mt_fsdp_defaults(mt_mesh *mesh, const char *shard_dim);
 
 /* Makes module an FSDP unit owning every parameter of its subtree that no unit below owns.
  * Shard the layers first, then the root. */
-mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options);
+MT_API mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options);
 
 /* With false, backward keeps accumulating the unsharded gradients of every unit instead of
  * reduce-scattering them (micro-batches before the last one of an accumulation); the cost is one
  * full f32 gradient buffer per unit kept until the next synchronising backward. Applies to
  * module's unit and every unit below it. */
-mt_status mt_fsdp_set_requires_gradient_sync(mt_module *module, bool sync);
+MT_API mt_status mt_fsdp_set_requires_gradient_sync(mt_module *module, bool sync);
 
 /* Explicit prefetch for a unit, as FSDP2's set_modules_to_forward_prefetch /
  * set_modules_to_backward_prefetch: the units whose all-gather starts when this unit starts its
  * forward (backward). Replaces the recorded order for this unit. */
-mt_status mt_fsdp_set_forward_prefetch(mt_module *unit, mt_module *const *units, int n);
-mt_status mt_fsdp_set_backward_prefetch(mt_module *unit, mt_module *const *units, int n);
+MT_API mt_status mt_fsdp_set_forward_prefetch(mt_module *unit, mt_module *const *units, int n);
+MT_API mt_status mt_fsdp_set_backward_prefetch(mt_module *unit, mt_module *const *units, int n);
 
 /* Turns prefetching on or off for root's unit and every unit below (on by default): off, each
  * all-gather is issued when its unit starts (for comparison). */
-mt_status mt_fsdp_set_prefetch(mt_module *root, bool enabled);
+MT_API mt_status mt_fsdp_set_prefetch(mt_module *root, bool enabled);
 
 /* Scales every gradient shard so that the global L2 norm over all shards and mesh dimensions is
  * at most max_norm (TP-replicated parameters counted once); *norm (may be NULL) gets the norm
  * before clipping. Collective over the mesh. max_norm <= 0: only computes the norm. */
-mt_status mt_clip_grad_norm(mt_module *root, float max_norm, float *norm);
+MT_API mt_status mt_clip_grad_norm(mt_module *root, float max_norm, float *norm);
 
 /* Sets every sharded gradient of root's units to zero. */
-mt_status mt_zero_grad(mt_module *root);
+MT_API mt_status mt_zero_grad(mt_module *root);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 #ifndef MESHTRAIN_GPT_H
 #define MESHTRAIN_GPT_H
 
+#include <meshtrain/api.h>
 #include <meshtrain/mesh.h>
 #include <meshtrain/module.h>
 #include <meshtrain/status.h>
@@ -33,21 +34,23 @@ typedef struct mt_gpt_config {
 typedef struct mt_gpt mt_gpt;
 
 /* Creates the model on the mesh; errors name the values (e.g. "heads 6 not divisible by tp 4"). */
-mt_status mt_gpt_create(mt_mesh *mesh, const mt_gpt_config *config, mt_gpt **out);
-void mt_gpt_destroy(mt_gpt *gpt);
+MT_API mt_status mt_gpt_create(mt_mesh *mesh, const mt_gpt_config *config, mt_gpt **out);
+MT_API void mt_gpt_destroy(mt_gpt *gpt);
 
-mt_module *mt_gpt_root(mt_gpt *gpt);
-mt_module *mt_gpt_block(mt_gpt *gpt, int layer);
+MT_API mt_module *mt_gpt_root(mt_gpt *gpt);
+MT_API mt_module *mt_gpt_block(mt_gpt *gpt, int layer);
 /* Parameters of the global model (all tp ranks together, each counted once). */
-size_t mt_gpt_param_count(const mt_gpt *gpt);
+MT_API size_t mt_gpt_param_count(const mt_gpt *gpt);
 
 /* One forward and backward on this rank's batch: tokens holds batch sequences of seq + 1 ids
  * (inputs are the first seq, targets the last seq); *loss gets the mean cross-entropy over the
  * batch's tokens; gradients are scaled by grad_scale (1 / micro-batches under accumulation). */
+MT_API
+MT_API
 mt_status mt_gpt_forward_backward(mt_gpt *gpt, const int *tokens, int batch, float grad_scale,
                                   float *loss);
 /* Forward only (evaluation): the mean cross-entropy. */
-mt_status mt_gpt_forward(mt_gpt *gpt, const int *tokens, int batch, float *loss);
+MT_API mt_status mt_gpt_forward(mt_gpt *gpt, const int *tokens, int batch, float *loss);
 
 #ifdef __cplusplus
 }

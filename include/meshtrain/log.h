@@ -6,6 +6,8 @@
 #ifndef MESHTRAIN_LOG_H
 #define MESHTRAIN_LOG_H
 
+#include <meshtrain/api.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -18,16 +20,16 @@ typedef enum mt_log_level {
 } mt_log_level;
 
 /* Prints one line at the given level if MT_LOG_LEVEL lets it through. */
-void mt_log(mt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+MT_API void mt_log(mt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* True when a message at this level would be printed. */
-int mt_log_enabled(mt_log_level level);
+MT_API int mt_log_enabled(mt_log_level level);
 
 /* Sets the rank shown in log lines and error messages (-1: unknown). mt_init calls it. */
-void mt_log_set_rank(int rank);
+MT_API void mt_log_set_rank(int rank);
 
 /* The rank set by mt_log_set_rank, or -1. */
-int mt_log_rank(void);
+MT_API int mt_log_rank(void);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,7 @@
 #ifndef MESHTRAIN_MEMORY_H
 #define MESHTRAIN_MEMORY_H
 
+#include <meshtrain/api.h>
 #include <meshtrain/status.h>
 
 #include <stddef.h>
@@ -30,16 +31,16 @@ typedef struct mt_mem_stats {
 } mt_mem_stats;
 
 /* "params", "grads", "optimizer", "activations", "comm", "other". */
-const char *mt_mem_category_name(mt_mem_category category);
+MT_API const char *mt_mem_category_name(mt_mem_category category);
 
 /* Parses a byte count: a bare number is bytes; KiB, MiB, GiB, TiB (powers of 1024) and
  * KB, MB, GB, TB (powers of 1000) suffixes are accepted, with optional space ("512 MiB"). Units
  * are case-insensitive; "B" is bytes; with a unit the number may have a fraction ("1.5GiB").
  * Negative, malformed or too large values are MT_ERR_INVALID_ARG with a message quoting text. */
-mt_status mt_parse_bytes(const char *text, size_t *out);
+MT_API mt_status mt_parse_bytes(const char *text, size_t *out);
 
 /* Formats a byte count for people ("1.50 GiB") into buf; returns buf. */
-const char *mt_format_bytes(size_t bytes, char *buf, size_t cap);
+MT_API const char *mt_format_bytes(size_t bytes, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

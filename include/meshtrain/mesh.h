@@ -20,6 +20,7 @@
 #ifndef MESHTRAIN_MESH_H
 #define MESHTRAIN_MESH_H
 
+#include <meshtrain/api.h>
 #include <meshtrain/comm.h>
 #include <meshtrain/runtime.h>
 #include <meshtrain/status.h>
@@ -35,43 +36,47 @@ typedef struct mt_mesh mt_mesh;
 
 /* Creates a mesh over every rank of the job (collective over the world). shape and names have
  * ndim entries; names are at most MT_MESH_NAME_MAX - 1 characters. */
+MT_API
+MT_API
 mt_status mt_mesh_create(mt_runtime *rt, int ndim, const int *shape, const char *const *names,
                          mt_mesh **out);
 
 /* Destroys a mesh and the groups it created. Sub-meshes must be destroyed first. */
-void mt_mesh_destroy(mt_mesh *mesh);
+MT_API void mt_mesh_destroy(mt_mesh *mesh);
 
-int mt_mesh_ndim(const mt_mesh *mesh);
+MT_API int mt_mesh_ndim(const mt_mesh *mesh);
 /* Name and size of dimension dim (0 <= dim < ndim); NULL / 0 out of range. */
-const char *mt_mesh_dim_name(const mt_mesh *mesh, int dim);
-int mt_mesh_dim_size(const mt_mesh *mesh, int dim);
+MT_API const char *mt_mesh_dim_name(const mt_mesh *mesh, int dim);
+MT_API int mt_mesh_dim_size(const mt_mesh *mesh, int dim);
 /* The position of the dimension called name, -1 when the mesh has none. */
-int mt_mesh_dim_index(const mt_mesh *mesh, const char *name);
+MT_API int mt_mesh_dim_index(const mt_mesh *mesh, const char *name);
 /* This rank's coordinate along dimension dim; -1 out of range. */
-int mt_mesh_coord(const mt_mesh *mesh, int dim);
+MT_API int mt_mesh_coord(const mt_mesh *mesh, int dim);
 /* The global rank at the given coordinates (ndim entries, within this mesh); -1 when invalid. */
-int mt_mesh_rank_at(const mt_mesh *mesh, const int *coords);
+MT_API int mt_mesh_rank_at(const mt_mesh *mesh, const int *coords);
 
 /* The group of a dimension or of a flattened dimension, by name. The mesh owns it. */
-mt_status mt_mesh_group(const mt_mesh *mesh, const char *name, mt_group **out);
+MT_API mt_status mt_mesh_group(const mt_mesh *mesh, const char *name, mt_group **out);
 
 /* Flattens the named dimensions (given in mesh order, e.g. {"dp_replicate", "dp_shard"}) into
  * one dimension called flat_name with its own group (collective over the world). The group's
  * ranks are ordered row-major over the flattened dimensions. Later mt_mesh_group(flat_name)
  * returns it; flattening again under the same name with the same dimensions returns it too. */
+MT_API
+MT_API
 mt_status mt_mesh_flatten(mt_mesh *mesh, const char *const *names, int n, const char *flat_name,
                           mt_group **out);
 
 /* The sub-mesh of the named dimensions (in mesh order) that contains this rank: its other
  * coordinates are fixed. It shares the parent's groups; destroy it before the parent. */
-mt_status mt_mesh_submesh(mt_mesh *mesh, const char *const *names, int n, mt_mesh **out);
+MT_API mt_status mt_mesh_submesh(mt_mesh *mesh, const char *const *names, int n, mt_mesh **out);
 
 /* The runtime the mesh was created on. */
-mt_runtime *mt_mesh_runtime(const mt_mesh *mesh);
+MT_API mt_runtime *mt_mesh_runtime(const mt_mesh *mesh);
 
 /* The GPU index the placement gives this rank (-1 when the host has no GPU or the topology is
  * unknown); the device in use is mt_runtime_device. */
-int mt_mesh_gpu(const mt_mesh *mesh);
+MT_API int mt_mesh_gpu(const mt_mesh *mesh);
 
 #ifdef __cplusplus
 }

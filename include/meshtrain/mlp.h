@@ -5,6 +5,7 @@
 #ifndef MESHTRAIN_MLP_H
 #define MESHTRAIN_MLP_H
 
+#include <meshtrain/api.h>
 #include <meshtrain/mesh.h>
 #include <meshtrain/module.h>
 #include <meshtrain/status.h>
@@ -25,25 +26,29 @@ typedef struct mt_mlp_config {
 
 typedef struct mt_mlp mt_mlp;
 
-mt_status mt_mlp_create(mt_mesh *mesh, const mt_mlp_config *config, mt_mlp **out);
-void mt_mlp_destroy(mt_mlp *mlp);
+MT_API mt_status mt_mlp_create(mt_mesh *mesh, const mt_mlp_config *config, mt_mlp **out);
+MT_API void mt_mlp_destroy(mt_mlp *mlp);
 
-mt_module *mt_mlp_root(mt_mlp *mlp);
+MT_API mt_module *mt_mlp_root(mt_mlp *mlp);
 /* Layer l (0-based) as a module, to shard it. */
-mt_module *mt_mlp_layer(mt_mlp *mlp, int l);
+MT_API mt_module *mt_mlp_layer(mt_mlp *mlp, int l);
 /* Number of parameters (weights and biases, all layers). */
-size_t mt_mlp_param_count(const mt_mlp *mlp);
+MT_API size_t mt_mlp_param_count(const mt_mlp *mlp);
 
 /* Forward and backward on this rank's batch: x is batch x in_dim, y batch x out_dim (host
  * memory); *loss gets the mean squared error over the batch. Gradients are scaled by
  * grad_scale (e.g. 1 / micro-batches under accumulation). */
-mt_status mt_mlp_forward_backward(mt_mlp *mlp, const float *x, const float *y, int batch,
-                                  float grad_scale, float *loss);
+MT_API mt_status mt_mlp_forward_backward(mt_mlp *mlp, const float *x, const float *y, int batch,
+                                         float grad_scale, float *loss);
 /* Forward only (evaluation). */
+MT_API
+MT_API
 mt_status mt_mlp_forward(mt_mlp *mlp, const float *x, const float *y, int batch, float *loss);
 
 /* Deterministic synthetic data: samples [first, first + n) of step `step` of the stream seeded
  * by seed (the same sample whatever the rank count). x: n x in_dim, y: n x out_dim. */
+MT_API
+MT_API
 void mt_mlp_synthetic_batch(const mt_mlp_config *config, uint64_t seed, long step, long first,
                             int n, float *x, float *y);
 

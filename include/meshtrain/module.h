@@ -13,6 +13,7 @@
 #ifndef MESHTRAIN_MODULE_H
 #define MESHTRAIN_MODULE_H
 
+#include <meshtrain/api.h>
 #include <meshtrain/dtype.h>
 #include <meshtrain/mesh.h>
 #include <meshtrain/status.h>
@@ -48,51 +49,55 @@ typedef struct mt_module_ops {
 
 /* Creates a module on the mesh's runtime and device. ops is copied; user is the module's own
  * state (mt_module_user). name is used in messages. */
+MT_API
+MT_API
 mt_status mt_module_create(mt_mesh *mesh, const char *name, const mt_module_ops *ops, void *user,
                            mt_module **out);
 
 /* Destroys a module, its children and everything FSDP attached to them. */
-void mt_module_destroy(mt_module *module);
+MT_API void mt_module_destroy(mt_module *module);
 
 /* Adds child as the next child of parent (children run in the order the parent calls them; this
  * order only names them). A module has at most one parent. */
-mt_status mt_module_add_child(mt_module *parent, mt_module *child);
+MT_API mt_status mt_module_add_child(mt_module *parent, mt_module *child);
 
 /* Adds a parameter of the given global shape and tp placement; its tp-local values are allocated
  * on the device (category params), zeroed, as f32. Only before the module is sharded. */
+MT_API
+MT_API
 mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
                               const int64_t *global_shape, mt_tp_placement tp, mt_param **out);
 
 /* Runs the module's forward / backward, with FSDP's work before and after a sharded unit. */
-mt_status mt_module_forward(mt_module *module, void *ctx);
-mt_status mt_module_backward(mt_module *module, void *ctx);
+MT_API mt_status mt_module_forward(mt_module *module, void *ctx);
+MT_API mt_status mt_module_backward(mt_module *module, void *ctx);
 
-void *mt_module_user(const mt_module *module);
-const char *mt_module_name(const mt_module *module);
-mt_mesh *mt_module_mesh(const mt_module *module);
-size_t mt_module_child_count(const mt_module *module);
-mt_module *mt_module_child(const mt_module *module, size_t i);
-size_t mt_module_param_count(const mt_module *module);
-mt_param *mt_module_param(const mt_module *module, size_t i);
+MT_API void *mt_module_user(const mt_module *module);
+MT_API const char *mt_module_name(const mt_module *module);
+MT_API mt_mesh *mt_module_mesh(const mt_module *module);
+MT_API size_t mt_module_child_count(const mt_module *module);
+MT_API mt_module *mt_module_child(const mt_module *module, size_t i);
+MT_API size_t mt_module_param_count(const mt_module *module);
+MT_API mt_param *mt_module_param(const mt_module *module, size_t i);
 
-const char *mt_param_name(const mt_param *param);
-int mt_param_ndim(const mt_param *param);
+MT_API const char *mt_param_name(const mt_param *param);
+MT_API int mt_param_ndim(const mt_param *param);
 /* Global and tp-local sizes of dimension d. */
-int64_t mt_param_global_dim(const mt_param *param, int d);
-int64_t mt_param_local_dim(const mt_param *param, int d);
+MT_API int64_t mt_param_global_dim(const mt_param *param, int d);
+MT_API int64_t mt_param_local_dim(const mt_param *param, int d);
 /* Elements of the tp-local part. */
-size_t mt_param_numel(const mt_param *param);
-mt_tp_placement mt_param_tp(const mt_param *param);
+MT_API size_t mt_param_numel(const mt_param *param);
+MT_API mt_tp_placement mt_param_tp(const mt_param *param);
 
 /* The tp-local values, in the module's device memory: f32 before sharding; while the unit is
  * unsharded, in the unit's param_dtype (f32 or bf16). NULL while sharded. */
-void *mt_param_data(mt_param *param);
-mt_dtype mt_param_dtype(const mt_param *param);
+MT_API void *mt_param_data(mt_param *param);
+MT_API mt_dtype mt_param_dtype(const mt_param *param);
 /* The values as f32 into dst (mt_param_numel elements of the module's device memory; copy them
  * to the host with mt_device_copy), whatever the dtype. */
-mt_status mt_param_read_f32(mt_param *param, float *dst);
+MT_API mt_status mt_param_read_f32(mt_param *param, float *dst);
 /* The f32 gradient to accumulate into during the unit's backward; NULL outside it. */
-float *mt_param_grad(mt_param *param);
+MT_API float *mt_param_grad(mt_param *param);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #ifndef MESHTRAIN_OPS_H
 #define MESHTRAIN_OPS_H
 
+#include <meshtrain/api.h>
 #include <meshtrain/device.h>
 #include <meshtrain/dtype.h>
 #include <meshtrain/status.h>
@@ -21,34 +22,44 @@ extern "C" {
 
 /* C[m x n] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T; A is m x k after op, B k x n
  * after op; all f32. */
+MT_API
+MT_API
 mt_status mt_op_gemm(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                      const float *a, const float *b, float beta, float *c);
 
 /* Linear layer: out[batch x out] = in[batch x in] * W^T + bias (W is out x in, bias may be NULL).
  * Backward: d_in += d_out * W (d_in may be NULL), dW += d_out^T * in, d_bias += column sums. */
+MT_API
+MT_API
 mt_status mt_op_linear_forward(mt_device *dev, const float *in, const float *w, const float *bias,
                                float *out, int batch, int in_features, int out_features);
+MT_API
+MT_API
 mt_status mt_op_linear_backward(mt_device *dev, const float *d_out, const float *in,
                                 const float *w, float *d_in, float *d_w, float *d_bias, int batch,
                                 int in_features, int out_features);
 
 /* out = max(in, 0); d_in += d_out where the forward output was positive. */
-mt_status mt_op_relu_forward(mt_device *dev, const float *in, float *out, size_t n);
+MT_API mt_status mt_op_relu_forward(mt_device *dev, const float *in, float *out, size_t n);
+MT_API
+MT_API
 mt_status mt_op_relu_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
                               size_t n);
 
 /* Mean squared error over n values: loss = sum((pred - target)^2) / n; d_pred += 2 (pred -
  * target) / n * scale (scale lets a caller average over more than this call's n). */
-mt_status mt_op_mse_forward(mt_device *dev, const float *pred, const float *target, size_t n,
-                            float *loss);
+MT_API mt_status mt_op_mse_forward(mt_device *dev, const float *pred, const float *target, size_t n,
+                                   float *loss);
+MT_API
+MT_API
 mt_status mt_op_mse_backward(mt_device *dev, const float *pred, const float *target, size_t n,
                              float scale, float *d_pred);
 
 /* One AdamW update of n elements at step t (1-based): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  * p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + lr * wd * p. */
-mt_status mt_op_adamw(mt_device *dev, float *param, const float *grad, float *m, float *v,
-                      size_t n, long t, float lr, float beta1, float beta2, float eps,
-                      float weight_decay);
+MT_API mt_status mt_op_adamw(mt_device *dev, float *param, const float *grad, float *m, float *v,
+                             size_t n, long t, float lr, float beta1, float beta2, float eps,
+                             float weight_decay);
 
 
 /* ---- bf16 matrix products (mixed precision) ---------------------------------------------------- */
@@ -56,6 +67,8 @@ mt_status mt_op_adamw(mt_device *dev, float *param, const float *grad, float *m,
 /* C[m x n] (f32) = alpha * op(A) * op(B) + beta * C with A and B in ab_dtype (f32 or bf16) and
  * f32 accumulation: cuBLAS GemmEx with bf16 inputs and CUBLAS_COMPUTE_32F on a GPU; on the CPU
  * the same product over the bf16 values widened to f32. f32: exactly mt_op_gemm. */
+MT_API
+MT_API
 mt_status mt_op_gemm_ex(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k,
                         float alpha, const void *a, const void *b, mt_dtype ab_dtype, float beta,
                         float *c);
@@ -65,9 +78,13 @@ mt_status mt_op_gemm_ex(mt_device *dev, bool trans_a, bool trans_b, int m, int n
  * rounded to bf16 in scratch memory charged to activations) and accumulates in f32; the output,
  * the bias, d_in, d_w and d_bias stay f32 (d_w is the f32 gradient of the bf16 weight). f32:
  * exactly mt_op_linear_forward / mt_op_linear_backward. */
+MT_API
+MT_API
 mt_status mt_op_linear_forward_ex(mt_device *dev, const float *in, const void *w, mt_dtype w_dtype,
                                   const float *bias, float *out, int batch, int in_features,
                                   int out_features);
+MT_API
+MT_API
 mt_status mt_op_linear_backward_ex(mt_device *dev, const float *d_out, const float *in,
                                    const void *w, mt_dtype w_dtype, float *d_in, float *d_w,
                                    float *d_bias, int batch, int in_features, int out_features);
@@ -77,20 +94,20 @@ mt_status mt_op_linear_backward_ex(mt_device *dev, const float *d_out, const flo
 /* *acc += sum over i of x[i]^2, where acc is one double in the device's memory (so that many
  * calls queue without waiting; read it back once with mt_device_copy). Sums are double on both
  * devices; on a GPU the blocks add into acc atomically, so the last bits may differ between runs. */
-mt_status mt_op_sum_squares(mt_device *dev, const float *x, size_t n, double *acc);
+MT_API mt_status mt_op_sum_squares(mt_device *dev, const float *x, size_t n, double *acc);
 
 /* x[i] *= factor. */
-mt_status mt_op_scale(mt_device *dev, float *x, float factor, size_t n);
+MT_API mt_status mt_op_scale(mt_device *dev, float *x, float factor, size_t n);
 
 /* ---- casts (FSDP's low-precision copies and gradient reductions) ------------------------------ */
 
 /* dst (n elements of dst_dtype) = src (n elements of src_dtype), for f32 and bf16 either way;
  * f32 -> bf16 rounds to nearest, ties to even, exactly as mt_f32_to_bf16. */
-mt_status mt_op_cast(mt_device *dev, const void *src, mt_dtype src_dtype, void *dst,
-                     mt_dtype dst_dtype, size_t n);
+MT_API mt_status mt_op_cast(mt_device *dev, const void *src, mt_dtype src_dtype, void *dst,
+                            mt_dtype dst_dtype, size_t n);
 /* dst[i] += src[i], src f32 or bf16 (widened to f32). */
-mt_status mt_op_accumulate(mt_device *dev, float *dst, const void *src, mt_dtype src_dtype,
-                           size_t n);
+MT_API mt_status mt_op_accumulate(mt_device *dev, float *dst, const void *src, mt_dtype src_dtype,
+                                  size_t n);
 
 /* ---- GPT ops (rows = B*T tokens, C channels) ------------------------------------------------- */
 
@@ -98,44 +115,54 @@ mt_status mt_op_accumulate(mt_device *dev, float *dst, const void *src, mt_dtype
  * [vocab_start, vocab_start + vocab_local) pick row (id - vocab_start) of wte (vocab_local x C);
  * other ids give 0 (vocab-parallel embedding: the tp ranks' outputs sum to the full lookup).
  * Backward: d_wte[row] += d_out for the ids in the slice. */
-mt_status mt_op_embedding_forward(mt_device *dev, const int *ids, size_t n, const float *wte,
-                                  int vocab_start, int vocab_local, int channels, float *out,
-                                  bool accumulate);
+MT_API mt_status mt_op_embedding_forward(mt_device *dev, const int *ids, size_t n, const float *wte,
+                                         int vocab_start, int vocab_local, int channels, float *out,
+                                         bool accumulate);
+MT_API
+MT_API
 mt_status mt_op_embedding_backward(mt_device *dev, const int *ids, size_t n, const float *d_out,
                                    int vocab_start, int vocab_local, int channels, float *d_wte);
 
 /* Position embedding for B sequences of T tokens: out[b,t,:] += wpe[t,:]; d_wpe[t] += sum over b
  * of d_out[b,t,:]. */
+MT_API
+MT_API
 mt_status mt_op_position_forward(mt_device *dev, const float *wpe, int batch, int seq, int channels,
                                  float *out);
-mt_status mt_op_position_backward(mt_device *dev, const float *d_out, int batch, int seq,
-                                  int channels, float *d_wpe);
+MT_API mt_status mt_op_position_backward(mt_device *dev, const float *d_out, int batch, int seq,
+                                         int channels, float *d_wpe);
 
 /* LayerNorm over the last dimension (eps 1e-5): out = (in - mean) * rstd * gamma + beta; mean and
  * rstd (n each) are saved for backward, which accumulates into d_in, d_gamma, d_beta. */
-mt_status mt_op_layernorm_forward(mt_device *dev, const float *in, const float *gamma,
-                                  const float *beta, size_t n, int channels, float *out,
-                                  float *mean, float *rstd);
-mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, const float *in,
-                                   const float *gamma, const float *mean, const float *rstd,
-                                   size_t n, int channels, float *d_in, float *d_gamma,
-                                   float *d_beta);
+MT_API mt_status mt_op_layernorm_forward(mt_device *dev, const float *in, const float *gamma,
+                                         const float *beta, size_t n, int channels, float *out,
+                                         float *mean, float *rstd);
+MT_API mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, const float *in,
+                                          const float *gamma, const float *mean, const float *rstd,
+                                          size_t n, int channels, float *d_in, float *d_gamma,
+                                          float *d_beta);
 
 /* GELU, tanh approximation (GPT-2's); backward accumulates into d_in. */
-mt_status mt_op_gelu_forward(mt_device *dev, const float *in, float *out, size_t n);
+MT_API mt_status mt_op_gelu_forward(mt_device *dev, const float *in, float *out, size_t n);
+MT_API
+MT_API
 mt_status mt_op_gelu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,
                               size_t n);
 
 /* out[i] = a[i] + b[i] (residual); out may alias a or b. */
-mt_status mt_op_add(mt_device *dev, const float *a, const float *b, float *out, size_t n);
+MT_API mt_status mt_op_add(mt_device *dev, const float *a, const float *b, float *out, size_t n);
 
 /* Causal self-attention of `heads` heads of size head_dim on B sequences of T tokens. qkv is
  * (B*T) x (3 * heads * head_dim): per token all q heads, then all k heads, then all v heads (the
  * output of a column-parallel QKV projection holding this rank's heads). out is (B*T) x (heads *
  * head_dim); att (B * heads * T * T) keeps the softmax probabilities for backward, which
  * accumulates into d_qkv. Scale 1/sqrt(head_dim). */
+MT_API
+MT_API
 mt_status mt_op_attention_forward(mt_device *dev, const float *qkv, int batch, int seq, int heads,
                                   int head_dim, float *out, float *att);
+MT_API
+MT_API
 mt_status mt_op_attention_backward(mt_device *dev, const float *d_out, const float *qkv,
                                    const float *att, int batch, int seq, int heads, int head_dim,
                                    float *d_qkv);
@@ -148,16 +175,20 @@ mt_status mt_op_attention_backward(mt_device *dev, const float *d_out, const flo
  *      is in the slice, else 0                                         -> all-reduce SUM of both
  *   3. loss[i] = log(sum_exp[i]) + row_max[i] - target[i];
  *      d_logits += scale * (softmax - onehot(target)) on the slice (scale e.g. 1 / total rows). */
+MT_API
+MT_API
 mt_status mt_op_xent_local_max(mt_device *dev, const float *logits, size_t n, int vocab_local,
                                float *row_max);
+MT_API
+MT_API
 mt_status mt_op_xent_local_sums(mt_device *dev, const float *logits, const int *targets, size_t n,
                                 int vocab_start, int vocab_local, const float *row_max,
                                 float *sum_exp, float *target_logit);
-mt_status mt_op_xent_loss_backward(mt_device *dev, const float *logits, const int *targets,
-                                   size_t n, int vocab_start, int vocab_local,
-                                   const float *row_max, const float *sum_exp,
-                                   const float *target_logit, float scale, float *loss,
-                                   float *d_logits);
+MT_API mt_status mt_op_xent_loss_backward(mt_device *dev, const float *logits, const int *targets,
+                                          size_t n, int vocab_start, int vocab_local,
+                                          const float *row_max, const float *sum_exp,
+                                          const float *target_logit, float scale, float *loss,
+                                          float *d_logits);
 
 #ifdef __cplusplus
 }

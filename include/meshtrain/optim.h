@@ -2,6 +2,7 @@
 #ifndef MESHTRAIN_OPTIM_H
 #define MESHTRAIN_OPTIM_H
 
+#include <meshtrain/api.h>
 #include <meshtrain/module.h>
 #include <meshtrain/status.h>
 
@@ -20,16 +21,16 @@ typedef struct mt_adamw mt_adamw;
 
 /* Creates the optimizer over root's unit and the units below it; its state (m, v: 8 bytes per
  * local shard element) is charged to the optimizer category. */
-mt_status mt_adamw_create(mt_module *root, const mt_adamw_options *options, mt_adamw **out);
+MT_API mt_status mt_adamw_create(mt_module *root, const mt_adamw_options *options, mt_adamw **out);
 
 /* One step with bias correction on every local shard, then refreshes the units' low-precision
  * copies. Gradients must be complete (the backward that synchronises them has returned). */
-mt_status mt_adamw_step(mt_adamw *opt);
+MT_API mt_status mt_adamw_step(mt_adamw *opt);
 
-void mt_adamw_set_lr(mt_adamw *opt, float lr);
+MT_API void mt_adamw_set_lr(mt_adamw *opt, float lr);
 /* Steps taken so far. */
-long mt_adamw_steps(const mt_adamw *opt);
-void mt_adamw_destroy(mt_adamw *opt);
+MT_API long mt_adamw_steps(const mt_adamw *opt);
+MT_API void mt_adamw_destroy(mt_adamw *opt);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,7 @@
 #ifndef MESHTRAIN_RUNTIME_H
 #define MESHTRAIN_RUNTIME_H
 
+#include <meshtrain/api.h>
 #include <meshtrain/device.h>
 #include <meshtrain/status.h>
 #include <meshtrain/store.h>
@@ -25,40 +26,40 @@ typedef struct mt_group mt_group;
 
 /* Initializes the runtime. argc/argv may be NULL; they are not modified today (reserved for
  * runtime options). */
-mt_status mt_init(mt_runtime **out, int *argc, char ***argv);
+MT_API mt_status mt_init(mt_runtime **out, int *argc, char ***argv);
 
 /* Tears the runtime down: waits for outstanding communication, closes transport, store, device. */
-void mt_finalize(mt_runtime *rt);
+MT_API void mt_finalize(mt_runtime *rt);
 
-int mt_runtime_rank(const mt_runtime *rt);
-int mt_runtime_world_size(const mt_runtime *rt);
-int mt_runtime_local_rank(const mt_runtime *rt);
-int mt_runtime_local_world_size(const mt_runtime *rt);
+MT_API int mt_runtime_rank(const mt_runtime *rt);
+MT_API int mt_runtime_world_size(const mt_runtime *rt);
+MT_API int mt_runtime_local_rank(const mt_runtime *rt);
+MT_API int mt_runtime_local_world_size(const mt_runtime *rt);
 /* The node (mtrun instance) this process belongs to, and how many nodes the job has. */
-int mt_runtime_node_rank(const mt_runtime *rt);
-int mt_runtime_num_nodes(const mt_runtime *rt);
+MT_API int mt_runtime_node_rank(const mt_runtime *rt);
+MT_API int mt_runtime_num_nodes(const mt_runtime *rt);
 /* Host identity "hostname/node_rank": several mtrun on one machine are separate hosts. */
-const char *mt_runtime_host(const mt_runtime *rt);
+MT_API const char *mt_runtime_host(const mt_runtime *rt);
 /* Host identity of any rank of the job. */
-const char *mt_runtime_host_of(const mt_runtime *rt, int rank);
-const char *mt_runtime_job_id(const mt_runtime *rt);
+MT_API const char *mt_runtime_host_of(const mt_runtime *rt, int rank);
+MT_API const char *mt_runtime_job_id(const mt_runtime *rt);
 
 /* The rendezvous store client of this process. */
-mt_store *mt_runtime_store(mt_runtime *rt);
+MT_API mt_store *mt_runtime_store(mt_runtime *rt);
 
 /* The rank's device (CPU, or CUDA when available). */
-mt_device *mt_runtime_device(mt_runtime *rt);
+MT_API mt_device *mt_runtime_device(mt_runtime *rt);
 
 /* The group of all ranks. */
-mt_group *mt_runtime_world(mt_runtime *rt);
+MT_API mt_group *mt_runtime_world(mt_runtime *rt);
 
 /* One line describing this host's topology (MT_TOPO_FILE when set, else discovered once):
  * source, packages, NUMA nodes, cores, GPUs with their NVLink islands, NICs. Returns
  * MT_OK with buf filled, or the error of loading the topology. */
-mt_status mt_runtime_topology_summary(mt_runtime *rt, char *buf, size_t size);
+MT_API mt_status mt_runtime_topology_summary(mt_runtime *rt, char *buf, size_t size);
 
 /* MT_TIMEOUT_S in seconds (300 when unset). */
-double mt_runtime_timeout(const mt_runtime *rt);
+MT_API double mt_runtime_timeout(const mt_runtime *rt);
 
 #ifdef __cplusplus
 }

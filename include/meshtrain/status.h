@@ -6,6 +6,8 @@
 #ifndef MESHTRAIN_STATUS_H
 #define MESHTRAIN_STATUS_H
 
+#include <meshtrain/api.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -28,13 +30,13 @@ typedef enum mt_status {
 } mt_status;
 
 /* Short name of a status code, e.g. "timeout". Never NULL. */
-const char *mt_status_str(mt_status status);
+MT_API const char *mt_status_str(mt_status status);
 
 /* The calling thread's last error message ("" when none). Valid until the thread's next error. */
-const char *mt_last_error(void);
+MT_API const char *mt_last_error(void);
 
 /* Clears the calling thread's last error. */
-void mt_clear_error(void);
+MT_API void mt_clear_error(void);
 
 /* Evaluates a call returning mt_status and returns its status from the enclosing function when it
  * is not MT_OK. */

@@ -11,6 +11,7 @@
 #ifndef MESHTRAIN_STORE_H
 #define MESHTRAIN_STORE_H
 
+#include <meshtrain/api.h>
 #include <meshtrain/status.h>
 
 #include <stdbool.h>
@@ -29,60 +30,62 @@ typedef struct mt_store mt_store;
 
 /* Starts a server on bind_addr:port (NULL or "" = all interfaces; port 0 = a free port) that
  * serves on its own thread and admits only clients of job_id. */
-mt_status mt_store_server_start(const char *bind_addr, int port, const char *job_id,
-                                mt_store_server **out);
+MT_API mt_status mt_store_server_start(const char *bind_addr, int port, const char *job_id,
+                                       mt_store_server **out);
 
 /* The port the server listens on. */
-int mt_store_server_port(const mt_store_server *server);
+MT_API int mt_store_server_port(const mt_store_server *server);
 
 /* Stops the server and closes every connection. */
-void mt_store_server_stop(mt_store_server *server);
+MT_API void mt_store_server_stop(mt_store_server *server);
 
 /* Connects to host:port as a client of job_id, retrying until timeout_s so that servers and
  * clients may start in any order. */
-mt_status mt_store_connect(const char *host, int port, const char *job_id, double timeout_s,
-                           mt_store **out);
+MT_API mt_status mt_store_connect(const char *host, int port, const char *job_id, double timeout_s,
+                                  mt_store **out);
 
 /* Closes the connection. */
-void mt_store_close(mt_store *store);
+MT_API void mt_store_close(mt_store *store);
 
 /* Sets key to value (replacing it) and wakes its waiters. */
-mt_status mt_store_set(mt_store *store, const char *key, const void *value, size_t len);
+MT_API mt_status mt_store_set(mt_store *store, const char *key, const void *value, size_t len);
 
 /* Waits until key exists, then returns a malloc'd copy of its value (caller frees). The value is
  * NUL-terminated one byte past *len for convenience. */
-mt_status mt_store_get(mt_store *store, const char *key, double timeout_s, void **value,
-                       size_t *len);
+MT_API mt_status mt_store_get(mt_store *store, const char *key, double timeout_s, void **value,
+                              size_t *len);
 
 /* Like mt_store_get without waiting: *found says whether key exists (value NULL when not). */
-mt_status mt_store_try_get(mt_store *store, const char *key, void **value, size_t *len,
-                           bool *found);
+MT_API mt_status mt_store_try_get(mt_store *store, const char *key, void **value, size_t *len,
+                                  bool *found);
 
 /* Adds delta to the integer stored at key (a missing key counts as 0) and returns the new value.
  * The value is stored as decimal text, so mt_store_get reads it as e.g. "42". */
-mt_status mt_store_add(mt_store *store, const char *key, int64_t delta, int64_t *result);
+MT_API mt_status mt_store_add(mt_store *store, const char *key, int64_t delta, int64_t *result);
 
 /* Atomically: if key's value equals expected (a missing key equals an empty expected), sets it to
  * desired. Returns the value now stored (malloc'd; caller frees; empty when the key is still
  * missing) in *current. */
-mt_status mt_store_compare_set(mt_store *store, const char *key, const void *expected,
-                               size_t expected_len, const void *desired, size_t desired_len,
-                               void **current, size_t *current_len);
+MT_API mt_status mt_store_compare_set(mt_store *store, const char *key, const void *expected,
+                                      size_t expected_len, const void *desired, size_t desired_len,
+                                      void **current, size_t *current_len);
 
 /* Waits until every key exists. The timeout error names the keys still missing. */
+MT_API
+MT_API
 mt_status mt_store_wait(mt_store *store, const char *const *keys, int nkeys, double timeout_s);
 
 /* Deletes key; *existed (may be NULL) says whether it was there. */
-mt_status mt_store_delete(mt_store *store, const char *key, bool *existed);
+MT_API mt_status mt_store_delete(mt_store *store, const char *key, bool *existed);
 
 /* Blocks until all `world` participants (numbered 0..world-1) have entered barrier `name`. The
  * timeout error names the participants that never arrived. A name may be reused once all have
  * left. */
-mt_status mt_store_barrier(mt_store *store, const char *name, int rank, int world,
-                           double timeout_s);
+MT_API mt_status mt_store_barrier(mt_store *store, const char *name, int rank, int world,
+                                  double timeout_s);
 
 /* The default timeout: MT_TIMEOUT_S seconds, 300 when unset. */
-double mt_default_timeout(void);
+MT_API double mt_default_timeout(void);
 
 #ifdef __cplusplus
 }

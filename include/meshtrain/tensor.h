@@ -9,6 +9,7 @@
 #ifndef MESHTRAIN_TENSOR_H
 #define MESHTRAIN_TENSOR_H
 
+#include <meshtrain/api.h>
 #include <meshtrain/device.h>
 #include <meshtrain/dtype.h>
 #include <meshtrain/memory.h>
@@ -28,44 +29,48 @@ typedef struct mt_tensor mt_tensor;
 
 /* Allocates an uninitialised tensor of the given shape (ndim 0 is a scalar; dims may be 0) on
  * dev, charged to category. Fails with MT_ERR_OUT_OF_MEMORY like mt_device_alloc. */
-mt_status mt_tensor_create(mt_device *dev, mt_dtype dtype, int ndim, const int64_t *shape,
-                           mt_mem_category category, mt_tensor **out);
+MT_API mt_status mt_tensor_create(mt_device *dev, mt_dtype dtype, int ndim, const int64_t *shape,
+                                  mt_mem_category category, mt_tensor **out);
 
 /* Like mt_tensor_create, with every byte set to zero. */
-mt_status mt_tensor_zeros(mt_device *dev, mt_dtype dtype, int ndim, const int64_t *shape,
-                          mt_mem_category category, mt_tensor **out);
+MT_API mt_status mt_tensor_zeros(mt_device *dev, mt_dtype dtype, int ndim, const int64_t *shape,
+                                 mt_mem_category category, mt_tensor **out);
 
 /* Frees a tensor or view (NULL is ignored); the storage goes when its last user does. */
-void mt_tensor_free(mt_tensor *tensor);
+MT_API void mt_tensor_free(mt_tensor *tensor);
 
 /* A view of rows [start, start + length) along dim 0; the other dims are kept. */
+MT_API
+MT_API
 mt_status mt_tensor_narrow(mt_tensor *tensor, int64_t start, int64_t length, mt_tensor **out);
 
 /* A view with a new shape and the same number of elements; at most one dim may be -1, inferred
  * from the others. */
+MT_API
+MT_API
 mt_status mt_tensor_reshape(mt_tensor *tensor, int ndim, const int64_t *shape, mt_tensor **out);
 
 /* A view of numel(shape) elements starting offset elements into tensor's (flat) data. */
-mt_status mt_tensor_view(mt_tensor *tensor, int64_t offset, int ndim, const int64_t *shape,
-                         mt_tensor **out);
+MT_API mt_status mt_tensor_view(mt_tensor *tensor, int64_t offset, int ndim, const int64_t *shape,
+                                mt_tensor **out);
 
 /* Pointer to the first element (device memory on a GPU). */
-void *mt_tensor_data(const mt_tensor *tensor);
-mt_dtype mt_tensor_dtype(const mt_tensor *tensor);
-int mt_tensor_ndim(const mt_tensor *tensor);
+MT_API void *mt_tensor_data(const mt_tensor *tensor);
+MT_API mt_dtype mt_tensor_dtype(const mt_tensor *tensor);
+MT_API int mt_tensor_ndim(const mt_tensor *tensor);
 /* Size of dim i; negative i counts from the end (-1 is the last); -1 when out of range. */
-int64_t mt_tensor_dim(const mt_tensor *tensor, int i);
+MT_API int64_t mt_tensor_dim(const mt_tensor *tensor, int i);
 /* Number of elements (1 for a scalar) and their size in bytes. */
-int64_t mt_tensor_numel(const mt_tensor *tensor);
-size_t mt_tensor_nbytes(const mt_tensor *tensor);
-mt_device *mt_tensor_device(const mt_tensor *tensor);
+MT_API int64_t mt_tensor_numel(const mt_tensor *tensor);
+MT_API size_t mt_tensor_nbytes(const mt_tensor *tensor);
+MT_API mt_device *mt_tensor_device(const mt_tensor *tensor);
 /* The category the storage is charged to. */
-mt_mem_category mt_tensor_category(const mt_tensor *tensor);
+MT_API mt_mem_category mt_tensor_category(const mt_tensor *tensor);
 /* True when the tensor was made by narrow, reshape or view. */
-bool mt_tensor_is_view(const mt_tensor *tensor);
+MT_API bool mt_tensor_is_view(const mt_tensor *tensor);
 
 /* Writes the shape as "[2, 3, 4]" into buf (for messages); returns buf. */
-const char *mt_tensor_shape_str(const mt_tensor *tensor, char *buf, size_t cap);
+MT_API const char *mt_tensor_shape_str(const mt_tensor *tensor, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

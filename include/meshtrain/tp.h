@@ -13,6 +13,7 @@
 #ifndef MESHTRAIN_TP_H
 #define MESHTRAIN_TP_H
 
+#include <meshtrain/api.h>
 #include <meshtrain/comm.h>
 #include <meshtrain/device.h>
 #include <meshtrain/dtype.h>
@@ -31,27 +32,31 @@ typedef struct mt_tp_ctx {
 } mt_tp_ctx;
 
 /* The tp context of a mesh: its "tp" dimension's group, or size 1. */
-mt_status mt_tp_context(mt_mesh *mesh, mt_tp_ctx *out);
+MT_API mt_status mt_tp_context(mt_mesh *mesh, mt_tp_ctx *out);
 
 /* n rows. in: n x in_features (replicated); w_local: out_features_local x in_features; b_local:
  * out_features_local (may be NULL); out_local: n x out_features_local. Backward: d_in
  * (n x in_features, may be NULL) += all-reduce over tp of d_out_local * w_local; d_w, d_b
  * accumulate. */
+MT_API
+MT_API
 mt_status mt_tp_column_linear_forward(const mt_tp_ctx *tp, const float *in, const float *w_local,
                                       const float *b_local, float *out_local, int n,
                                       int in_features, int out_features_local);
-mt_status mt_tp_column_linear_backward(const mt_tp_ctx *tp, const float *d_out_local,
-                                       const float *in, const float *w_local, float *d_in,
-                                       float *d_w, float *d_b, int n, int in_features,
-                                       int out_features_local);
+MT_API mt_status mt_tp_column_linear_backward(const mt_tp_ctx *tp, const float *d_out_local,
+                                              const float *in, const float *w_local, float *d_in,
+                                              float *d_w, float *d_b, int n, int in_features,
+                                              int out_features_local);
 
 /* in_local: n x in_features_local; w_local: out_features x in_features_local; b: out_features
  * (replicated, may be NULL); out: n x out_features = all-reduce over tp of in_local * w_local^T,
  * then + b. Backward: d_in_local += d_out * w_local; d_w += d_out^T * in_local; d_b += column
  * sums of d_out (every tp rank computes the same, the parameter being replicated). */
-mt_status mt_tp_row_linear_forward(const mt_tp_ctx *tp, const float *in_local,
-                                   const float *w_local, const float *b, float *out, int n,
-                                   int in_features_local, int out_features);
+MT_API mt_status mt_tp_row_linear_forward(const mt_tp_ctx *tp, const float *in_local,
+                                          const float *w_local, const float *b, float *out, int n,
+                                          int in_features_local, int out_features);
+MT_API
+MT_API
 mt_status mt_tp_row_linear_backward(const mt_tp_ctx *tp, const float *d_out, const float *in_local,
                                     const float *w_local, float *d_in_local, float *d_w,
                                     float *d_b, int n, int in_features_local, int out_features);
@@ -61,16 +66,24 @@ mt_status mt_tp_row_linear_backward(const mt_tp_ctx *tp, const float *d_out, con
  * input and the output gradient are rounded to bf16 for the products); everything else, the
  * gradients included, stays f32. MT_F32 is exactly the functions above, which are these with
  * MT_F32. */
+MT_API
+MT_API
 mt_status mt_tp_column_linear_forward_ex(const mt_tp_ctx *tp, const float *in, const void *w_local,
                                          mt_dtype w_dtype, const float *b_local, float *out_local,
                                          int n, int in_features, int out_features_local);
+MT_API
+MT_API
 mt_status mt_tp_column_linear_backward_ex(const mt_tp_ctx *tp, const float *d_out_local,
                                           const float *in, const void *w_local, mt_dtype w_dtype,
                                           float *d_in, float *d_w, float *d_b, int n,
                                           int in_features, int out_features_local);
+MT_API
+MT_API
 mt_status mt_tp_row_linear_forward_ex(const mt_tp_ctx *tp, const float *in_local,
                                       const void *w_local, mt_dtype w_dtype, const float *b,
                                       float *out, int n, int in_features_local, int out_features);
+MT_API
+MT_API
 mt_status mt_tp_row_linear_backward_ex(const mt_tp_ctx *tp, const float *d_out,
                                        const float *in_local, const void *w_local,
                                        mt_dtype w_dtype, float *d_in_local, float *d_w, float *d_b,
@@ -79,19 +92,21 @@ mt_status mt_tp_row_linear_backward_ex(const mt_tp_ctx *tp, const float *d_out,
 /* ids: n token ids in [0, vocab); wte_local: (vocab / tp) x channels, rows [rank * vocab/tp, ...);
  * out: n x channels = the full lookup (all-reduced). Backward: d_wte_local += d_out rows of the
  * ids in this rank's slice. */
+MT_API
+MT_API
 mt_status mt_tp_vocab_embedding_forward(const mt_tp_ctx *tp, const int *ids, int n,
                                         const float *wte_local, int vocab_local, int channels,
                                         float *out);
-mt_status mt_tp_vocab_embedding_backward(const mt_tp_ctx *tp, const int *ids, int n,
-                                         const float *d_out, int vocab_local, int channels,
-                                         float *d_wte_local);
+MT_API mt_status mt_tp_vocab_embedding_backward(const mt_tp_ctx *tp, const int *ids, int n,
+                                                const float *d_out, int vocab_local, int channels,
+                                                float *d_wte_local);
 
 /* logits_local: n x vocab_local (this rank's vocabulary slice); targets: n ids. *loss_sum gets
  * the sum over the n rows of the cross-entropy (the same on every tp rank); d_logits_local (may
  * be NULL) += scale * (softmax - onehot) on the slice. */
-mt_status mt_tp_vocab_cross_entropy(const mt_tp_ctx *tp, const float *logits_local,
-                                    const int *targets, int n, int vocab_local, float scale,
-                                    float *loss_sum, float *d_logits_local);
+MT_API mt_status mt_tp_vocab_cross_entropy(const mt_tp_ctx *tp, const float *logits_local,
+                                           const int *targets, int n, int vocab_local, float scale,
+                                           float *loss_sum, float *d_logits_local);
 
 #ifdef __cplusplus
 }

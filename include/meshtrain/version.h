@@ -2,6 +2,8 @@
 #ifndef MESHTRAIN_VERSION_H
 #define MESHTRAIN_VERSION_H
 
+#include <meshtrain/api.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -11,7 +13,7 @@ extern "C" {
 #define MT_VERSION_PATCH 0
 
 /* "MAJOR.MINOR.PATCH" of the library linked at run time. */
-const char *mt_version(void);
+MT_API const char *mt_version(void);
 
 #ifdef __cplusplus
 }
