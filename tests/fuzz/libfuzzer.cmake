@@ -1,5 +1,5 @@
 # libFuzzer executables of the harnesses in this directory, for long runs (scripts/fuzz); ctest
-# runs the same harnesses with their built-in drivers (tests/unit/topo_fuzz.cmake, store.cmake).
+# runs the same harnesses with their built-in drivers (tests/fuzz/topo_fuzz.cmake, store_fuzz.cmake).
 if(MT_LIBFUZZER)
   foreach(harness fuzz_store_frame fuzz_topo_nccl fuzz_topo_hwloc)
     add_executable(${harness}_libfuzzer ${CMAKE_CURRENT_LIST_DIR}/${harness}.c)

@@ -1,7 +1,7 @@
 # mt-topo: reports and the NCCL export through the library (test_topo_report), and the tool as a
 # user runs it: expected reports of every fixture, this machine's live report, bad input.
 # The shell tests use python3 to check the JSON reports.
-mt_add_unit_test(test_topo_report SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_topo_report.c
+mt_add_unit_test(test_topo_report SOURCES ${CMAKE_SOURCE_DIR}/tests/topo/test_topo_report.c
                  TIMEOUT 120 LABELS topo)
 target_compile_definitions(test_topo_report PRIVATE
                            MT_TOPO_FIXTURES="${CMAKE_SOURCE_DIR}/tests/fixtures/topologies")

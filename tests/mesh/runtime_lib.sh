@@ -5,7 +5,7 @@
 set -u
 PROG=$1
 TMP_PREFIX=runtime_test
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 # A clean launch environment: only what each test sets.
 for v in $(compgen -e); do

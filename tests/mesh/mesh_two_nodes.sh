@@ -8,7 +8,7 @@ set -u
 MTRUN=$1
 PROG=$2
 TMP_PREFIX=mesh_two_nodes
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export UCX_TLS=tcp,self UCX_NET_DEVICES=lo MT_TIMEOUT_S=${MT_TIMEOUT_S:-30}
 # Each pair ends within MT_TIMEOUT_S of its rendezvous; past this it is reported as hung.
 LIMIT=$((MT_TIMEOUT_S * 2))

@@ -1,6 +1,6 @@
 /* NVLink probing through NVML loaded at run time (topo/topo_nvml.c), for real: the AWS p4d
  * fixture (8 A100, no NVLink data in the file) is probed with MT_NVML_LIBRARY pointing at a fake
- * NVML (tests/unit/fake_nvml.c) describing NVSwitch, pairwise and failing machines. Live
+ * NVML (tests/topo/fake_nvml.c) describing NVSwitch, pairwise and failing machines. Live
  * discovery on this machine must not load NVML when it has no GPU, and stays quiet. */
 #include "check.h"
 #include "topo_fixture.h"

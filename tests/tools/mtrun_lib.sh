@@ -9,7 +9,7 @@ FREEPORT=$3
 MARKER="mtrun_test_${$}_${RANDOM}${RANDOM}"
 TMP_PREFIX=mtrun_test
 SHOW_WIDTH=200
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 free_port() { "$FREEPORT"; }
 

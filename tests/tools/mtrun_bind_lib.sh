@@ -5,7 +5,7 @@ MTRUN=$1
 PROG=$2
 FIXTURES=$3
 TMP_PREFIX=mtrun_bind
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 # run NAME ARGS...: runs mtrun ARGS... in the foreground (bounded by timeout) with output in
 # $TMP/NAME.out and $TMP/NAME.err; RC holds the exit code

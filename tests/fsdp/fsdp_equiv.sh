@@ -19,7 +19,7 @@ MTRUN=$1
 PROG=$2
 VARIANT=$3
 TMP_PREFIX=fsdp_equiv
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export MT_TIMEOUT_S=${MT_TIMEOUT_S:-60} MT_DEVICE=cpu
 
 # f32 everywhere: N ranks sum the same terms in another order (the batch split over N gemms, the

@@ -10,7 +10,7 @@ MTRUN=$1
 DEMO=$2
 CAPACITY=$3
 TMP_PREFIX=fsdp_oom
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export MT_TIMEOUT_S=${MT_TIMEOUT_S:-60} MT_DEVICE=cpu MT_CPU_DEVICE_MEMORY=$CAPACITY
 
 start_bg one "$MTRUN" --standalone --nproc_per_node 1 "$DEMO"

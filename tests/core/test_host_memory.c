@@ -76,7 +76,7 @@ static void test_shared_blocks(void) {
     uint64_t serial = ref.serial;
     mt_device_free(dev, big);
     /* A different size than the freed block: a new block, with a new serial (a block of the
-     * same size would be the freed one again, from the cache: tests/unit/test_device_cache.c). */
+     * same size would be the freed one again, from the cache: tests/core/test_device_cache.c). */
     CHECK_OK(mt_device_alloc(dev, 8u << 20, MT_MEM_COMM, &big));
     CHECK(mt_device_shared_range(dev, big, 1, &ref) && ref.serial != serial);
     mt_device_free(dev, big);

@@ -14,7 +14,7 @@ MTRUN=$1
 PROG=$2
 VARIANT=$3
 TMP_PREFIX=train_gpt
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export MT_TIMEOUT_S=${MT_TIMEOUT_S:-60} MT_DEVICE=cpu
 
 # f32: dp and tp sum the same terms in other orders (the batch split over dp ranks' gemms, the

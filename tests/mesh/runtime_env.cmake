@@ -1,0 +1,3 @@
+# The launch-environment parser (mesh/runtime_env.c).
+mt_add_unit_test(test_runtime_env SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_runtime_env.c
+                 TIMEOUT 30)
