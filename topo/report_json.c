@@ -1,5 +1,5 @@
 /* The JSON report of `mt-topo --json`: the facts of the text report as one object. The fields
- * named by issue 3 (source, gpus, nics, matrix, nvlink_islands, tp_groups) keep their names and
+ * that are its core (source, gpus, nics, matrix, nvlink_islands, tp_groups) keep their names and
  * shapes; the others (packages, numa_nodes with their CPU identity, cores, pus, nvlink_note,
  * nearest_nic, the PCIe link of GPUs and NICs) are additions. */
 #include "topo/report.h"

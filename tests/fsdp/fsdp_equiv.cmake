@@ -1,4 +1,4 @@
-# FSDP equivalence, determinism and the out-of-memory demonstration (issue 5), through mtrun as
+# FSDP equivalence, determinism and the out-of-memory demonstration, through mtrun as
 # a user runs training. Each variant is one test of fsdp_equiv.sh (which says what it runs); the
 # runs are small (an MLP of 4 layers of width 64, 10 steps) so that the set takes a few minutes
 # on 2 cores.

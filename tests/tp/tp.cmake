@@ -1,4 +1,4 @@
-# Tensor-parallel layers and the GPT model (issue 6), through mtrun. test_tp compares dp x tp runs
+# Tensor-parallel layers with the GPT model, through mtrun. test_tp compares dp x tp runs
 # with a single-rank reference written just before by the same program (test_tp.c says what is
 # compared and how closely). All on the tiny model: layers 2, d_model 16, heads 4, seq 8.
 mt_add_test_program(test_tp ${CMAKE_CURRENT_LIST_DIR}/test_tp.c)
