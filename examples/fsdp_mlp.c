@@ -10,6 +10,8 @@
  * Options: --layers N (8) --width N (256) --batch N (global batch, 64) --steps N (20)
  *          --lr X (1e-3) --seed N (1) --param-dtype f32|bf16 (f32)
  */
+#include "models/mlp_internal.h" /* mt_mlp_synthetic_batch: the in-tree synthetic data */
+
 #include <meshtrain/meshtrain.h>
 
 #include <stdio.h>

@@ -12,6 +12,8 @@
  *
  * options: --layers L --width W --batch B (samples per rank and step) --steps S --lr LR
  */
+#include "models/mlp_internal.h" /* mt_mlp_synthetic_batch: the in-tree synthetic data */
+
 #include <meshtrain/meshtrain.h>
 
 #include <stdio.h>

@@ -2,8 +2,9 @@
  * implementations (core/cpu/) use OpenBLAS for matrix products and plain loops otherwise; on a
  * CUDA device (core/cuda/ops_*.cu, cuBLAS for matrix products) pointers are device memory, ops are
  * queued on the default stream and return before the GPU is done, except mse forward (its loss may
- * be host or device memory) and the cross-entropy sums and loss steps, which wait. core/ops.c
- * checks the arguments once and dispatches on the device kind. Shapes are row-major; every op
+ * be host or device memory), which waits. core/ops.c checks the arguments once and dispatches on
+ * the device kind (the vocabulary-parallel cross-entropy's steps, which tp.h's
+ * mt_tp_vocab_cross_entropy runs, are internal: core/ops_internal.h). Shapes are row-major; every op
  * returns mt_status. Backward ops accumulate (+=) into gradient outputs. */
 #ifndef MESHTRAIN_OPS_H
 #define MESHTRAIN_OPS_H
@@ -139,25 +140,6 @@ mt_status mt_op_attention_forward(mt_device *dev, const float *qkv, int batch, i
 mt_status mt_op_attention_backward(mt_device *dev, const float *d_out, const float *qkv,
                                    const float *att, int batch, int seq, int heads, int head_dim,
                                    float *d_qkv);
-
-/* Vocabulary-parallel softmax cross-entropy over n rows of vocab_local logits (this rank's slice
- * [vocab_start, vocab_start + vocab_local) of the vocabulary), in three local steps around two
- * all-reduces over tp, so that the full logits are never gathered:
- *   1. row_max[i] = max of the row's local logits                     -> all-reduce MAX
- *   2. sum_exp[i] = sum exp(logit - row_max[i]); target[i] = the target's logit when the target
- *      is in the slice, else 0                                         -> all-reduce SUM of both
- *   3. loss[i] = log(sum_exp[i]) + row_max[i] - target[i];
- *      d_logits += scale * (softmax - onehot(target)) on the slice (scale e.g. 1 / total rows). */
-mt_status mt_op_xent_local_max(mt_device *dev, const float *logits, size_t n, int vocab_local,
-                               float *row_max);
-mt_status mt_op_xent_local_sums(mt_device *dev, const float *logits, const int *targets, size_t n,
-                                int vocab_start, int vocab_local, const float *row_max,
-                                float *sum_exp, float *target_logit);
-mt_status mt_op_xent_loss_backward(mt_device *dev, const float *logits, const int *targets,
-                                   size_t n, int vocab_start, int vocab_local,
-                                   const float *row_max, const float *sum_exp,
-                                   const float *target_logit, float scale, float *loss,
-                                   float *d_logits);
 
 #ifdef __cplusplus
 }
