@@ -1,11 +1,10 @@
 /* The store's frame encoding and the request parser. The parser is the only code that reads bytes
  * a remote peer chose, so it checks every length against what is left before touching it. */
-#include "store/proto.h"
+#include "store/wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 uint32_t mt_store_get_be32(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
@@ -16,12 +15,6 @@ void mt_store_put_be32(uint8_t *p, uint32_t v) {
     p[1] = (uint8_t)(v >> 16);
     p[2] = (uint8_t)(v >> 8);
     p[3] = (uint8_t)v;
-}
-
-double mt_store_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- writing ------------------------------------------------------------------------------- */
