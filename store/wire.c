@@ -139,27 +139,30 @@ static bool fail(char *why, size_t cap, const char *msg) {
     return false;
 }
 
-static bool read_key(mt_store_reader *r, mt_store_bytes *key, char *why, size_t cap) {
+/* A length-prefixed byte string of at most max bytes; what ("key", "value") names it in why. */
+static bool read_string(mt_store_reader *r, const char *what, size_t max, mt_store_bytes *out,
+                        char *why, size_t cap) {
     uint32_t len = r->left >= 4 ? mt_store_get_be32(r->p) : 0;
-    if (r->left >= 4 && len > MT_STORE_MAX_KEY) {
-        snprintf(why, cap, "key of %u bytes is over the limit of %d", len, MT_STORE_MAX_KEY);
+    if (r->left >= 4 && len > max) {
+        snprintf(why, cap, "%s of %u bytes is over the limit of %zu", what, len, max);
         return false;
     }
-    *key = mt_store_read_bytes(r, MT_STORE_MAX_KEY);
-    if (r->bad) return fail(why, cap, "truncated key");
+    *out = mt_store_read_bytes(r, max);
+    if (r->bad) {
+        snprintf(why, cap, "truncated %s", what);
+        return false;
+    }
+    return true;
+}
+
+static bool read_key(mt_store_reader *r, mt_store_bytes *key, char *why, size_t cap) {
+    if (!read_string(r, "key", MT_STORE_MAX_KEY, key, why, cap)) return false;
     if (key->len == 0) return fail(why, cap, "empty key");
     return true;
 }
 
 static bool read_value(mt_store_reader *r, mt_store_bytes *value, char *why, size_t cap) {
-    uint32_t len = r->left >= 4 ? mt_store_get_be32(r->p) : 0;
-    if (r->left >= 4 && len > MT_STORE_MAX_VALUE) {
-        snprintf(why, cap, "value of %u bytes is over the limit of %u", len, MT_STORE_MAX_VALUE);
-        return false;
-    }
-    *value = mt_store_read_bytes(r, MT_STORE_MAX_VALUE);
-    if (r->bad) return fail(why, cap, "truncated value");
-    return true;
+    return read_string(r, "value", MT_STORE_MAX_VALUE, value, why, cap);
 }
 
 static bool parse_wait(mt_store_reader *r, mt_store_request *req, char *why, size_t cap) {

@@ -81,10 +81,10 @@ mt_status mt_tp_vocab_cross_entropy(const mt_tp_ctx *tp, const float *logits_loc
                                     float *loss_sum, float *d_logits_local);
 
 /* mt_tp_vocab_cross_entropy on the slice [start, start + vocab_local) of the vocabulary, which
- * need not be rank * vocab_local: with a vocabulary padded to a multiple of tp, the last ranks
- * hold fewer real columns, and a caller passes the real slice of each rank (targets stay in
- * [0, real vocabulary)). *loss_sum is a double, the sum over the n rows (the same on every tp
- * rank). */
+ * need not be [rank * vocab_local, ...) nor the same size on every rank: with a vocabulary padded
+ * to a multiple of tp, the last ranks hold fewer real columns and pass only those (the GPT's LM
+ * head does). The ranks' slices together must hold every target id once. *loss_sum (required)
+ * gets the sum over the n rows in double, the same on every tp rank. */
 mt_status mt_tp_vocab_cross_entropy_range(const mt_tp_ctx *tp, const float *logits_local,
                                           const int *targets, int n, int start, int vocab_local,
                                           float scale, double *loss_sum,
