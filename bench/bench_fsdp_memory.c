@@ -18,6 +18,7 @@
 #include "bench/bench_fsdp_mlp.h"
 #include "core/error.h"
 #include "fsdp/fsdp_shards.h"
+#include "models/mlp_internal.h"
 
 #include <meshtrain/meshtrain.h>
 

@@ -1,5 +1,7 @@
 /* Leveled logging to stderr. The level is read once from MT_LOG_LEVEL; the rank is process
  * identity set by mt_init, kept here because every module's log line shows it. */
+#include "core/log_internal.h"
+
 #include <meshtrain/log.h>
 
 #include <stdarg.h>

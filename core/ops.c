@@ -4,6 +4,7 @@
 #include "core/cpu/ops_check.h"
 #include "core/cpu/ops_cpu.h"
 #include "core/error.h"
+#include "core/ops_internal.h"
 
 #include <meshtrain/ops.h>
 

@@ -1,6 +1,7 @@
 /* Status names and the per-thread last error. Thread-local like errno: each thread that fails
  * keeps its own message, so the progress thread cannot overwrite the caller's. */
 #include "core/error.h"
+#include "core/log_internal.h"
 
 #include <meshtrain/log.h>
 

@@ -10,8 +10,11 @@
  * Options: --layers N (8) --width N (256) --batch N (global batch, 64) --steps N (20)
  *          --lr X (1e-3) --seed N (1) --param-dtype f32|bf16 (f32)
  */
+
 #include <meshtrain/meshtrain.h>
 
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +57,34 @@ static int parse_args(int argc, char **argv, options *o) {
         return -1;
     }
     return 0;
+}
+
+/* A value in [-1, 1) for a key: the same on every rank, so sample i of a step is the same sample
+ * whatever the rank count (splitmix64's finaliser mixes the key). */
+static float uniform(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
+    uint64_t h = seed ^ (a * 0x9e3779b97f4a7c15ull) ^ (b * 0xc2b2ae3d27d4eb4full) ^
+                 (c * 0x165667b19e3779f9ull);
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    return (float)((double)(h >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+
+/* Samples [first, first + n) of step `step`: x uniform, and the target a fixed "teacher",
+ * y = tanh(A x) with A drawn from the seed: something an MLP learns quickly, but not trivially. */
+static void synthetic_batch(const mt_mlp_config *cfg, uint64_t seed, int step, long first, int n,
+                            float *x, float *y) {
+    int in = cfg->in_dim, out = cfg->out_dim;
+    float scale = 3.0f / sqrtf((float)in); /* A x then has a spread of order one */
+    for (int i = 0; i < n; i++) {
+        float *xi = x + (size_t)i * in;
+        for (int j = 0; j < in; j++) xi[j] = uniform(seed, 1 + (uint64_t)step, first + i, j);
+        for (int o = 0; o < out; o++) {
+            float z = 0.0f;
+            for (int j = 0; j < in; j++) z += scale * uniform(seed, 0, o, j) * xi[j];
+            y[(size_t)i * out + o] = tanhf(z);
+        }
+    }
 }
 
 static mt_status train(mt_runtime *rt, const options *opt) {
@@ -106,7 +137,7 @@ static mt_status train(mt_runtime *rt, const options *opt) {
     if (st == MT_OK) st = mt_mesh_group(mesh, "dp", &dp);
     for (int step = 0; step < opt->steps && st == MT_OK; step++) {
         /* This rank's slice of the step's global batch. */
-        mt_mlp_synthetic_batch(&cfg, opt->seed, step, (long)rank * local, local, x, y);
+        synthetic_batch(&cfg, opt->seed, step, (long)rank * local, local, x, y);
         float loss = 0.0f;
         st = mt_mlp_forward_backward(mlp, x, y, local, 1.0f, &loss);
         if (st == MT_OK) st = mt_clip_grad_norm(mt_mlp_root(mlp), 1.0f, NULL);

@@ -11,10 +11,12 @@
 #include "mesh/runtime_env.h"
 #include "mesh/runtime_device.h"
 #include "mesh/runtime_topo.h"
-#include "store/proto.h"
+#include "store/store_internal.h"
 #include "comm/transport.h"
 
+#include "core/clock.h"
 #include "core/error.h"
+#include "core/log_internal.h"
 #include "topo/classify.h"
 #include "topo/topo_open.h"
 
@@ -52,12 +54,6 @@ struct mt_runtime {
     mt_topo *topo; /* NULL until mt_runtime_topology loads it */
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Tells the other processes why this one gives up, keeping this process's own error. */
 static mt_status publish_failure(mt_runtime *rt, mt_status st) {
     if (!rt->store) return st;
@@ -70,8 +66,8 @@ static mt_status publish_failure(mt_runtime *rt, mt_status st) {
 
 /* A store host that fails lets the others read why before the store disappears with it. */
 static void linger_for_clients(mt_store_server *server, double limit_s) {
-    double end = now_s() + limit_s;
-    while (mt_store_server_clients(server) > 0 && now_s() < end) {
+    double end = mt_clock_now_s() + limit_s;
+    while (mt_store_server_clients(server) > 0 && mt_clock_now_s() < end) {
         struct timespec ts = {0, 20000000};
         nanosleep(&ts, NULL);
     }

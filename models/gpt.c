@@ -11,7 +11,6 @@
  * one-hot) is produced by the forward's cross-entropy, since that step has all it needs. */
 #include "core/error.h"
 #include "models/model_common.h"
-#include "tp/tp_internal.h"
 
 #include <meshtrain/gpt.h>
 #include <meshtrain/ops.h>
@@ -217,20 +216,20 @@ static mt_status block_forward_run(mt_gpt *g, gpt_pass *pass, int l, const void 
     MT_TRY(block_alloc(g, pass, a));
     MT_TRY(mt_op_layernorm_forward(dev, x, w[P_LN1_W], w[P_LN1_B], pass->n, C, a->ln1,
                                    a->ln1_mean, a->ln1_rstd));
-    MT_TRY(mt_tp_column_linear_forward_ex(tp, a->ln1, w[P_QKV_W], wt[P_QKV_W], w[P_QKV_B], a->qkv,
-                                          n, C, 3 * cl));
+    MT_TRY(mt_tp_column_linear_forward(tp, a->ln1, w[P_QKV_W], wt[P_QKV_W], w[P_QKV_B], a->qkv,
+                                       n, C, 3 * cl));
     MT_TRY(mt_op_attention_forward(dev, a->qkv, pass->batch, g->cfg.seq, g->heads_local,
                                    g->head_dim, a->atty, a->att));
-    MT_TRY(mt_tp_row_linear_forward_ex(tp, a->atty, w[P_ATTN_W], wt[P_ATTN_W], w[P_ATTN_B],
-                                       a->res_mid, n, cl, C));
+    MT_TRY(mt_tp_row_linear_forward(tp, a->atty, w[P_ATTN_W], wt[P_ATTN_W], w[P_ATTN_B],
+                                    a->res_mid, n, cl, C));
     MT_TRY(mt_op_add(dev, x, a->res_mid, a->res_mid, nc));
     MT_TRY(mt_op_layernorm_forward(dev, a->res_mid, w[P_LN2_W], w[P_LN2_B], pass->n, C, a->ln2,
                                    a->ln2_mean, a->ln2_rstd));
-    MT_TRY(mt_tp_column_linear_forward_ex(tp, a->ln2, w[P_FC_W], wt[P_FC_W], w[P_FC_B], a->fc, n,
-                                          C, fl));
+    MT_TRY(mt_tp_column_linear_forward(tp, a->ln2, w[P_FC_W], wt[P_FC_W], w[P_FC_B], a->fc, n,
+                                       C, fl));
     MT_TRY(mt_op_gelu_forward(dev, a->fc, a->fc_gelu, pass->n * (size_t)fl));
-    MT_TRY(mt_tp_row_linear_forward_ex(tp, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W], w[P_PROJ_B],
-                                       a->res_out, n, fl, C));
+    MT_TRY(mt_tp_row_linear_forward(tp, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W], w[P_PROJ_B],
+                                    a->res_out, n, fl, C));
     return mt_op_add(dev, a->res_mid, a->res_out, a->res_out, nc);
 }
 
@@ -269,20 +268,20 @@ static mt_status block_backward_run(mt_gpt *g, gpt_pass *pass, int l, const void
     MT_TRY(mt_model_act_alloc(dev, N * 3 * (size_t)cl, true, &d->d_qkv));
     MT_TRY(mt_model_act_alloc(dev, N * (size_t)C, true, &d->d_ln1));
     /* MLP branch; the residual passes d_res through unchanged, the LayerNorm adds to it. */
-    MT_TRY(mt_tp_row_linear_backward_ex(tp, d_res, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W],
-                                        d->d_fc_gelu, gr[P_PROJ_W], gr[P_PROJ_B], n, fl, C));
+    MT_TRY(mt_tp_row_linear_backward(tp, d_res, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W],
+                                     d->d_fc_gelu, gr[P_PROJ_W], gr[P_PROJ_B], n, fl, C));
     MT_TRY(mt_op_gelu_backward(dev, a->fc, d->d_fc_gelu, d->d_fc, N * (size_t)fl));
-    MT_TRY(mt_tp_column_linear_backward_ex(tp, d->d_fc, a->ln2, w[P_FC_W], wt[P_FC_W], d->d_ln2,
-                                           gr[P_FC_W], gr[P_FC_B], n, C, fl));
+    MT_TRY(mt_tp_column_linear_backward(tp, d->d_fc, a->ln2, w[P_FC_W], wt[P_FC_W], d->d_ln2,
+                                        gr[P_FC_W], gr[P_FC_B], n, C, fl));
     MT_TRY(mt_op_layernorm_backward(dev, d->d_ln2, a->res_mid, w[P_LN2_W], a->ln2_mean,
                                     a->ln2_rstd, N, C, d_res, gr[P_LN2_W], gr[P_LN2_B]));
     /* Attention branch. */
-    MT_TRY(mt_tp_row_linear_backward_ex(tp, d_res, a->atty, w[P_ATTN_W], wt[P_ATTN_W], d->d_atty,
-                                        gr[P_ATTN_W], gr[P_ATTN_B], n, cl, C));
+    MT_TRY(mt_tp_row_linear_backward(tp, d_res, a->atty, w[P_ATTN_W], wt[P_ATTN_W], d->d_atty,
+                                     gr[P_ATTN_W], gr[P_ATTN_B], n, cl, C));
     MT_TRY(mt_op_attention_backward(dev, d->d_atty, a->qkv, a->att, pass->batch, g->cfg.seq,
                                     g->heads_local, g->head_dim, d->d_qkv));
-    MT_TRY(mt_tp_column_linear_backward_ex(tp, d->d_qkv, a->ln1, w[P_QKV_W], wt[P_QKV_W],
-                                           d->d_ln1, gr[P_QKV_W], gr[P_QKV_B], n, C, 3 * cl));
+    MT_TRY(mt_tp_column_linear_backward(tp, d->d_qkv, a->ln1, w[P_QKV_W], wt[P_QKV_W],
+                                        d->d_ln1, gr[P_QKV_W], gr[P_QKV_B], n, C, 3 * cl));
     return mt_op_layernorm_backward(dev, d->d_ln1, x, w[P_LN1_W], a->ln1_mean, a->ln1_rstd, N, C,
                                     d_res, gr[P_LN1_W], gr[P_LN1_B]);
 }
@@ -345,8 +344,8 @@ static mt_status head_forward(mt_gpt *g, gpt_pass *pass) {
     if (st == MT_OK) st = mt_model_act_alloc(g->dev, n * v, false, &logits);
     /* The head is a column-parallel linear without bias: wte's first vocab_real local rows. */
     if (st == MT_OK)
-        st = mt_tp_column_linear_forward_ex(&g->tp, pass->lnf, w[2], wt[2], NULL, logits, (int)n,
-                                            g->C, g->vocab_real);
+        st = mt_tp_column_linear_forward(&g->tp, pass->lnf, w[2], wt[2], NULL, logits, (int)n,
+                                         g->C, g->vocab_real);
     if (st == MT_OK && pass->backward)
         st = mt_model_act_alloc(g->dev, n * v, true, &pass->d_logits);
     if (st == MT_OK)
@@ -378,9 +377,9 @@ static mt_status head_backward(mt_gpt *g, gpt_pass *pass, float **gr) {
     mt_status st = read_params(g->dev, ps, 2, matmul, w, wt, scratch);
     if (st == MT_OK) st = mt_model_act_alloc(g->dev, n * C, true, &d_lnf);
     if (st == MT_OK)
-        st = mt_tp_column_linear_backward_ex(&g->tp, pass->d_logits, pass->lnf, w[1], wt[1],
-                                             d_lnf, gr[R_WTE], NULL, (int)n, g->C,
-                                             g->vocab_real);
+        st = mt_tp_column_linear_backward(&g->tp, pass->d_logits, pass->lnf, w[1], wt[1],
+                                          d_lnf, gr[R_WTE], NULL, (int)n, g->C,
+                                          g->vocab_real);
     if (st == MT_OK) st = mt_model_act_alloc(g->dev, n * C, true, &pass->d_res);
     if (st == MT_OK)
         st = mt_op_layernorm_backward(g->dev, d_lnf, x, w[0], pass->lnf_mean, pass->lnf_rstd, n,

@@ -7,6 +7,7 @@
  * output is kept until layer l's backward has used it, then freed, so the activation memory
  * shrinks as backward proceeds. */
 #include "core/error.h"
+#include "models/mlp_internal.h"
 #include "models/model_common.h"
 
 #include <meshtrain/mlp.h>

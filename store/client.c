@@ -1,8 +1,10 @@
 /* The rendezvous store client: one TCP connection, requests serialized by a mutex, every wait
  * bounded by a deadline. Blocking get/wait are waited for by the server; the client only waits
  * for the reply, a little longer than the server's deadline so that a dead server is noticed. */
-#include "store/proto.h"
+#include "store/store_internal.h"
+#include "store/wire.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -65,7 +67,7 @@ static double resolve_timeout(double timeout_s) {
 }
 
 static int remaining_ms(double deadline) {
-    double left = deadline - mt_store_now_s();
+    double left = deadline - mt_clock_now_s();
     if (left <= 0) return 0;
     return left > 1e6 ? 1000000000 : (int)ceil(left * 1000.0);
 }
@@ -281,7 +283,7 @@ mt_status mt_store_connect_version(const char *host, int port, const char *job_i
     if (!st) return mt_error(MT_ERR_OUT_OF_MEMORY, "store: out of memory");
     snprintf(st->addr, sizeof st->addr, "%s:%d", host, port);
     timeout_s = resolve_timeout(timeout_s);
-    double start = mt_store_now_s(), deadline = start + timeout_s, delay = 0.02;
+    double start = mt_clock_now_s(), deadline = start + timeout_s, delay = 0.02;
     char why[256] = "no attempt made";
     for (;;) {
         int fd = try_connect(host, port, deadline, why, sizeof why);
@@ -289,7 +291,7 @@ mt_status mt_store_connect_version(const char *host, int port, const char *job_i
             bool retry;
             /* A live server answers the handshake at once; a few seconds even past a short
              * connect timeout, so that a loaded machine does not turn into a refusal. */
-            double hs_deadline = fmax(deadline, mt_store_now_s() + 5.0);
+            double hs_deadline = fmax(deadline, mt_clock_now_s() + 5.0);
             mt_status s = handshake(fd, st->addr, job_id, version, hs_deadline, &retry);
             if (s == MT_OK) {
                 st->fd = fd;
@@ -304,8 +306,8 @@ mt_status mt_store_connect_version(const char *host, int port, const char *job_i
             }
             snprintf(why, sizeof why, "%s", mt_last_error());
         }
-        if (mt_store_now_s() >= deadline) break;
-        sleep_s(fmin(delay, deadline - mt_store_now_s()));
+        if (mt_clock_now_s() >= deadline) break;
+        sleep_s(fmin(delay, deadline - mt_clock_now_s()));
         delay = fmin(delay * 2, 0.5);
     }
     mt_status s = mt_error(MT_ERR_TIMEOUT, "could not connect to the store at %s within %g s: %s "
@@ -361,7 +363,7 @@ static mt_status roundtrip(mt_store *s, const char *op, const char *key, double 
     if (!mt_store_buf_finish(&s->req))
         return mt_error(MT_ERR_OUT_OF_MEMORY, "%s '%s' on the store at %s: out of memory", op,
                         key, s->addr);
-    double deadline = mt_store_now_s() + reply_wait_s;
+    double deadline = mt_clock_now_s() + reply_wait_s;
     int err = 0;
     io_result r = send_all(s->fd, s->req.data, s->req.len, deadline, &err);
     if (r == IO_OK) r = read_frame(s->fd, deadline, reply, len, &err);

@@ -4,7 +4,7 @@
 #ifndef MT_MESH_STORE_KV_H
 #define MT_MESH_STORE_KV_H
 
-#include "store/proto.h"
+#include "store/wire.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -9,8 +9,10 @@
  * The keys and values themselves live in the map of store/kv.c.
  */
 #include "store/kv.h"
-#include "store/proto.h"
+#include "store/store_internal.h"
+#include "store/wire.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -357,7 +359,7 @@ static void serve(mt_store_server *s, client *c) {
             break;
         }
         c->pending = true;
-        c->deadline = mt_store_now_s() + (double)c->req.timeout_ms / 1000.0;
+        c->deadline = mt_clock_now_s() + (double)c->req.timeout_ms / 1000.0;
         break;
     case MT_STORE_OP_ADD:
         serve_add(s, c);
@@ -531,7 +533,7 @@ static void *server_main(void *arg) {
     struct pollfd *fds = NULL;
     size_t fds_cap = 0;
     while (!atomic_load(&s->stop)) {
-        double now = mt_store_now_s();
+        double now = mt_clock_now_s();
         double wait_s = expire(s, now);
         sweep(s);
         if (fds_cap < s->nclients + 2) {
@@ -582,7 +584,7 @@ static void *server_main(void *arg) {
             if (!c->dead && (re & (POLLERR | POLLHUP | POLLNVAL)) && !(re & POLLIN))
                 drop(c, NULL);
         }
-        if (listening && (fds[1].revents & POLLIN)) accept_clients(s, mt_store_now_s());
+        if (listening && (fds[1].revents & POLLIN)) accept_clients(s, mt_clock_now_s());
     }
     free(fds);
     return NULL;

@@ -17,12 +17,4 @@ mt_status mt_tp_all_reduce(const mt_tp_ctx *tp, float *buf, size_t count, mt_red
 /* Zeroed device scratch of elems elements (activations category); free with mt_device_free. */
 mt_status mt_tp_scratch(const mt_tp_ctx *tp, size_t elems, size_t elem_size, void **out);
 
-/* mt_tp_vocab_cross_entropy on the slice [start, start + vocab_local) of the vocabulary, which
- * need not be rank * vocab_local (a padded vocabulary: the last ranks hold fewer real columns);
- * *loss_sum in double. */
-mt_status mt_tp_vocab_cross_entropy_range(const mt_tp_ctx *tp, const float *logits_local,
-                                          const int *targets, int n, int start, int vocab_local,
-                                          float scale, double *loss_sum,
-                                          float *d_logits_local);
-
 #endif

@@ -58,9 +58,9 @@ static mt_status check_sizes(const char *what, int n, int in, int out) {
     return MT_OK;
 }
 
-mt_status mt_tp_column_linear_forward_ex(const mt_tp_ctx *tp, const float *in, const void *w_local,
-                                         mt_dtype w_dtype, const float *b_local, float *out_local,
-                                         int n, int in_features, int out_features_local) {
+mt_status mt_tp_column_linear_forward(const mt_tp_ctx *tp, const float *in, const void *w_local,
+                                      mt_dtype w_dtype, const float *b_local, float *out_local,
+                                      int n, int in_features, int out_features_local) {
     static const char what[] = "tp column-parallel linear forward";
     MT_TRY(mt_tp_check_ctx(tp, what));
     MT_TRY(check_sizes(what, n, in_features, out_features_local));
@@ -69,10 +69,10 @@ mt_status mt_tp_column_linear_forward_ex(const mt_tp_ctx *tp, const float *in, c
                                    in_features, out_features_local);
 }
 
-mt_status mt_tp_column_linear_backward_ex(const mt_tp_ctx *tp, const float *d_out_local,
-                                          const float *in, const void *w_local, mt_dtype w_dtype,
-                                          float *d_in, float *d_w, float *d_b, int n,
-                                          int in_features, int out_features_local) {
+mt_status mt_tp_column_linear_backward(const mt_tp_ctx *tp, const float *d_out_local,
+                                       const float *in, const void *w_local, mt_dtype w_dtype,
+                                       float *d_in, float *d_w, float *d_b, int n,
+                                       int in_features, int out_features_local) {
     static const char what[] = "tp column-parallel linear backward";
     MT_TRY(mt_tp_check_ctx(tp, what));
     MT_TRY(check_sizes(what, n, in_features, out_features_local));
@@ -93,9 +93,9 @@ mt_status mt_tp_column_linear_backward_ex(const mt_tp_ctx *tp, const float *d_ou
     return st;
 }
 
-mt_status mt_tp_row_linear_forward_ex(const mt_tp_ctx *tp, const float *in_local,
-                                      const void *w_local, mt_dtype w_dtype, const float *b,
-                                      float *out, int n, int in_features_local, int out_features) {
+mt_status mt_tp_row_linear_forward(const mt_tp_ctx *tp, const float *in_local,
+                                   const void *w_local, mt_dtype w_dtype, const float *b,
+                                   float *out, int n, int in_features_local, int out_features) {
     static const char what[] = "tp row-parallel linear forward";
     MT_TRY(mt_tp_check_ctx(tp, what));
     MT_TRY(check_sizes(what, n, in_features_local, out_features));
@@ -107,10 +107,10 @@ mt_status mt_tp_row_linear_forward_ex(const mt_tp_ctx *tp, const float *in_local
     return mt_tp_all_reduce(tp, out, (size_t)n * (size_t)out_features, MT_REDUCE_SUM, what);
 }
 
-mt_status mt_tp_row_linear_backward_ex(const mt_tp_ctx *tp, const float *d_out,
-                                       const float *in_local, const void *w_local,
-                                       mt_dtype w_dtype, float *d_in_local, float *d_w, float *d_b,
-                                       int n, int in_features_local, int out_features) {
+mt_status mt_tp_row_linear_backward(const mt_tp_ctx *tp, const float *d_out,
+                                    const float *in_local, const void *w_local,
+                                    mt_dtype w_dtype, float *d_in_local, float *d_w, float *d_b,
+                                    int n, int in_features_local, int out_features) {
     static const char what[] = "tp row-parallel linear backward";
     MT_TRY(mt_tp_check_ctx(tp, what));
     MT_TRY(check_sizes(what, n, in_features_local, out_features));
@@ -119,35 +119,4 @@ mt_status mt_tp_row_linear_backward_ex(const mt_tp_ctx *tp, const float *d_out,
      * parameter needs. */
     return mt_op_linear_backward_ex(tp->dev, d_out, in_local, w_local, w_dtype, d_in_local, d_w,
                                     d_b, n, in_features_local, out_features);
-}
-
-/* ---- f32 weights ----------------------------------------------------------------------------- */
-
-mt_status mt_tp_column_linear_forward(const mt_tp_ctx *tp, const float *in, const float *w_local,
-                                      const float *b_local, float *out_local, int n,
-                                      int in_features, int out_features_local) {
-    return mt_tp_column_linear_forward_ex(tp, in, w_local, MT_F32, b_local, out_local, n,
-                                          in_features, out_features_local);
-}
-
-mt_status mt_tp_column_linear_backward(const mt_tp_ctx *tp, const float *d_out_local,
-                                       const float *in, const float *w_local, float *d_in,
-                                       float *d_w, float *d_b, int n, int in_features,
-                                       int out_features_local) {
-    return mt_tp_column_linear_backward_ex(tp, d_out_local, in, w_local, MT_F32, d_in, d_w, d_b,
-                                           n, in_features, out_features_local);
-}
-
-mt_status mt_tp_row_linear_forward(const mt_tp_ctx *tp, const float *in_local,
-                                   const float *w_local, const float *b, float *out, int n,
-                                   int in_features_local, int out_features) {
-    return mt_tp_row_linear_forward_ex(tp, in_local, w_local, MT_F32, b, out, n,
-                                       in_features_local, out_features);
-}
-
-mt_status mt_tp_row_linear_backward(const mt_tp_ctx *tp, const float *d_out, const float *in_local,
-                                    const float *w_local, float *d_in_local, float *d_w,
-                                    float *d_b, int n, int in_features_local, int out_features) {
-    return mt_tp_row_linear_backward_ex(tp, d_out, in_local, w_local, MT_F32, d_in_local, d_w,
-                                        d_b, n, in_features_local, out_features);
 }

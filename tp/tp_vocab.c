@@ -5,6 +5,7 @@
 #include "tp/tp_internal.h"
 
 #include "core/error.h"
+#include "core/ops_internal.h"
 
 #include <meshtrain/ops.h>
 

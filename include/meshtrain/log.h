@@ -1,4 +1,5 @@
-/* Logging: leveled lines on stderr, each prefixed with the rank when it is known.
+/* Logging: leveled lines on stderr, each prefixed with the rank when it is known (mt_init sets
+ * it).
  *
  * MT_LOG_LEVEL=error|warn|info|debug chooses what is printed (default warn). Logs, warnings and
  * notices go to stderr; a program's own results belong on stdout.
@@ -24,12 +25,6 @@ MT_API void mt_log(mt_log_level level, const char *fmt, ...) __attribute__((form
 
 /* True when a message at this level would be printed. */
 MT_API int mt_log_enabled(mt_log_level level);
-
-/* Sets the rank shown in log lines and error messages (-1: unknown). mt_init calls it. */
-MT_API void mt_log_set_rank(int rank);
-
-/* The rank set by mt_log_set_rank, or -1. */
-MT_API int mt_log_rank(void);
 
 #ifdef __cplusplus
 }

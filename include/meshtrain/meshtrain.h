@@ -18,7 +18,6 @@
 #include <meshtrain/runtime.h>
 #include <meshtrain/status.h>
 #include <meshtrain/store.h>
-#include <meshtrain/tensor.h>
 #include <meshtrain/tp.h>
 #include <meshtrain/version.h>
 

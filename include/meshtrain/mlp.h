@@ -42,15 +42,7 @@ MT_API mt_status mt_mlp_forward_backward(mt_mlp *mlp, const float *x, const floa
                                          float grad_scale, float *loss);
 /* Forward only (evaluation). */
 MT_API
-MT_API
 mt_status mt_mlp_forward(mt_mlp *mlp, const float *x, const float *y, int batch, float *loss);
-
-/* Deterministic synthetic data: samples [first, first + n) of step `step` of the stream seeded
- * by seed (the same sample whatever the rank count). x: n x in_dim, y: n x out_dim. */
-MT_API
-MT_API
-void mt_mlp_synthetic_batch(const mt_mlp_config *config, uint64_t seed, long step, long first,
-                            int n, float *x, float *y);
 
 #ifdef __cplusplus
 }

@@ -51,6 +51,7 @@ typedef struct mt_module_ops {
  * state (mt_module_user). name is used in messages. */
 MT_API
 MT_API
+MT_API
 mt_status mt_module_create(mt_mesh *mesh, const char *name, const mt_module_ops *ops, void *user,
                            mt_module **out);
 
@@ -63,6 +64,7 @@ MT_API mt_status mt_module_add_child(mt_module *parent, mt_module *child);
 
 /* Adds a parameter of the given global shape and tp placement; its tp-local values are allocated
  * on the device (category params), zeroed, as f32. Only before the module is sharded. */
+MT_API
 MT_API
 MT_API
 mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,

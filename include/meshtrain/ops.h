@@ -2,8 +2,9 @@
  * implementations (core/cpu/) use OpenBLAS for matrix products and plain loops otherwise; on a
  * CUDA device (core/cuda/ops_*.cu, cuBLAS for matrix products) pointers are device memory, ops are
  * queued on the default stream and return before the GPU is done, except mse forward (its loss may
- * be host or device memory) and the cross-entropy sums and loss steps, which wait. core/ops.c
- * checks the arguments once and dispatches on the device kind. Shapes are row-major; every op
+ * be host or device memory), which waits. core/ops.c checks the arguments once and dispatches on
+ * the device kind (the vocabulary-parallel cross-entropy's steps, which tp.h's
+ * mt_tp_vocab_cross_entropy runs, are internal: core/ops_internal.h). Shapes are row-major; every op
  * returns mt_status. Backward ops accumulate (+=) into gradient outputs. */
 #ifndef MESHTRAIN_OPS_H
 #define MESHTRAIN_OPS_H
@@ -23,17 +24,14 @@ extern "C" {
 /* C[m x n] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T; A is m x k after op, B k x n
  * after op; all f32. */
 MT_API
-MT_API
 mt_status mt_op_gemm(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                      const float *a, const float *b, float beta, float *c);
 
 /* Linear layer: out[batch x out] = in[batch x in] * W^T + bias (W is out x in, bias may be NULL).
  * Backward: d_in += d_out * W (d_in may be NULL), dW += d_out^T * in, d_bias += column sums. */
 MT_API
-MT_API
 mt_status mt_op_linear_forward(mt_device *dev, const float *in, const float *w, const float *bias,
                                float *out, int batch, int in_features, int out_features);
-MT_API
 MT_API
 mt_status mt_op_linear_backward(mt_device *dev, const float *d_out, const float *in,
                                 const float *w, float *d_in, float *d_w, float *d_bias, int batch,
@@ -42,7 +40,6 @@ mt_status mt_op_linear_backward(mt_device *dev, const float *d_out, const float 
 /* out = max(in, 0); d_in += d_out where the forward output was positive. */
 MT_API mt_status mt_op_relu_forward(mt_device *dev, const float *in, float *out, size_t n);
 MT_API
-MT_API
 mt_status mt_op_relu_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
                               size_t n);
 
@@ -50,7 +47,6 @@ mt_status mt_op_relu_backward(mt_device *dev, const float *out, const float *d_o
  * target) / n * scale (scale lets a caller average over more than this call's n). */
 MT_API mt_status mt_op_mse_forward(mt_device *dev, const float *pred, const float *target, size_t n,
                                    float *loss);
-MT_API
 MT_API
 mt_status mt_op_mse_backward(mt_device *dev, const float *pred, const float *target, size_t n,
                              float scale, float *d_pred);
@@ -68,7 +64,6 @@ MT_API mt_status mt_op_adamw(mt_device *dev, float *param, const float *grad, fl
  * f32 accumulation: cuBLAS GemmEx with bf16 inputs and CUBLAS_COMPUTE_32F on a GPU; on the CPU
  * the same product over the bf16 values widened to f32. f32: exactly mt_op_gemm. */
 MT_API
-MT_API
 mt_status mt_op_gemm_ex(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k,
                         float alpha, const void *a, const void *b, mt_dtype ab_dtype, float beta,
                         float *c);
@@ -79,11 +74,9 @@ mt_status mt_op_gemm_ex(mt_device *dev, bool trans_a, bool trans_b, int m, int n
  * the bias, d_in, d_w and d_bias stay f32 (d_w is the f32 gradient of the bf16 weight). f32:
  * exactly mt_op_linear_forward / mt_op_linear_backward. */
 MT_API
-MT_API
 mt_status mt_op_linear_forward_ex(mt_device *dev, const float *in, const void *w, mt_dtype w_dtype,
                                   const float *bias, float *out, int batch, int in_features,
                                   int out_features);
-MT_API
 MT_API
 mt_status mt_op_linear_backward_ex(mt_device *dev, const float *d_out, const float *in,
                                    const void *w, mt_dtype w_dtype, float *d_in, float *d_w,
@@ -119,13 +112,11 @@ MT_API mt_status mt_op_embedding_forward(mt_device *dev, const int *ids, size_t 
                                          int vocab_start, int vocab_local, int channels, float *out,
                                          bool accumulate);
 MT_API
-MT_API
 mt_status mt_op_embedding_backward(mt_device *dev, const int *ids, size_t n, const float *d_out,
                                    int vocab_start, int vocab_local, int channels, float *d_wte);
 
 /* Position embedding for B sequences of T tokens: out[b,t,:] += wpe[t,:]; d_wpe[t] += sum over b
  * of d_out[b,t,:]. */
-MT_API
 MT_API
 mt_status mt_op_position_forward(mt_device *dev, const float *wpe, int batch, int seq, int channels,
                                  float *out);
@@ -145,7 +136,6 @@ MT_API mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, co
 /* GELU, tanh approximation (GPT-2's); backward accumulates into d_in. */
 MT_API mt_status mt_op_gelu_forward(mt_device *dev, const float *in, float *out, size_t n);
 MT_API
-MT_API
 mt_status mt_op_gelu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,
                               size_t n);
 
@@ -158,37 +148,12 @@ MT_API mt_status mt_op_add(mt_device *dev, const float *a, const float *b, float
  * head_dim); att (B * heads * T * T) keeps the softmax probabilities for backward, which
  * accumulates into d_qkv. Scale 1/sqrt(head_dim). */
 MT_API
-MT_API
 mt_status mt_op_attention_forward(mt_device *dev, const float *qkv, int batch, int seq, int heads,
                                   int head_dim, float *out, float *att);
-MT_API
 MT_API
 mt_status mt_op_attention_backward(mt_device *dev, const float *d_out, const float *qkv,
                                    const float *att, int batch, int seq, int heads, int head_dim,
                                    float *d_qkv);
-
-/* Vocabulary-parallel softmax cross-entropy over n rows of vocab_local logits (this rank's slice
- * [vocab_start, vocab_start + vocab_local) of the vocabulary), in three local steps around two
- * all-reduces over tp, so that the full logits are never gathered:
- *   1. row_max[i] = max of the row's local logits                     -> all-reduce MAX
- *   2. sum_exp[i] = sum exp(logit - row_max[i]); target[i] = the target's logit when the target
- *      is in the slice, else 0                                         -> all-reduce SUM of both
- *   3. loss[i] = log(sum_exp[i]) + row_max[i] - target[i];
- *      d_logits += scale * (softmax - onehot(target)) on the slice (scale e.g. 1 / total rows). */
-MT_API
-MT_API
-mt_status mt_op_xent_local_max(mt_device *dev, const float *logits, size_t n, int vocab_local,
-                               float *row_max);
-MT_API
-MT_API
-mt_status mt_op_xent_local_sums(mt_device *dev, const float *logits, const int *targets, size_t n,
-                                int vocab_start, int vocab_local, const float *row_max,
-                                float *sum_exp, float *target_logit);
-MT_API mt_status mt_op_xent_loss_backward(mt_device *dev, const float *logits, const int *targets,
-                                          size_t n, int vocab_start, int vocab_local,
-                                          const float *row_max, const float *sum_exp,
-                                          const float *target_logit, float scale, float *loss,
-                                          float *d_logits);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,8 @@
  * gradient buffers prefilled to check that backward accumulates. The vocabulary-parallel
  * cross-entropy is also run as two slices combined the way the tp layer combines them, and must
  * match the full softmax cross-entropy, also for logits far from 0. */
+#include "core/ops_internal.h"
+
 #include "check.h"
 #include "numeric.h"
 

@@ -36,6 +36,7 @@
 
 #include "fsdp/fsdp_internal.h" /* mt_fsdp_debug_get: the schedule's counters */
 #include "fsdp/fsdp_shards.h"
+#include "models/mlp_internal.h"
 
 #include <meshtrain/meshtrain.h>
 

@@ -7,7 +7,7 @@
  *   scripts/fuzz 600 fuzz_store_frame
  * Without it (ctest), a built-in driver mutates valid requests of every opcode with a fixed seed.
  */
-#include "store/proto.h"
+#include "store/wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,11 +1,13 @@
-/* Every compute op (include/meshtrain/ops.h) on the GPU against the CPU implementation, on random
- * inputs of awkward sizes (not multiples of a warp or a block). Tolerances (f32): |gpu - cpu| /
+/* Every compute op (include/meshtrain/ops.h, core/ops_internal.h) on the GPU against the CPU
+ * implementation, on random inputs of awkward sizes (not multiples of a warp or a block). Tolerances (f32): |gpu - cpu| /
  * max(|cpu|, 1) <= 1e-5 for elementwise ops, <= 1e-4 for reductions, GEMMs and what is built on
  * them (linear, LayerNorm, attention, cross-entropy, MSE). The bf16 GEMMs (gemm_ex, linear_*_ex)
  * get the f32 GEMMs' 1e-4: both devices multiply the same bf16 values (the rounding of f32 inputs
  * is the same rule on both), the products of two bf16 are exact in f32 and both accumulate in
  * f32, so only the summation order differs, as for f32. Casts and accumulations between f32 and
  * bf16 must be bit-exact. Exits 77 (ctest: skipped) without a GPU. */
+#include "core/ops_internal.h"
+
 #include "check.h"
 #include "gpu_pair.h"
 #include "numeric.h"

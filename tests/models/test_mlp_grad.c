@@ -6,6 +6,7 @@
 #include "check.h"
 #include "numeric.h"
 #include "fsdp/fsdp_shards.h"
+#include "models/mlp_internal.h"
 
 #include <meshtrain/meshtrain.h>
 

@@ -3,7 +3,8 @@
  * serve a good one, and the good client's error messages must say what matters. */
 #include "check.h"
 
-#include "store/proto.h"
+#include "store/store_internal.h"
+#include "store/wire.h"
 
 #include <meshtrain/store.h>
 #include <meshtrain/version.h>

@@ -5,7 +5,7 @@
  * heartbeat. They report to the main loop through a pipe. */
 #include "cluster.h"
 
-#include "store/proto.h" /* mt_store_wait_any */
+#include "store/store_internal.h" /* mt_store_wait_any */
 #include "msg.h"
 
 #include <meshtrain/store.h>

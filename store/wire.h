@@ -1,5 +1,6 @@
-/* Internal: the rendezvous store's wire protocol, shared by the server, the client, the tests and
- * the fuzzer.
+/* Internal: the rendezvous store's wire format (store/wire.c), shared by the server, the client, the
+ * tests and the fuzzer: frames, opcodes, reply codes, limits, the request parser, frame buffers
+ * and readers. The store's library-internal functions beyond store.h are in store/store_internal.h.
  *
  * Every message is a frame: a 4-byte big-endian payload length, then the payload. A request's
  * payload starts with an opcode byte, a reply's with a reply code byte; the fields that follow
@@ -8,10 +9,9 @@
  * alone. The first request on a connection must be HELLO (magic, protocol version, meshtrain
  * version, job id); the server refuses another job or another build with a reply that says why.
  */
-#ifndef MT_MESH_STORE_PROTO_H
-#define MT_MESH_STORE_PROTO_H
+#ifndef MT_STORE_WIRE_H
+#define MT_STORE_WIRE_H
 
-#include <meshtrain/status.h>
 #include <meshtrain/store.h>
 
 #include <stdbool.h>
@@ -112,35 +112,5 @@ mt_store_bytes mt_store_read_bytes(mt_store_reader *r, size_t max);
 
 uint32_t mt_store_get_be32(const uint8_t *p);
 void mt_store_put_be32(uint8_t *p, uint32_t v);
-
-/* Seconds on the monotonic clock, for the deadlines of the store's client and server. */
-double mt_store_now_s(void);
-
-/* Client connect with an explicit meshtrain version string: the tests use it to play a client of
- * another build. mt_store_connect passes mt_version(). */
-mt_status mt_store_connect_version(const char *host, int port, const char *job_id,
-                                   const char *version, double timeout_s, mt_store **out);
-
-/* Waits until any of the keys exists; *which is its index and *value (may be NULL; malloc'd,
- * NUL-terminated, caller frees) its value. The timeout error names the keys. */
-mt_status mt_store_wait_any(mt_store *store, const char *const *keys, int nkeys, double timeout_s,
-                            int *which, void **value, size_t *len);
-
-/* A barrier that also ends, with MT_ERR_MISMATCH and the key's value in the message, when
- * abort_key appears: the runtime uses it so that one rank's join failure stops the others at
- * once instead of after MT_TIMEOUT_S. abort_key may be NULL. */
-mt_status mt_store_barrier_abortable(mt_store *store, const char *name, int rank, int world,
-                                     double timeout_s, const char *abort_key);
-
-/* Publishes a failure under abort_key (first writer wins) so that abortable barriers end with
- * this status and message. */
-mt_status mt_store_abort(mt_store *store, const char *abort_key, mt_status status,
-                         const char *message);
-
-/* "host:port" of a client's server, for messages. */
-const char *mt_store_address(const mt_store *store);
-
-/* Number of clients currently connected to a server (tests). */
-int mt_store_server_clients(mt_store_server *server);
 
 #endif

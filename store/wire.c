@@ -1,11 +1,10 @@
 /* The store's frame encoding and the request parser. The parser is the only code that reads bytes
  * a remote peer chose, so it checks every length against what is left before touching it. */
-#include "store/proto.h"
+#include "store/wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 uint32_t mt_store_get_be32(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
@@ -16,12 +15,6 @@ void mt_store_put_be32(uint8_t *p, uint32_t v) {
     p[1] = (uint8_t)(v >> 16);
     p[2] = (uint8_t)(v >> 8);
     p[3] = (uint8_t)v;
-}
-
-double mt_store_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- writing ------------------------------------------------------------------------------- */
@@ -146,27 +139,30 @@ static bool fail(char *why, size_t cap, const char *msg) {
     return false;
 }
 
-static bool read_key(mt_store_reader *r, mt_store_bytes *key, char *why, size_t cap) {
+/* A length-prefixed byte string of at most max bytes; what ("key", "value") names it in why. */
+static bool read_string(mt_store_reader *r, const char *what, size_t max, mt_store_bytes *out,
+                        char *why, size_t cap) {
     uint32_t len = r->left >= 4 ? mt_store_get_be32(r->p) : 0;
-    if (r->left >= 4 && len > MT_STORE_MAX_KEY) {
-        snprintf(why, cap, "key of %u bytes is over the limit of %d", len, MT_STORE_MAX_KEY);
+    if (r->left >= 4 && len > max) {
+        snprintf(why, cap, "%s of %u bytes is over the limit of %zu", what, len, max);
         return false;
     }
-    *key = mt_store_read_bytes(r, MT_STORE_MAX_KEY);
-    if (r->bad) return fail(why, cap, "truncated key");
+    *out = mt_store_read_bytes(r, max);
+    if (r->bad) {
+        snprintf(why, cap, "truncated %s", what);
+        return false;
+    }
+    return true;
+}
+
+static bool read_key(mt_store_reader *r, mt_store_bytes *key, char *why, size_t cap) {
+    if (!read_string(r, "key", MT_STORE_MAX_KEY, key, why, cap)) return false;
     if (key->len == 0) return fail(why, cap, "empty key");
     return true;
 }
 
 static bool read_value(mt_store_reader *r, mt_store_bytes *value, char *why, size_t cap) {
-    uint32_t len = r->left >= 4 ? mt_store_get_be32(r->p) : 0;
-    if (r->left >= 4 && len > MT_STORE_MAX_VALUE) {
-        snprintf(why, cap, "value of %u bytes is over the limit of %u", len, MT_STORE_MAX_VALUE);
-        return false;
-    }
-    *value = mt_store_read_bytes(r, MT_STORE_MAX_VALUE);
-    if (r->bad) return fail(why, cap, "truncated value");
-    return true;
+    return read_string(r, "value", MT_STORE_MAX_VALUE, value, why, cap);
 }
 
 static bool parse_wait(mt_store_reader *r, mt_store_request *req, char *why, size_t cap) {

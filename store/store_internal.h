@@ -1,0 +1,41 @@
+/* Internal: the rendezvous store's functions beyond include/meshtrain/store.h, for the runtime
+ * (mesh/runtime.c), mtrun and the tests: a client playing another build, waits on any of several
+ * keys, abortable barriers, the server's client count. The client (store/client.c) and the server
+ * (store/server.c) implement them; the wire format is store/wire.h. */
+#ifndef MT_STORE_STORE_INTERNAL_H
+#define MT_STORE_STORE_INTERNAL_H
+
+#include <meshtrain/status.h>
+#include <meshtrain/store.h>
+
+#include <stddef.h>
+
+/* Client connect with an explicit meshtrain version string: the tests use it to play a client of
+ * another build. mt_store_connect passes mt_version(). */
+mt_status mt_store_connect_version(const char *host, int port, const char *job_id,
+                                   const char *version, double timeout_s, mt_store **out);
+
+/* Waits until any of the keys exists; *which is its index and *value (may be NULL; malloc'd,
+ * NUL-terminated, caller frees) its value. The timeout error names the keys. */
+mt_status mt_store_wait_any(mt_store *store, const char *const *keys, int nkeys, double timeout_s,
+                            int *which, void **value, size_t *len);
+
+/* A barrier that also ends, with MT_ERR_MISMATCH and the key's value in the message, when
+ * abort_key appears: the runtime uses it so that one rank's join failure stops the others at
+ * once instead of after MT_TIMEOUT_S. abort_key may be NULL. */
+mt_status mt_store_barrier_abortable(mt_store *store, const char *name, int rank, int world,
+                                     double timeout_s, const char *abort_key);
+
+/* Publishes a failure under abort_key (first writer wins) so that abortable barriers end with
+ * this status and message. */
+mt_status mt_store_abort(mt_store *store, const char *abort_key, mt_status status,
+                         const char *message);
+
+/* "host:port" of a client's server, for messages. */
+const char *mt_store_address(const mt_store *store);
+
+/* Number of clients currently connected to a server (the runtime waits for them to leave before
+ * stopping its server; tests). */
+int mt_store_server_clients(mt_store_server *server);
+
+#endif
