@@ -15,13 +15,14 @@
 
 #define NL 3
 
-/* Runs the children: forward in order, backward in reverse; a layer checks that its parameter
- * is gathered and writes a gradient of 1. */
-static mt_status step(mt_module *m, bool backward) {
+/* Counts the module functions run (ctx: an int), runs the children (forward in order, backward
+ * in reverse), checks that the module's parameters are gathered and writes a gradient of 1. */
+static mt_status step(mt_module *m, int *calls, bool backward) {
+    ++*calls;
     size_t n = mt_module_child_count(m);
     for (size_t k = 0; k < n; k++) {
         mt_module *c = mt_module_child(m, backward ? n - 1 - k : k);
-        MT_TRY(backward ? mt_module_backward(c, NULL) : mt_module_forward(c, NULL));
+        MT_TRY(backward ? mt_module_backward(c, calls) : mt_module_forward(c, calls));
     }
     for (size_t i = 0; i < mt_module_param_count(m); i++) {
         mt_param *p = mt_module_param(m, i);
@@ -33,14 +34,8 @@ static mt_status step(mt_module *m, bool backward) {
     }
     return MT_OK;
 }
-static mt_status fwd(mt_module *m, void *ctx) {
-    (void)ctx;
-    return step(m, false);
-}
-static mt_status bwd(mt_module *m, void *ctx) {
-    (void)ctx;
-    return step(m, true);
-}
+static mt_status fwd(mt_module *m, void *ctx) { return step(m, ctx, false); }
+static mt_status bwd(mt_module *m, void *ctx) { return step(m, ctx, true); }
 
 typedef struct model {
     mt_module *root, *l[NL];
@@ -63,9 +58,14 @@ static mt_status build(mt_mesh *mesh, model *md) {
     return mt_fsdp_shard(md->root, &o);
 }
 
+/* One forward and backward: every module's function runs once in each. */
 static mt_status train_step(model *md) {
-    MT_TRY(mt_module_forward(md->root, NULL));
-    return mt_module_backward(md->root, NULL);
+    int calls = 0;
+    MT_TRY(mt_module_forward(md->root, &calls));
+    MT_TRY(mt_module_backward(md->root, &calls));
+    if (calls == 2 * (NL + 1)) return MT_OK;
+    return mt_error(MT_ERR_INTERNAL, "a step ran %d module functions, expected %d", calls,
+                    2 * (NL + 1));
 }
 
 static void expect_order(model *md, bool backward, mt_module *const *want, size_t n_want) {
