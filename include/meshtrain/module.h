@@ -66,7 +66,8 @@ void mt_module_destroy(mt_module *module);
 mt_status mt_module_add_child(mt_module *parent, mt_module *child);
 
 /* Adds a parameter of the given global shape and tp placement; its tp-local values are allocated
- * on the device (category params), zeroed, as f32. Only before the module is sharded. */
+ * on the device (category params), zeroed, as f32. Only before the module, or a module above
+ * it, is sharded (mt_fsdp_shard fixes the parameters of its subtree); the same for children. */
 mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
                               const int64_t *global_shape, mt_tp_placement tp, mt_param **out);
 
