@@ -1,10 +1,12 @@
-/* Internal: the module and FSDP unit objects shared by module/module.c (the module tree),
- * fsdp/fsdp_unit.c (sharding, unshard/reshard, shard views) and fsdp/fsdp_schedule.c (the hooks
- * around a unit's forward and backward, prefetch, reduce-scatter). */
+/* Internal: the FSDP unit objects shared by fsdp/fsdp_unit.c (sharding, unshard/reshard, shard
+ * views) and fsdp/fsdp_schedule.c (the hooks around a unit's forward and backward, prefetch,
+ * reduce-scatter). A unit is attached to its module as the user data of FSDP's hook
+ * registration (module/module_internal.h); the module tree knows nothing of FSDP. */
 #ifndef MT_FSDP_FSDP_INTERNAL_H
 #define MT_FSDP_FSDP_INTERNAL_H
 
 #include "fsdp/fsdp_shards.h"
+#include "module/module_internal.h"
 
 #include <meshtrain/comm.h>
 #include <meshtrain/device.h>
@@ -15,36 +17,7 @@
 #include <stddef.h>
 
 typedef struct mt_fsdp_unit mt_fsdp_unit;
-
-struct mt_param {
-    char *name;
-    mt_module *owner;
-    int ndim;
-    int64_t global_shape[MT_PARAM_MAX_DIMS];
-    int64_t local_shape[MT_PARAM_MAX_DIMS];
-    mt_tp_placement tp;
-    size_t numel;
-    /* Before sharding: its own f32 allocation (params). After: a view into the unit's full
-     * buffer while unsharded, NULL while sharded. */
-    void *data;
-    float *grad;         /* a view into the unit's full gradient during its backward */
-    mt_fsdp_unit *unit;  /* the unit that owns it, once sharded */
-    size_t offset;       /* its first element in the unit's flat buffer */
-};
-
-struct mt_module {
-    char *name;
-    mt_mesh *mesh;
-    mt_device *dev;
-    mt_module_ops ops;
-    void *user;
-    mt_module *parent;
-    mt_module **children;
-    size_t n_children, cap_children;
-    mt_param **params;
-    size_t n_params, cap_params;
-    mt_fsdp_unit *unit; /* non-NULL once mt_fsdp_shard made this module a unit */
-};
+typedef struct mt_fsdp_root mt_fsdp_root;
 
 /* The units in the order their hooks ran in the first pass (recorded: that pass completed). */
 typedef struct mt_fsdp_order {
@@ -64,12 +37,27 @@ typedef struct mt_fsdp_debug {
     long all_gathers;     /* all-gathers issued for this unit */
     long prefetches;      /* of which issued as a prefetch by another unit's hook */
     long reduce_scatters; /* reduce-scatters issued */
-    int max_outstanding_rs; /* outermost unit: most reduce-scatters in flight at once */
+    int max_outstanding_rs; /* outermost unit: most reduce-scatters in flight at once (its
+                               root's; 0 on the other units) */
 } mt_fsdp_debug;
+
+/* What one pass over a model shares: held by the outermost unit, pointed to by every unit of
+ * the model (a unit sharded alone holds its own until an enclosing module is sharded). */
+struct mt_fsdp_root {
+    mt_fsdp_unit *unit; /* the outermost unit */
+    int refs;           /* units pointing here */
+    /* The order of a forward ([0]) and a backward ([1]) pass. */
+    mt_fsdp_order order[2];
+    mt_fsdp_unit *rs_pending; /* the unit whose reduce-scatter is outstanding */
+    int rs_outstanding;
+    int max_outstanding_rs;
+    char *broken; /* set after a collective failed: the message every later call returns */
+};
 
 struct mt_fsdp_unit {
     mt_module *module;
     mt_device *dev;
+    mt_fsdp_root *root;
 
     /* Options, resolved. */
     mt_group *shard, *replicate, *tp;
@@ -80,6 +68,7 @@ struct mt_fsdp_unit {
 
     int nranks, rank; /* in the shard group */
     mt_param **params;
+    size_t *offsets; /* each parameter's first element in the flat buffer */
     size_t n_params;
     size_t total;  /* real elements */
     size_t padded; /* total rounded up to a multiple of nranks */
@@ -109,14 +98,14 @@ struct mt_fsdp_unit {
     bool fwd_explicit, bwd_explicit;
     mt_fsdp_unit *fwd_next, *bwd_next; /* from the recorded order */
 
-    /* Used on the outermost unit only: the order of a forward ([0]) and a backward ([1]) pass. */
-    mt_fsdp_order order[2];
-    mt_fsdp_unit *rs_pending; /* the unit whose reduce-scatter is outstanding */
-    int rs_outstanding;
-    char *broken; /* set after a collective failed: the message every later call returns */
-
     mt_fsdp_debug debug;
 };
+
+/* The unit of module (FSDP's hook registration on it), or NULL. */
+mt_fsdp_unit *mt_fsdp_unit_of(const mt_module *module);
+
+/* True when u is its model's outermost unit. */
+bool mt_fsdp_is_outermost(const mt_fsdp_unit *u);
 
 /* The outermost unit above (or at) module: the one whose module has no ancestor unit. NULL when
  * neither module nor any ancestor is a unit. */
@@ -138,17 +127,16 @@ mt_status mt_fsdp_units_below(mt_module *module, mt_fsdp_unit ***units, size_t *
 /* A short description for messages: "unit 'name' (params a, b, c, ...)" into buf. */
 const char *mt_fsdp_unit_desc(const mt_fsdp_unit *u, char *buf, size_t cap);
 
-/* Hooks (fsdp_schedule.c) run by mt_module_forward / mt_module_backward around a unit. */
-mt_status mt_fsdp_pre_forward(mt_fsdp_unit *u);
-mt_status mt_fsdp_post_forward(mt_fsdp_unit *u, mt_status user_status);
-mt_status mt_fsdp_pre_backward(mt_fsdp_unit *u);
-mt_status mt_fsdp_post_backward(mt_fsdp_unit *u, mt_status user_status);
+/* FSDP's hooks (fsdp_schedule.c), registered on a unit's module by mt_fsdp_shard with the unit
+ * as user data; release is mt_fsdp_unit_destroy. */
+extern const mt_module_hooks mt_fsdp_hooks;
 
-/* Finishes the outstanding reduce-scatter of the outermost unit o, if any. */
-mt_status mt_fsdp_finish_pending_rs(mt_fsdp_unit *o);
+/* Releases a unit: waits for its work and frees its buffers (mt_module_destroy calls it through
+ * the hook registration's release). */
+void mt_fsdp_unit_destroy(mt_module *module, void *unit);
 
-/* Releases a unit: waits for its work and frees its buffers (mt_module_destroy calls it). */
-void mt_fsdp_unit_destroy(mt_fsdp_unit *u);
+/* Where param (the i-th of u) starts in u's flat buffer. */
+size_t mt_fsdp_param_offset(const mt_fsdp_unit *u, size_t i);
 
 /* Test hook: the counters of module's unit, and the recorded forward/backward order of the
  * outermost unit (units as modules; *n may be 0 before the first step). */

@@ -20,29 +20,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool is_outermost(const mt_fsdp_unit *u) { return !mt_fsdp_has_ancestor_unit(u->module); }
-
 static bool reshards_after_forward(const mt_fsdp_unit *u) {
     if (u->reshard_after_forward >= 0) return u->reshard_after_forward != 0;
-    return !is_outermost(u);
+    return !mt_fsdp_is_outermost(u);
 }
 
 /* After a collective failed the ranks no longer agree on what comes next: every later pass on
  * the model fails with the first message instead of issuing mismatched collectives. */
-static mt_status mark_broken(mt_fsdp_unit *o, mt_status st) {
-    if (o && !o->broken) {
+static mt_status mark_broken(mt_fsdp_root *r, mt_status st) {
+    if (!r->broken) {
         const char *msg = mt_last_error();
         size_t n = strlen(msg) + 1;
-        o->broken = malloc(n);
-        if (o->broken) memcpy(o->broken, msg, n);
+        r->broken = malloc(n);
+        if (r->broken) memcpy(r->broken, msg, n);
     }
     return st;
 }
 
-static mt_status check_broken(mt_fsdp_unit *o, const mt_fsdp_unit *u) {
-    if (!o->broken) return MT_OK;
+static mt_status check_broken(const mt_fsdp_root *r, const mt_fsdp_unit *u) {
+    if (!r->broken) return MT_OK;
     return mt_error(MT_ERR_COMM, "unit '%s': an earlier collective of this model failed, so its "
-                    "ranks are out of step (first failure: %s)", u->module->name, o->broken);
+                    "ranks are out of step (first failure: %s)", u->module->name, r->broken);
 }
 
 static mt_status record(mt_fsdp_order *order, mt_fsdp_unit *u) {
@@ -60,8 +58,8 @@ static mt_status record(mt_fsdp_order *order, mt_fsdp_unit *u) {
     return MT_OK;
 }
 
-static void finish_recording(mt_fsdp_unit *o, bool backward) {
-    mt_fsdp_order *order = &o->order[backward];
+static void finish_recording(mt_fsdp_root *r, bool backward) {
+    mt_fsdp_order *order = &r->order[backward];
     for (size_t i = 0; i < order->n; i++) {
         mt_fsdp_unit *u = order->units[i];
         mt_fsdp_unit *next = i + 1 < order->n ? order->units[i + 1] : NULL;
@@ -101,12 +99,12 @@ static mt_status unshard_for(mt_fsdp_unit *u, bool backward) {
     return mt_fsdp_unshard_wait(u);
 }
 
-/* Ends a pass on the outermost unit o: reshards every unit still holding full parameters (a
- * prefetched unit that did not run, or, after backward, those kept from forward). */
-static mt_status reshard_all(mt_fsdp_unit *o, bool keep_non_resharding) {
+/* Ends a pass of root r: reshards every unit still holding full parameters (a prefetched unit
+ * that did not run, or, after backward, those kept from forward). */
+static mt_status reshard_all(mt_fsdp_root *r, bool keep_non_resharding) {
     mt_fsdp_unit **units;
     size_t n;
-    MT_TRY(mt_fsdp_units_below(o->module, &units, &n));
+    MT_TRY(mt_fsdp_units_below(r->unit->module, &units, &n));
     mt_status st = MT_OK;
     for (size_t i = 0; i < n; i++) {
         mt_fsdp_unit *u = units[i];
@@ -121,33 +119,37 @@ static mt_status reshard_all(mt_fsdp_unit *o, bool keep_non_resharding) {
 
 /* What both pre-hooks do: refuse after a failed collective, record the order while the first
  * pass runs (a pass that failed before completing is recorded again from its start), unshard. */
-static mt_status pre_hook(mt_fsdp_unit *o, mt_fsdp_unit *u, bool backward) {
-    MT_TRY(check_broken(o, u));
-    mt_fsdp_order *order = &o->order[backward];
+static mt_status pre_hook(mt_fsdp_unit *u, bool backward) {
+    mt_fsdp_root *r = u->root;
+    MT_TRY(check_broken(r, u));
+    mt_fsdp_order *order = &r->order[backward];
     if (!order->recorded) {
-        if (u == o) order->n = 0;
+        if (u == r->unit) order->n = 0;
         MT_TRY(record(order, u));
     }
     mt_status st = unshard_for(u, backward);
-    return st == MT_OK ? MT_OK : mark_broken(o, st);
+    return st == MT_OK ? MT_OK : mark_broken(r, st);
 }
 
-mt_status mt_fsdp_pre_forward(mt_fsdp_unit *u) {
-    return pre_hook(mt_fsdp_outermost(u->module), u, false);
+static mt_status pre_forward(mt_module *module, void *unit) {
+    (void)module;
+    return pre_hook(unit, false);
 }
 
-mt_status mt_fsdp_post_forward(mt_fsdp_unit *u, mt_status user_status) {
-    mt_fsdp_unit *o = mt_fsdp_outermost(u->module);
+static mt_status post_forward(mt_module *module, void *unit, mt_status user_status) {
+    (void)module;
+    mt_fsdp_unit *u = unit;
+    mt_fsdp_root *r = u->root;
     char saved[1024];
     if (user_status != MT_OK) snprintf(saved, sizeof saved, "%s", mt_last_error());
     mt_status st = MT_OK;
     if (reshards_after_forward(u)) st = mt_fsdp_reshard(u);
-    if (u == o) {
-        mt_status s = reshard_all(o, true);
+    if (u == r->unit) {
+        mt_status s = reshard_all(r, true);
         if (st == MT_OK) st = s;
-        if (!o->order[0].recorded && user_status == MT_OK) finish_recording(o, false);
+        if (!r->order[0].recorded && user_status == MT_OK) finish_recording(r, false);
     }
-    if (st != MT_OK) mark_broken(o, st);
+    if (st != MT_OK) mark_broken(r, st);
     if (user_status != MT_OK) return mt_error_restore(user_status, saved);
     return st;
 }
@@ -182,15 +184,16 @@ static mt_status finish_rs(mt_fsdp_unit *p) {
     return st;
 }
 
-mt_status mt_fsdp_finish_pending_rs(mt_fsdp_unit *o) {
-    mt_fsdp_unit *p = o->rs_pending;
+/* Finishes the outstanding reduce-scatter of root r, if any. */
+static mt_status finish_pending_rs(mt_fsdp_root *r) {
+    mt_fsdp_unit *p = r->rs_pending;
     if (!p) return MT_OK;
-    o->rs_pending = NULL;
-    o->rs_outstanding--;
+    r->rs_pending = NULL;
+    r->rs_outstanding--;
     return finish_rs(p);
 }
 
-static mt_status issue_rs(mt_fsdp_unit *o, mt_fsdp_unit *u) {
+static mt_status issue_rs(mt_fsdp_root *r, mt_fsdp_unit *u) {
     char desc[256];
     size_t es = mt_dtype_size(u->reduce_dtype);
     mt_status st = mt_device_alloc(u->dev, u->S * es, MT_MEM_COMM, &u->rs_recv);
@@ -214,25 +217,26 @@ static mt_status issue_rs(mt_fsdp_unit *o, mt_fsdp_unit *u) {
         return st;
     }
     u->debug.reduce_scatters++;
-    o->rs_pending = u;
-    if (++o->rs_outstanding > o->debug.max_outstanding_rs)
-        o->debug.max_outstanding_rs = o->rs_outstanding;
+    r->rs_pending = u;
+    if (++r->rs_outstanding > r->max_outstanding_rs) r->max_outstanding_rs = r->rs_outstanding;
     return MT_OK;
 }
 
 static void point_grads(mt_fsdp_unit *u, bool valid) {
     for (size_t i = 0; i < u->n_params; i++)
-        u->params[i]->grad = valid ? u->full_grad + u->params[i]->offset : NULL;
+        u->params[i]->grad = valid ? u->full_grad + u->offsets[i] : NULL;
 }
 
-mt_status mt_fsdp_pre_backward(mt_fsdp_unit *u) {
-    mt_fsdp_unit *o = mt_fsdp_outermost(u->module);
-    MT_TRY(pre_hook(o, u, true));
+static mt_status pre_backward(mt_module *module, void *unit) {
+    (void)module;
+    mt_fsdp_unit *u = unit;
+    mt_fsdp_root *r = u->root;
+    MT_TRY(pre_hook(u, true));
     /* A unit run again in one pass while its own reduce-scatter is in flight: that collective
      * reads full_grad, so it finishes before the buffer is written (or dropped) again. */
-    if (o->rs_pending == u) {
-        mt_status st = mt_fsdp_finish_pending_rs(o);
-        if (st != MT_OK) return mark_broken(o, st);
+    if (r->rs_pending == u) {
+        mt_status st = finish_pending_rs(r);
+        if (st != MT_OK) return mark_broken(r, st);
     }
     if (!u->full_grad) {
         char desc[256];
@@ -252,8 +256,10 @@ mt_status mt_fsdp_pre_backward(mt_fsdp_unit *u) {
     return MT_OK;
 }
 
-mt_status mt_fsdp_post_backward(mt_fsdp_unit *u, mt_status user_status) {
-    mt_fsdp_unit *o = mt_fsdp_outermost(u->module);
+static mt_status post_backward(mt_module *module, void *unit, mt_status user_status) {
+    (void)module;
+    mt_fsdp_unit *u = unit;
+    mt_fsdp_root *r = u->root;
     char saved[1024];
     if (user_status != MT_OK) snprintf(saved, sizeof saved, "%s", mt_last_error());
     point_grads(u, false);
@@ -267,19 +273,27 @@ mt_status mt_fsdp_post_backward(mt_fsdp_unit *u, mt_status user_status) {
         mt_device_free(u->dev, u->full_grad);
         u->full_grad = NULL;
     } else if (u->requires_sync) {
-        st = mt_fsdp_finish_pending_rs(o);
-        if (st == MT_OK) st = issue_rs(o, u);
+        st = finish_pending_rs(r);
+        if (st == MT_OK) st = issue_rs(r, u);
     }
     mt_status s = mt_fsdp_reshard(u);
     if (st == MT_OK) st = s;
-    if (u == o) {
-        s = mt_fsdp_finish_pending_rs(o);
+    if (u == r->unit) {
+        s = finish_pending_rs(r);
         if (st == MT_OK) st = s;
-        s = reshard_all(o, false);
+        s = reshard_all(r, false);
         if (st == MT_OK) st = s;
-        if (!o->order[1].recorded && user_status == MT_OK) finish_recording(o, true);
+        if (!r->order[1].recorded && user_status == MT_OK) finish_recording(r, true);
     }
-    if (st != MT_OK) mark_broken(o, st);
+    if (st != MT_OK) mark_broken(r, st);
     if (user_status != MT_OK) return mt_error_restore(user_status, saved);
     return st;
 }
+
+const mt_module_hooks mt_fsdp_hooks = {
+    .pre_forward = pre_forward,
+    .post_forward = post_forward,
+    .pre_backward = pre_backward,
+    .post_backward = post_backward,
+    .release = mt_fsdp_unit_destroy,
+};

@@ -35,7 +35,7 @@ typedef struct mt_fsdp_shard_view {
 mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, size_t *n);
 
 /* The groups of root's unit: the shard group, the replicate group (NULL without HSDP) and the
- * mesh's tp group (NULL when the mesh has no "tp" dimension), and this rank's tp coordinate. */
+ * tp group of root's tp dimension (NULL when the mesh has none: mt_module_tp_dim), and this rank's tp coordinate. */
 mt_status mt_fsdp_groups(mt_module *root, mt_group **shard, mt_group **replicate, mt_group **tp,
                          int *tp_rank);
 

@@ -23,18 +23,27 @@ mt_fsdp_options mt_fsdp_defaults(mt_mesh *mesh, const char *shard_dim) {
     return o;
 }
 
+/* FSDP's registration on a module is keyed by its hook table: one address of the library. */
+mt_fsdp_unit *mt_fsdp_unit_of(const mt_module *module) {
+    return mt_module_hooks_user(module, &mt_fsdp_hooks);
+}
+
+bool mt_fsdp_is_outermost(const mt_fsdp_unit *u) { return u->root->unit == u; }
+
 mt_fsdp_unit *mt_fsdp_outermost(const mt_module *module) {
     mt_fsdp_unit *found = NULL;
     for (const mt_module *m = module; m; m = m->parent)
-        if (m->unit) found = m->unit;
+        if (mt_fsdp_unit_of(m)) found = mt_fsdp_unit_of(m);
     return found;
 }
 
 bool mt_fsdp_has_ancestor_unit(const mt_module *module) {
     for (const mt_module *m = module ? module->parent : NULL; m; m = m->parent)
-        if (m->unit) return true;
+        if (mt_fsdp_unit_of(m)) return true;
     return false;
 }
+
+size_t mt_fsdp_param_offset(const mt_fsdp_unit *u, size_t i) { return u->offsets[i]; }
 
 const char *mt_fsdp_unit_desc(const mt_fsdp_unit *u, char *buf, size_t cap) {
     int n = snprintf(buf, cap, "unit '%s' (", u->module->name);
@@ -72,7 +81,7 @@ static bool list_push(ptr_list *l, void *p) {
 
 /* The parameters of m's subtree that no unit below m owns, depth-first, own params first. */
 static bool collect_params(mt_module *m, bool top, ptr_list *out) {
-    if (!top && m->unit) return true;
+    if (!top && mt_fsdp_unit_of(m)) return true;
     for (size_t i = 0; i < m->n_params; i++)
         if (!list_push(out, m->params[i])) return false;
     for (size_t i = 0; i < m->n_children; i++)
@@ -85,7 +94,8 @@ static bool collect_params(mt_module *m, bool top, ptr_list *out) {
 static bool collect_units(mt_module *m, ptr_list *out) {
     for (size_t i = 0; i < m->n_children; i++)
         if (!collect_units(m->children[i], out)) return false;
-    return !m->unit || list_push(out, m->unit);
+    mt_fsdp_unit *u = mt_fsdp_unit_of(m);
+    return !u || list_push(out, u);
 }
 
 mt_status mt_fsdp_units_below(mt_module *module, mt_fsdp_unit ***units, size_t *n) {
@@ -134,7 +144,7 @@ static mt_status check_options(mt_module *m, const mt_fsdp_options *o, mt_group 
     if (o->reshard_after_forward < -1 || o->reshard_after_forward > 1)
         return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_shard('%s'): reshard_after_forward must be "
                         "1, 0 or -1 (default)", m->name);
-    if (m->unit)
+    if (mt_fsdp_unit_of(m))
         return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_shard('%s'): the module is already an FSDP "
                         "unit", m->name);
     if (mt_fsdp_has_ancestor_unit(m))
@@ -146,11 +156,12 @@ static mt_status check_options(mt_module *m, const mt_fsdp_options *o, mt_group 
     return MT_OK;
 }
 
-/* The flat elements [*b, *e) of p that lie in this rank's shard [lo, lo + S); false if none. */
-static bool shard_overlap(const mt_fsdp_unit *u, const mt_param *p, size_t *b, size_t *e) {
-    size_t lo = (size_t)u->rank * u->S, hi = lo + u->S;
-    *b = p->offset > lo ? p->offset : lo;
-    *e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+/* The flat elements [*b, *e) of parameter i that lie in this rank's shard [lo, lo + S); false
+ * if none. */
+static bool shard_overlap(const mt_fsdp_unit *u, size_t i, size_t *b, size_t *e) {
+    size_t lo = (size_t)u->rank * u->S, hi = lo + u->S, off = u->offsets[i];
+    *b = off > lo ? off : lo;
+    *e = off + u->params[i]->numel < hi ? off + u->params[i]->numel : hi;
     return *b < *e;
 }
 
@@ -160,7 +171,7 @@ static mt_status build_ranges(mt_fsdp_unit *u) {
     u->ranges = calloc(u->n_params ? u->n_params : 1, sizeof *u->ranges);
     if (!u->ranges) return mt_error(MT_ERR_OUT_OF_MEMORY, "out of host memory");
     for (size_t i = 0; i < u->n_params; i++) {
-        if (!shard_overlap(u, u->params[i], &b, &e)) continue;
+        if (!shard_overlap(u, i, &b, &e)) continue;
         mt_fsdp_range *r = &u->ranges[u->n_ranges++];
         r->begin = b - lo;
         r->end = e - lo;
@@ -178,16 +189,33 @@ static void free_buffers(mt_fsdp_unit *u) {
     u->grad_shard = NULL;
 }
 
+static mt_fsdp_root *root_new(mt_fsdp_unit *u) {
+    mt_fsdp_root *r = calloc(1, sizeof *r);
+    if (r) {
+        r->unit = u;
+        r->refs = 1;
+    }
+    return r;
+}
+
+/* Drops one unit's reference to its root; the last one frees it. */
+static void root_release(mt_fsdp_root *r) {
+    if (!r || --r->refs > 0) return;
+    free(r->order[0].units);
+    free(r->order[1].units);
+    free(r->broken);
+    free(r);
+}
+
 static void unit_free_struct(mt_fsdp_unit *u) {
+    root_release(u->root);
     free(u->params);
+    free(u->offsets);
     free(u->ranges);
     free(u->shard_dim);
     free(u->replicate_dim);
     free(u->fwd_prefetch);
     free(u->bwd_prefetch);
-    free(u->order[0].units);
-    free(u->order[1].units);
-    free(u->broken);
     free(u);
 }
 
@@ -196,9 +224,9 @@ static mt_status fill_master(mt_fsdp_unit *u) {
     size_t lo = (size_t)u->rank * u->S, b, e;
     for (size_t i = 0; i < u->n_params; i++) {
         mt_param *p = u->params[i];
-        if (shard_overlap(u, p, &b, &e))
+        if (shard_overlap(u, i, &b, &e))
             MT_TRY(mt_device_copy(u->dev, u->master + (b - lo),
-                                  (const float *)p->data + (b - p->offset),
+                                  (const float *)p->data + (b - u->offsets[i]),
                                   (e - b) * sizeof(float), MT_COPY_DEVICE_TO_DEVICE, NULL));
     }
     return MT_OK;
@@ -214,6 +242,43 @@ static mt_status alloc_shards(mt_fsdp_unit *u) {
     if (u->param_dtype == MT_BF16)
         MT_TRY(mt_device_alloc(u->dev, S * sizeof(mt_bf16), MT_MEM_PARAMS, (void **)&u->shard_lp));
     return MT_OK;
+}
+
+/* The tp group and coordinate of the module's tp dimension, when the mesh has one. */
+static mt_status resolve_tp(mt_fsdp_unit *u, mt_module *module) {
+    int tpd = mt_mesh_dim_index(module->mesh, module->tp_dim);
+    if (tpd < 0) return MT_OK;
+    MT_TRY(mt_mesh_group(module->mesh, module->tp_dim, &u->tp));
+    u->tp_rank = mt_mesh_coord(module->mesh, tpd);
+    return MT_OK;
+}
+
+/* Lays the parameters out in the flat buffer and builds this rank's shard of it. */
+static mt_status build_shard(mt_fsdp_unit *u) {
+    u->offsets = calloc(u->n_params ? u->n_params : 1, sizeof *u->offsets);
+    if (!u->offsets) return mt_error(MT_ERR_OUT_OF_MEMORY, "out of host memory");
+    for (size_t i = 0; i < u->n_params; i++) {
+        u->offsets[i] = u->total;
+        u->total += u->params[i]->numel;
+    }
+    size_t N = (size_t)u->nranks;
+    u->padded = (u->total + N - 1) / N * N;
+    u->S = u->padded / N;
+    MT_TRY(alloc_shards(u));
+    MT_TRY(build_ranges(u));
+    MT_TRY(fill_master(u));
+    if (u->shard_lp) MT_TRY(mt_op_cast(u->dev, u->master, MT_F32, u->shard_lp, MT_BF16, u->S));
+    return MT_OK;
+}
+
+/* The new unit u is its model's outermost: the units below, each outermost until now, share
+ * its root from here on. */
+static void adopt_units_below(mt_fsdp_unit *u, mt_fsdp_unit **below, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        root_release(below[i]->root);
+        below[i]->root = u->root;
+        u->root->refs++;
+    }
 }
 
 mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options) {
@@ -238,45 +303,37 @@ mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options) {
     u->rank = mt_group_rank(shard);
     u->requires_sync = true;
     u->prefetch_enabled = true;
-    u->tp_rank = 0;
-    int tpd = mt_mesh_dim_index(module->mesh, "tp");
-    mt_status st = MT_OK;
-    if (tpd >= 0) {
-        st = mt_mesh_group(module->mesh, "tp", &u->tp);
-        u->tp_rank = mt_mesh_coord(module->mesh, tpd);
-    }
+    u->root = root_new(u);
+    mt_status st = resolve_tp(u, module);
     ptr_list params = {0};
-    if (st == MT_OK && (!u->shard_dim || (options->replicate_dim && !u->replicate_dim) ||
+    mt_fsdp_unit **below = NULL;
+    size_t n_below = 0;
+    if (st == MT_OK && (!u->root || !u->shard_dim ||
+                        (options->replicate_dim && !u->replicate_dim) ||
                         !collect_params(module, true, &params)))
-        st = mt_error(MT_ERR_OUT_OF_MEMORY, "mt_fsdp_shard('%s'): out of host memory",
-                      module->name);
+        st = mt_error(MT_ERR_OUT_OF_MEMORY, "out of host memory");
     u->params = (mt_param **)params.items;
     u->n_params = params.n;
-    for (size_t i = 0; i < u->n_params; i++) {
-        u->params[i]->offset = u->total;
-        u->total += u->params[i]->numel;
-    }
-    size_t N = (size_t)u->nranks;
-    u->padded = (u->total + N - 1) / N * N;
-    u->S = u->padded / N;
-    if (st == MT_OK) st = alloc_shards(u);
-    if (st == MT_OK) st = build_ranges(u);
-    if (st == MT_OK) st = fill_master(u);
-    if (st == MT_OK && u->shard_lp)
-        st = mt_op_cast(u->dev, u->master, MT_F32, u->shard_lp, MT_BF16, u->S);
+    if (st == MT_OK) st = build_shard(u);
+    if (st == MT_OK) st = mt_fsdp_units_below(module, &below, &n_below);
+    if (st == MT_OK) st = mt_module_add_hooks(module, &mt_fsdp_hooks, &mt_fsdp_hooks, u);
     if (st != MT_OK) {
+        free(below);
         free_buffers(u);
         unit_free_struct(u);
         return mt_error_wrap(st, "mt_fsdp_shard('%s')", module->name);
     }
+    adopt_units_below(u, below, n_below);
+    free(below);
     /* The per-parameter buffers go: from here on the shard is the only copy. */
     for (size_t i = 0; i < u->n_params; i++) {
         mt_param *p = u->params[i];
         mt_device_free(u->dev, p->data);
         p->data = NULL;
-        p->unit = u;
+        p->own_data = false;
+        p->dtype = u->param_dtype;
     }
-    module->unit = u;
+    mt_module_seal(module, "an FSDP unit", "build the whole model before sharding");
     mt_log(MT_LOG_DEBUG, "fsdp: unit '%s': %zu params, %zu elements, padded to %zu, shard %zu "
            "(%d ranks on '%s'%s%s), param %s, reduce %s", module->name, u->n_params, u->total,
            u->padded, u->S, u->nranks, u->shard_dim, u->replicate_dim ? ", replicated on " : "",
@@ -291,7 +348,7 @@ static void point_params(mt_fsdp_unit *u, bool unsharded) {
     size_t es = mt_dtype_size(u->param_dtype);
     for (size_t i = 0; i < u->n_params; i++) {
         mt_param *p = u->params[i];
-        p->data = unsharded ? (char *)u->full + p->offset * es : NULL;
+        p->data = unsharded ? (char *)u->full + u->offsets[i] * es : NULL;
     }
 }
 
@@ -356,7 +413,9 @@ mt_status mt_fsdp_reshard(mt_fsdp_unit *u) {
     return st;
 }
 
-void mt_fsdp_unit_destroy(mt_fsdp_unit *u) {
+void mt_fsdp_unit_destroy(mt_module *module, void *unit) {
+    (void)module;
+    mt_fsdp_unit *u = unit;
     if (!u) return;
     if (u->ag_work) mt_work_free(u->ag_work);
     if (u->rs_work) mt_work_free(u->rs_work);
@@ -371,20 +430,21 @@ void mt_fsdp_unit_destroy(mt_fsdp_unit *u) {
     for (size_t i = 0; i < u->n_params; i++) {
         u->params[i]->data = NULL;
         u->params[i]->grad = NULL;
-        u->params[i]->unit = NULL;
+        u->params[i]->dtype = MT_F32;
     }
     /* No unit above can still point at this one (rs_pending, prefetch lists, recorded order):
-     * mt_module_destroy destroys a module's unit before its children, and detaches them. */
+     * mt_module_destroy releases a module's hooks (its unit) before its children, and detaches
+     * them; the root struct goes with the last unit pointing to it. */
     unit_free_struct(u);
 }
 
 /* ---- what optimizer and clipping see ----------------------------------------------------- */
 
 static mt_status root_unit(mt_module *root, const char *what, mt_fsdp_unit **out) {
-    if (!root || !root->unit)
+    *out = mt_fsdp_unit_of(root);
+    if (!*out)
         return mt_error(MT_ERR_INVALID_ARG, "%s: module '%s' is not an FSDP unit (call "
                         "mt_fsdp_shard on it first)", what, root ? root->name : "(null)");
-    *out = root->unit;
     return MT_OK;
 }
 
@@ -499,24 +559,23 @@ mt_status mt_fsdp_set_prefetch(mt_module *root, bool enabled) {
 
 static mt_status set_prefetch_list(mt_module *unit, mt_module *const *units, int n, bool bwd) {
     const char *what = bwd ? "mt_fsdp_set_backward_prefetch" : "mt_fsdp_set_forward_prefetch";
-    if (!unit || !unit->unit)
+    mt_fsdp_unit *u = mt_fsdp_unit_of(unit);
+    if (!u)
         return mt_error(MT_ERR_INVALID_ARG, "%s: module '%s' is not an FSDP unit", what,
                         unit ? unit->name : "(null)");
     if (n < 0 || (n > 0 && !units))
         return mt_error(MT_ERR_INVALID_ARG, "%s('%s'): bad list", what, unit->name);
     mt_fsdp_unit **list = calloc(n > 0 ? (size_t)n : 1, sizeof *list);
     if (!list) return mt_error(MT_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
-    mt_fsdp_unit *outer = mt_fsdp_outermost(unit);
     for (int i = 0; i < n; i++) {
-        if (!units[i] || !units[i]->unit || mt_fsdp_outermost(units[i]) != outer) {
+        list[i] = mt_fsdp_unit_of(units[i]);
+        if (!list[i] || list[i]->root != u->root) {
             free(list);
             return mt_error(MT_ERR_INVALID_ARG, "%s('%s'): entry %d ('%s') is not an FSDP unit "
                             "of the same model", what, unit->name, i,
                             units[i] ? units[i]->name : "(null)");
         }
-        list[i] = units[i]->unit;
     }
-    mt_fsdp_unit *u = unit->unit;
     if (bwd) {
         free(u->bwd_prefetch);
         u->bwd_prefetch = list;
@@ -542,9 +601,10 @@ mt_status mt_fsdp_set_backward_prefetch(mt_module *unit, mt_module *const *units
 /* ---- test hooks -------------------------------------------------------------------------- */
 
 mt_status mt_fsdp_debug_get(mt_module *module, mt_fsdp_debug *out) {
-    if (!module || !module->unit || !out)
-        return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_debug_get: not an FSDP unit");
-    *out = module->unit->debug;
+    mt_fsdp_unit *u = mt_fsdp_unit_of(module);
+    if (!u || !out) return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_debug_get: not an FSDP unit");
+    *out = u->debug;
+    out->max_outstanding_rs = mt_fsdp_is_outermost(u) ? u->root->max_outstanding_rs : 0;
     return MT_OK;
 }
 
@@ -552,7 +612,7 @@ mt_status mt_fsdp_debug_order(mt_module *root, bool backward, mt_module **out, s
                               size_t *n) {
     mt_fsdp_unit *o = mt_fsdp_outermost(root);
     if (!o || !n) return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_debug_order: not an FSDP unit");
-    const mt_fsdp_order *order = &o->order[backward];
+    const mt_fsdp_order *order = &o->root->order[backward];
     *n = order->recorded ? order->n : 0;
     for (size_t i = 0; i < *n && i < cap; i++) out[i] = order->units[i]->module;
     return MT_OK;

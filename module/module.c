@@ -1,6 +1,6 @@
-/* Modules: the tree of named parameters and children, and the forward/backward entry points
- * that put FSDP's hooks around a sharded unit. */
-#include "fsdp/fsdp_internal.h"
+/* Modules: the tree of named parameters and children (the hooks and the forward/backward entry
+ * points are in module_hooks.c). */
+#include "module/module_internal.h"
 
 #include "core/error.h"
 
@@ -31,6 +31,7 @@ mt_status mt_module_create(mt_mesh *mesh, const char *name, const mt_module_ops 
     }
     m->mesh = mesh;
     m->dev = mt_runtime_device(mt_mesh_runtime(mesh));
+    m->tp_dim = MT_TP_DIM_DEFAULT;
     if (ops) m->ops = *ops;
     m->user = user;
     *out = m;
@@ -39,16 +40,16 @@ mt_status mt_module_create(mt_mesh *mesh, const char *name, const mt_module_ops 
 
 static void param_free(mt_param *p) {
     if (!p) return;
-    if (!p->unit && p->data) mt_device_free(p->owner->dev, p->data);
+    if (p->own_data) mt_device_free(p->owner->dev, p->data);
     free(p->name);
     free(p);
 }
 
 void mt_module_destroy(mt_module *module) {
     if (!module) return;
-    /* The unit first: it waits for work that may still read the children's buffers. */
-    if (module->unit) mt_fsdp_unit_destroy(module->unit);
-    module->unit = NULL;
+    /* The hooks' owners first: FSDP's waits for work that may still read the children's
+     * buffers. */
+    mt_module_release_hooks(module);
     for (size_t i = 0; i < module->n_children; i++) {
         module->children[i]->parent = NULL;
         mt_module_destroy(module->children[i]);
@@ -60,8 +61,16 @@ void mt_module_destroy(mt_module *module) {
     free(module);
 }
 
-/* A module inside a unit has its parameters fixed in the unit's flat buffer. */
-static bool covered_by_unit(const mt_module *m) { return mt_fsdp_outermost(m) != NULL; }
+void mt_module_seal(mt_module *module, const char *by, const char *hint) {
+    module->sealed_by = by;
+    module->sealed_hint = hint;
+}
+
+const mt_module *mt_module_sealed_above(const mt_module *module) {
+    for (const mt_module *m = module; m; m = m->parent)
+        if (m->sealed_by) return m;
+    return NULL;
+}
 
 mt_status mt_module_add_child(mt_module *parent, mt_module *child) {
     if (!parent || !child || parent == child)
@@ -73,12 +82,12 @@ mt_status mt_module_add_child(mt_module *parent, mt_module *child) {
         if (a == child)
             return mt_error(MT_ERR_INVALID_ARG, "adding module '%s' under '%s' would make a cycle",
                             child->name, parent->name);
-    if (covered_by_unit(parent))
-        return mt_error(MT_ERR_INVALID_ARG,
-                        "cannot add module '%s' under '%s': '%s' is already inside an FSDP unit "
-                        "(build the whole model before sharding)",
-                        child->name, parent->name, parent->name);
-    if (parent->mesh != child->mesh)
+    const mt_module *sealed = mt_module_sealed_above(parent);
+    if (sealed)
+        return mt_error(MT_ERR_INVALID_ARG, "cannot add module '%s' under '%s': '%s' is already "
+                        "inside %s (%s)", child->name, parent->name, parent->name,
+                        sealed->sealed_by, sealed->sealed_hint);
+    if (parent->mesh != child->mesh || strcmp(parent->tp_dim, child->tp_dim) != 0)
         return mt_error(MT_ERR_INVALID_ARG, "modules '%s' and '%s' are on different meshes",
                         parent->name, child->name);
     if (parent->n_children == parent->cap_children) {
@@ -94,10 +103,10 @@ mt_status mt_module_add_child(mt_module *parent, mt_module *child) {
     return MT_OK;
 }
 
-/* The size of the mesh's "tp" dimension, 1 without one. */
-static int tp_size(const mt_mesh *mesh) {
-    int d = mt_mesh_dim_index(mesh, "tp");
-    return d < 0 ? 1 : mt_mesh_dim_size(mesh, d);
+/* The size of the module's tp dimension, 1 when the mesh has none. */
+static int tp_size(const mt_module *m) {
+    int d = mt_mesh_dim_index(m->mesh, m->tp_dim);
+    return d < 0 ? 1 : mt_mesh_dim_size(m->mesh, d);
 }
 
 mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
@@ -109,9 +118,10 @@ mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
     if (ndim < 0 || ndim > MT_PARAM_MAX_DIMS)
         return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s': %d dimensions "
                         "(0 to %d allowed)", name, module->name, ndim, MT_PARAM_MAX_DIMS);
-    if (covered_by_unit(module))
+    const mt_module *sealed = mt_module_sealed_above(module);
+    if (sealed)
         return mt_error(MT_ERR_INVALID_ARG, "cannot add parameter '%s' to module '%s': the module "
-                        "is already inside an FSDP unit", name, module->name);
+                        "is already inside %s", name, module->name, sealed->sealed_by);
     for (size_t i = 0; i < module->n_params; i++)
         if (strcmp(module->params[i]->name, name) == 0)
             return mt_error(MT_ERR_INVALID_ARG, "module '%s' already has a parameter '%s'",
@@ -119,7 +129,7 @@ mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
     if (tp.kind != MT_TP_REPLICATE && tp.kind != MT_TP_SHARD)
         return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s': unknown tp placement "
                         "%d", name, module->name, (int)tp.kind);
-    int tps = tp_size(module->mesh);
+    int tps = tp_size(module);
     if (tp.kind == MT_TP_SHARD && (tp.dim < 0 || tp.dim >= ndim))
         return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s': Shard(%d) on tp but "
                         "the parameter has %d dimensions", name, module->name, tp.dim, ndim);
@@ -132,6 +142,7 @@ mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
     p->ndim = ndim;
     p->tp = tp;
     p->numel = 1;
+    p->dtype = MT_F32;
     for (int d = 0; d < ndim; d++) {
         int64_t g = global_shape[d];
         if (g <= 0) {
@@ -158,6 +169,7 @@ mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
         param_free(p);
         return mt_error_wrap(st, "parameter '%s' of module '%s'", name, module->name);
     }
+    p->own_data = true;
     st = mt_device_memset(module->dev, p->data, 0, p->numel * sizeof(float), NULL);
     if (st == MT_OK && module->n_params == module->cap_params) {
         size_t cap = module->cap_params ? module->cap_params * 2 : 4;
@@ -178,45 +190,10 @@ mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
     return MT_OK;
 }
 
-/* Without a function of its own, a module runs its children: forward in order, backward in
- * reverse order. */
-static mt_status run_children(mt_module *m, void *ctx, bool backward) {
-    for (size_t k = 0; k < m->n_children; k++) {
-        size_t i = backward ? m->n_children - 1 - k : k;
-        MT_TRY(backward ? mt_module_backward(m->children[i], ctx)
-                        : mt_module_forward(m->children[i], ctx));
-    }
-    return MT_OK;
-}
-
-static mt_status run_user(mt_module *m, void *ctx, bool backward) {
-    mt_module_fn fn = backward ? m->ops.backward : m->ops.forward;
-    if (!fn) return run_children(m, ctx, backward);
-    mt_status st = fn(m, ctx);
-    if (st != MT_OK && !strstr(mt_last_error(), m->name))
-        mt_error_wrap(st, "%s of module '%s'", backward ? "backward" : "forward", m->name);
-    return st;
-}
-
-mt_status mt_module_forward(mt_module *module, void *ctx) {
-    if (!module) return mt_error(MT_ERR_INVALID_ARG, "mt_module_forward: module is NULL");
-    if (!module->unit) return run_user(module, ctx, false);
-    MT_TRY(mt_fsdp_pre_forward(module->unit));
-    mt_status st = run_user(module, ctx, false);
-    return mt_fsdp_post_forward(module->unit, st);
-}
-
-mt_status mt_module_backward(mt_module *module, void *ctx) {
-    if (!module) return mt_error(MT_ERR_INVALID_ARG, "mt_module_backward: module is NULL");
-    if (!module->unit) return run_user(module, ctx, true);
-    MT_TRY(mt_fsdp_pre_backward(module->unit));
-    mt_status st = run_user(module, ctx, true);
-    return mt_fsdp_post_backward(module->unit, st);
-}
-
 void *mt_module_user(const mt_module *module) { return module ? module->user : NULL; }
 const char *mt_module_name(const mt_module *module) { return module ? module->name : NULL; }
 mt_mesh *mt_module_mesh(const mt_module *module) { return module ? module->mesh : NULL; }
+const char *mt_module_tp_dim(const mt_module *module) { return module ? module->tp_dim : NULL; }
 size_t mt_module_child_count(const mt_module *module) { return module ? module->n_children : 0; }
 mt_module *mt_module_child(const mt_module *module, size_t i) {
     return module && i < module->n_children ? module->children[i] : NULL;
@@ -240,9 +217,7 @@ mt_tp_placement mt_param_tp(const mt_param *param) {
     return param ? param->tp : none;
 }
 void *mt_param_data(mt_param *param) { return param ? param->data : NULL; }
-mt_dtype mt_param_dtype(const mt_param *param) {
-    return param && param->unit ? param->unit->param_dtype : MT_F32;
-}
+mt_dtype mt_param_dtype(const mt_param *param) { return param ? param->dtype : MT_F32; }
 
 mt_status mt_param_read_f32(mt_param *param, float *dst) {
     if (!param || !dst) return mt_error(MT_ERR_INVALID_ARG, "mt_param_read_f32: NULL argument");

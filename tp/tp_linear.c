@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 
+#include <meshtrain/module.h>
 #include <meshtrain/ops.h>
 
 mt_status mt_tp_context(mt_mesh *mesh, mt_tp_ctx *out) {
@@ -13,9 +14,11 @@ mt_status mt_tp_context(mt_mesh *mesh, mt_tp_ctx *out) {
     out->group = NULL;
     out->size = 1;
     out->rank = 0;
-    int d = mt_mesh_dim_index(mesh, "tp");
+    /* The dimension modules place their parameters on (module.h), so that layers and
+     * parameters split alike. */
+    int d = mt_mesh_dim_index(mesh, MT_TP_DIM_DEFAULT);
     if (d < 0) return MT_OK;
-    MT_TRY(mt_mesh_group(mesh, "tp", &out->group));
+    MT_TRY(mt_mesh_group(mesh, MT_TP_DIM_DEFAULT, &out->group));
     out->size = mt_mesh_dim_size(mesh, d);
     out->rank = mt_mesh_coord(mesh, d);
     return MT_OK;

@@ -66,8 +66,6 @@ MT_API bool mt_device_is_fallback(const mt_device *dev);
  * capacity returns MT_ERR_OUT_OF_MEMORY with a message containing "out of memory", the category,
  * the size asked and what is left. Memory is aligned to 256 bytes. */
 MT_API
-MT_API
-MT_API
 mt_status mt_device_alloc(mt_device *dev, size_t bytes, mt_mem_category category, void **out);
 
 /* Frees memory from mt_device_alloc (NULL is ignored). */
@@ -79,8 +77,6 @@ MT_API mt_status mt_device_copy(mt_device *dev, void *dst, const void *src, size
                                 mt_copy_kind kind, mt_stream *stream);
 
 /* Sets bytes of device memory to value. */
-MT_API
-MT_API
 MT_API
 mt_status mt_device_memset(mt_device *dev, void *dst, int value, size_t bytes, mt_stream *stream);
 

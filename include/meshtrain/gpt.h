@@ -46,8 +46,6 @@ MT_API size_t mt_gpt_param_count(const mt_gpt *gpt);
  * (inputs are the first seq, targets the last seq); *loss gets the mean cross-entropy over the
  * batch's tokens; gradients are scaled by grad_scale (1 / micro-batches under accumulation). */
 MT_API
-MT_API
-MT_API
 mt_status mt_gpt_forward_backward(mt_gpt *gpt, const int *tokens, int batch, float grad_scale,
                                   float *loss);
 /* Forward only (evaluation): the mean cross-entropy. */

@@ -37,8 +37,6 @@ typedef struct mt_mesh mt_mesh;
 /* Creates a mesh over every rank of the job (collective over the world). shape and names have
  * ndim entries; names are at most MT_MESH_NAME_MAX - 1 characters. */
 MT_API
-MT_API
-MT_API
 mt_status mt_mesh_create(mt_runtime *rt, int ndim, const int *shape, const char *const *names,
                          mt_mesh **out);
 
@@ -63,8 +61,6 @@ MT_API mt_status mt_mesh_group(const mt_mesh *mesh, const char *name, mt_group *
  * one dimension called flat_name with its own group (collective over the world). The group's
  * ranks are ordered row-major over the flattened dimensions. Later mt_mesh_group(flat_name)
  * returns it; flattening again under the same name with the same dimensions returns it too. */
-MT_API
-MT_API
 MT_API
 mt_status mt_mesh_flatten(mt_mesh *mesh, const char *const *names, int n, const char *flat_name,
                           mt_group **out);

@@ -2,9 +2,11 @@
  * parameters and child modules and provides a forward and a backward function; the program calls
  * mt_module_forward / mt_module_backward on the root, and each module's functions call them on
  * its children in execution order (backward: reverse order). Going through these calls is what
- * lets FSDP gather a unit's parameters before it runs and shard them again afterwards.
+ * runs the hooks registered on a module (mt_module_add_hooks): FSDP's gather a unit's parameters
+ * before it runs and shard them again afterwards.
  *
- * A parameter has a global shape and a placement on the mesh's "tp" dimension: Replicate, or
+ * A parameter has a global shape and a placement on the mesh's tensor-parallel dimension
+ * (MT_TP_DIM_DEFAULT, "tp"; mt_module_tp_dim): Replicate, or
  * Shard(dim) (each tp rank holds global_shape[dim] / tp rows of that dimension). The module holds
  * the tp-local part; its values are set after creation through mt_param_data (f32), before the
  * module is sharded. Data and gradients are valid only while the parameter's unit is unsharded
@@ -27,12 +29,16 @@ extern "C" {
 
 #define MT_PARAM_MAX_DIMS 4
 
+/* The name of the mesh dimension that tp placements (and tp.h's layers) refer to. A mesh without
+ * it has tp size 1. */
+#define MT_TP_DIM_DEFAULT "tp"
+
 typedef struct mt_module mt_module;
 typedef struct mt_param mt_param;
 
 typedef enum mt_tp_kind { MT_TP_REPLICATE = 0, MT_TP_SHARD = 1 } mt_tp_kind;
 
-/* How a parameter is split over the mesh's "tp" dimension. */
+/* How a parameter is split over the mesh's tp dimension. */
 typedef struct mt_tp_placement {
     mt_tp_kind kind;
     int dim; /* with MT_TP_SHARD: the dimension split across tp ranks */
@@ -50,12 +56,11 @@ typedef struct mt_module_ops {
 /* Creates a module on the mesh's runtime and device. ops is copied; user is the module's own
  * state (mt_module_user). name is used in messages. */
 MT_API
-MT_API
-MT_API
 mt_status mt_module_create(mt_mesh *mesh, const char *name, const mt_module_ops *ops, void *user,
                            mt_module **out);
 
-/* Destroys a module, its children and everything FSDP attached to them. */
+/* Destroys a module and its children: first each hook registration's release (latest
+ * registration first), then the children, then the parameters. */
 MT_API void mt_module_destroy(mt_module *module);
 
 /* Adds child as the next child of parent (children run in the order the parent calls them; this
@@ -63,20 +68,60 @@ MT_API void mt_module_destroy(mt_module *module);
 MT_API mt_status mt_module_add_child(mt_module *parent, mt_module *child);
 
 /* Adds a parameter of the given global shape and tp placement; its tp-local values are allocated
- * on the device (category params), zeroed, as f32. Only before the module is sharded. */
-MT_API
-MT_API
+ * on the device (category params), zeroed, as f32. Only before the module, or a module above
+ * it, is sharded (mt_fsdp_shard fixes the parameters of its subtree); the same for children. */
 MT_API
 mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
                               const int64_t *global_shape, mt_tp_placement tp, mt_param **out);
 
-/* Runs the module's forward / backward, with FSDP's work before and after a sharded unit. */
+/* Runs the module's forward / backward: its pre hooks in registration order, its own function
+ * (without one: its children's, backward in reverse order), then its post hooks in reverse
+ * registration order, so that registrations nest like wrappers (the first one registered is the
+ * outermost). A pre hook that fails stops the call: the hooks registered after it do not run, the
+ * post hooks of those registered before it do (given the failure), and the failure is returned. */
 MT_API mt_status mt_module_forward(mt_module *module, void *ctx);
 MT_API mt_status mt_module_backward(mt_module *module, void *ctx);
+
+/* ---- hooks: what libraries (FSDP, checkpointing, offload) and users put around a module ---- */
+
+/* Runs before the module's forward / backward; user is the registration's. A failure (with
+ * mt_error's message) stops the call. */
+typedef mt_status (*mt_module_pre_hook)(mt_module *module, void *user);
+/* Runs after it; status is the outcome so far (the module's own function, then the post hooks
+ * that ran before this one). Returns the new outcome: to keep a failure and its message, return
+ * status untouched after restoring mt_last_error if the hook itself set errors. */
+typedef mt_status (*mt_module_post_hook)(mt_module *module, void *user, mt_status status);
+/* Ends a registration (mt_module_remove_hooks or mt_module_destroy): frees what user holds. */
+typedef void (*mt_module_release_fn)(mt_module *module, void *user);
+
+/* Any member may be NULL. */
+typedef struct mt_module_hooks {
+    mt_module_pre_hook pre_forward;
+    mt_module_post_hook post_forward;
+    mt_module_pre_hook pre_backward;
+    mt_module_post_hook post_backward;
+    mt_module_release_fn release;
+} mt_module_hooks;
+
+/* Registers hooks on module under owner (any address that identifies the caller, e.g. a static
+ * object of the library; at most one registration per owner and module). hooks is copied; user
+ * goes to every hook and to release. Not while the module is running. */
+MT_API
+mt_status mt_module_add_hooks(mt_module *module, const void *owner, const mt_module_hooks *hooks,
+                              void *user);
+
+/* Removes owner's registration from module and calls its release. MT_ERR_INVALID_ARG when owner
+ * has none there, or while the module is running. */
+MT_API mt_status mt_module_remove_hooks(mt_module *module, const void *owner);
+
+/* The user pointer of owner's registration on module; NULL when it has none. */
+MT_API void *mt_module_hooks_user(const mt_module *module, const void *owner);
 
 MT_API void *mt_module_user(const mt_module *module);
 MT_API const char *mt_module_name(const mt_module *module);
 MT_API mt_mesh *mt_module_mesh(const mt_module *module);
+/* The mesh dimension the module's tp placements refer to (MT_TP_DIM_DEFAULT). */
+MT_API const char *mt_module_tp_dim(const mt_module *module);
 MT_API size_t mt_module_child_count(const mt_module *module);
 MT_API mt_module *mt_module_child(const mt_module *module, size_t i);
 MT_API size_t mt_module_param_count(const mt_module *module);

@@ -72,8 +72,6 @@ MT_API mt_status mt_store_compare_set(mt_store *store, const char *key, const vo
 
 /* Waits until every key exists. The timeout error names the keys still missing. */
 MT_API
-MT_API
-MT_API
 mt_status mt_store_wait(mt_store *store, const char *const *keys, int nkeys, double timeout_s);
 
 /* Deletes key; *existed (may be NULL) says whether it was there. */

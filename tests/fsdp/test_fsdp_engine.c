@@ -283,6 +283,14 @@ static mt_fsdp_options env_options(const env *e) {
     return o;
 }
 
+/* The setup of most cases: the toy on the test's mesh, sharded layers first, then the root, with
+ * o (NULL: env_options). */
+static void toy_setup(const env *e, toy *t, const mt_fsdp_options *o) {
+    mt_fsdp_options defaults = env_options(e);
+    CHECK_OK(toy_build(e->mesh, e->c, t));
+    CHECK_OK(toy_shard(t, o ? o : &defaults));
+}
+
 /* Adds 1 to every master value this rank holds (as an optimizer step would) and tells the engine,
  * so that the next gather must show originals + 1. */
 static void shift_masters(toy *t) {
@@ -409,9 +417,7 @@ static void test_no_prefetch(env *e) {
     mt_device *d = c->dev;
     size_t base_p = cur(d, MT_MEM_PARAMS);
     toy t;
-    CHECK_OK(toy_build(e->mesh, c, &t));
-    mt_fsdp_options o = env_options(e);
-    CHECK_OK(toy_shard(&t, &o));
+    toy_setup(e, &t, NULL);
     CHECK_OK(mt_fsdp_set_prefetch(t.root, false));
     int n = e->shard_n;
     for (int s = 0; s < 2; s++) {
@@ -441,11 +447,10 @@ static void test_reshard(env *e, int raf) {
     run_ctx *c = e->c;
     mt_device *d = c->dev;
     size_t base_p = cur(d, MT_MEM_PARAMS);
-    toy t;
-    CHECK_OK(toy_build(e->mesh, c, &t));
     mt_fsdp_options o = env_options(e);
     o.reshard_after_forward = raf;
-    CHECK_OK(toy_shard(&t, &o));
+    toy t;
+    toy_setup(e, &t, &o);
     int n = e->shard_n;
     for (int s = 0; s < 2; s++) {
         CHECK_OK(mt_zero_grad(t.root));
@@ -470,9 +475,7 @@ static void test_accumulation(env *e) {
     mt_device *d = c->dev;
     size_t base_g = cur(d, MT_MEM_GRADS);
     toy t;
-    CHECK_OK(toy_build(e->mesh, c, &t));
-    mt_fsdp_options o = env_options(e);
-    CHECK_OK(toy_shard(&t, &o));
+    toy_setup(e, &t, NULL);
     int n = e->shard_n;
     CHECK_OK(mt_fsdp_set_requires_gradient_sync(t.root, false));
     for (int m = 0; m < 3; m++) {
@@ -497,12 +500,11 @@ static void test_bf16(env *e, mt_dtype reduce) {
     run_ctx *c = e->c;
     mt_device *d = c->dev;
     size_t base_p = cur(d, MT_MEM_PARAMS), base_o = cur(d, MT_MEM_OPTIMIZER);
-    toy t;
-    CHECK_OK(toy_build(e->mesh, c, &t));
     mt_fsdp_options o = env_options(e);
     o.param_dtype = MT_BF16;
     o.reduce_dtype = reduce;
-    CHECK_OK(toy_shard(&t, &o));
+    toy t;
+    toy_setup(e, &t, &o);
     int n = e->shard_n;
     CHECK(mt_param_dtype(t.p[0]) == MT_BF16);
     CHECK_MSG(cur(d, MT_MEM_PARAMS) - base_p == shard_bytes(n, 2), "bf16 shard %zu, expected %zu",
@@ -572,9 +574,7 @@ static void test_failed_backward(env *e) {
     mt_device *d = c->dev;
     size_t base_g = cur(d, MT_MEM_GRADS);
     toy t;
-    CHECK_OK(toy_build(e->mesh, c, &t));
-    mt_fsdp_options o = env_options(e);
-    CHECK_OK(toy_shard(&t, &o));
+    toy_setup(e, &t, NULL);
     int n = e->shard_n;
     for (int s = 0; s < 2; s++) { /* the first pass records the order, the second uses it */
         c->fail_in = t.l[1];
@@ -604,9 +604,7 @@ static void test_unit_twice(env *e) {
     mt_device *d = c->dev;
     size_t base_g = cur(d, MT_MEM_GRADS);
     toy t;
-    CHECK_OK(toy_build(e->mesh, c, &t));
-    mt_fsdp_options o = env_options(e);
-    CHECK_OK(toy_shard(&t, &o));
+    toy_setup(e, &t, NULL);
     int n = e->shard_n;
     const float scale[NU] = {[U_L0] = 1, [U_L1] = 2, [U_L2] = 1, [U_ROOT] = 1};
     c->twice = t.l[1];
@@ -696,9 +694,7 @@ static void test_tp_params(mt_runtime *rt) {
 static int lose_rank(env *e, mt_runtime *rt) {
     run_ctx *c = e->c;
     toy t;
-    CHECK_OK(toy_build(e->mesh, c, &t));
-    mt_fsdp_options o = env_options(e);
-    CHECK_OK(toy_shard(&t, &o));
+    toy_setup(e, &t, NULL);
     CHECK_OK(step(&t, c, 0));
     check_values(c, "lose-rank, the first step");
     CHECK_OK(mt_barrier(mt_runtime_world(rt), NULL));

@@ -64,8 +64,8 @@ static int pick_elements(const float *g, size_t n, int param_no, size_t *idx) {
 
 static int check_param(mt_gpt *gpt, const int *tokens, mt_fsdp_unit *u, mt_param *p,
                        int param_no, const float *grad) {
-    size_t n = mt_param_numel(p);
-    const float *g = grad + p->offset;
+    size_t n = mt_param_numel(p), offset = mt_fsdp_param_offset(u, (size_t)param_no);
+    const float *g = grad + offset;
     float gmax = 0.0f;
     for (size_t i = 0; i < n; i++) gmax = fmaxf(gmax, fabsf(g[i]));
     CHECK_MSG(gmax > 0.0f, "'%s': the gradient is all zero", mt_param_name(p));
@@ -73,7 +73,7 @@ static int check_param(mt_gpt *gpt, const int *tokens, mt_fsdp_unit *u, mt_param
     int count = pick_elements(g, n, param_no, idx);
     double worst = 0.0;
     for (int j = 0; j < count; j++) {
-        float *x = u->master + p->offset + idx[j];
+        float *x = u->master + offset + idx[j];
         float orig = *x, lp = 0.0f, lm = 0.0f;
         *x = orig + EPS;
         TRY(mt_gpt_forward(gpt, tokens, BATCH, &lp));
@@ -101,7 +101,7 @@ static int run(mt_mesh *mesh) {
     o.reshard_after_forward = 1; /* every forward gathers the (perturbed) master again */
     TRY(mt_fsdp_shard(mt_gpt_root(gpt), &o));
     mt_module *root = mt_gpt_root(gpt);
-    mt_fsdp_unit *u = root->unit;
+    mt_fsdp_unit *u = mt_fsdp_unit_of(root);
     CHECK(u && u->nranks == 1 && u->param_dtype == MT_F32);
     if (!u) return 1;
     CHECK_MSG(u->n_params == (size_t)(4 + 12 * LAYERS), "the unit holds %zu parameters",

@@ -126,7 +126,7 @@ static int gather_param(ctx *c, const char *unit_name, mt_param *p, const float 
 
 /* Every parameter of one FSDP unit: its shards all-gathered over dp, then over tp. */
 static int gather_unit(ctx *c, mt_module *m) {
-    mt_fsdp_unit *u = m->unit;
+    mt_fsdp_unit *u = mt_fsdp_unit_of(m);
     if (!u) {
         fprintf(stderr, "module '%s' is not an FSDP unit\n", mt_module_name(m));
         return 1;
@@ -138,7 +138,8 @@ static int gather_unit(ctx *c, mt_module *m) {
     TRYC(mt_all_gather(u->shard, u->grad_shard, g, u->S, MT_F32, NULL));
     for (size_t i = 0; i < u->n_params; i++) {
         mt_param *p = u->params[i];
-        if (gather_param(c, mt_module_name(m), p, v + p->offset, g + p->offset)) return 1;
+        size_t off = mt_fsdp_param_offset(u, i);
+        if (gather_param(c, mt_module_name(m), p, v + off, g + off)) return 1;
     }
     free(v);
     free(g);

@@ -1,0 +1,71 @@
+/* Internal: the module tree's objects, shared by module/ and the libraries built on it (fsdp/,
+ * and next checkpointing, CPU offload, activation checkpointing). What such a library keeps per
+ * module it attaches through a hook registration (mt_module_add_hooks' user, found again with
+ * mt_module_hooks_user), never as fields here. */
+#ifndef MT_MODULE_MODULE_INTERNAL_H
+#define MT_MODULE_MODULE_INTERNAL_H
+
+#include <meshtrain/device.h>
+#include <meshtrain/dtype.h>
+#include <meshtrain/mesh.h>
+#include <meshtrain/module.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct mt_param {
+    char *name;
+    mt_module *owner;
+    int ndim;
+    int64_t global_shape[MT_PARAM_MAX_DIMS];
+    int64_t local_shape[MT_PARAM_MAX_DIMS];
+    mt_tp_placement tp;
+    size_t numel;
+    /* Before sharding: its own f32 allocation (own_data, category params). After a library took
+     * the values over (FSDP): a view into that library's buffer, or NULL while not materialised;
+     * dtype says what the view holds. */
+    void *data;
+    bool own_data;
+    mt_dtype dtype;
+    float *grad; /* a view to accumulate into during the backward that provides one; else NULL */
+};
+
+/* One registration of mt_module_add_hooks. */
+typedef struct mt_module_hook_entry {
+    const void *owner;
+    mt_module_hooks hooks;
+    void *user;
+} mt_module_hook_entry;
+
+struct mt_module {
+    char *name;
+    mt_mesh *mesh;
+    mt_device *dev;
+    const char *tp_dim; /* the mesh dimension tp placements refer to (a static string) */
+    mt_module_ops ops;
+    void *user;
+    mt_module *parent;
+    mt_module **children;
+    size_t n_children, cap_children;
+    mt_param **params;
+    size_t n_params, cap_params;
+    mt_module_hook_entry *hooks; /* in registration order */
+    size_t n_hooks, cap_hooks;
+    int running; /* forward/backward calls in progress: hooks cannot change meanwhile */
+    /* Set when a library fixed the parameters of this subtree in place (FSDP: "an FSDP unit"):
+     * no parameter or child may be added at or below it. Says what, for messages. */
+    const char *sealed_by;
+    const char *sealed_hint; /* what to do instead, for messages */
+};
+
+/* Ends every hook registration of module, latest first (mt_module_destroy). */
+void mt_module_release_hooks(mt_module *module);
+
+/* Fixes the structure of module's subtree (see sealed_by); by and hint must outlive the module
+ * (string literals). */
+void mt_module_seal(mt_module *module, const char *by, const char *hint);
+
+/* The closest module at or above module that is sealed, or NULL. */
+const mt_module *mt_module_sealed_above(const mt_module *module);
+
+#endif

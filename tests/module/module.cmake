@@ -1,0 +1,4 @@
+# Module hooks on one process (module/module_hooks.c): order of pre/post forward/backward hooks
+# and functions, nesting of owners, release, failures, refusals.
+mt_add_unit_test(test_module_hooks SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_module_hooks.c
+                 TIMEOUT 60 LABELS module ENV MT_DEVICE=cpu MT_TIMEOUT_S=30)
