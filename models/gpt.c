@@ -485,7 +485,8 @@ mt_status mt_gpt_create(mt_mesh *mesh, const mt_gpt_config *config, mt_gpt **out
         return mt_error(MT_ERR_INVALID_ARG, "gpt: mesh, config and out must not be NULL");
     *out = NULL;
     mt_tp_ctx tp;
-    MT_TRY(mt_tp_context(mesh, &tp));
+    const char *tp_dim = config->tp_dim ? config->tp_dim : MT_TP_DIM_DEFAULT;
+    MT_TRY(mt_tp_context_dim(mesh, tp_dim, &tp));
     const mt_gpt_config *c = config;
     MT_TRY(check_config(c, tp.size));
     mt_gpt *g = calloc(1, sizeof *g);
@@ -511,6 +512,7 @@ mt_status mt_gpt_create(mt_mesh *mesh, const mt_gpt_config *config, mt_gpt **out
     g->vocab_real = real < g->vocab_local ? real : g->vocab_local;
     static const mt_module_ops root_ops = {.forward = root_forward, .backward = root_backward};
     mt_status st = mt_module_create(mesh, "gpt", &root_ops, g, &g->root);
+    if (st == MT_OK) st = mt_module_set_tp_dim(g->root, tp_dim);
     for (int l = 0; l < c->layers && st == MT_OK; l++) st = add_block(g, mesh, l);
     if (st == MT_OK) st = add_root_params(g);
     if (st != MT_OK) {

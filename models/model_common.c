@@ -68,7 +68,9 @@ mt_status mt_model_add_child(mt_mesh *mesh, mt_module *parent, const char *name,
                              const mt_module_ops *ops, void *user, mt_module **out) {
     mt_module *m = NULL;
     MT_TRY(mt_module_create(mesh, name, ops, user, &m));
-    mt_status st = mt_module_add_child(parent, m);
+    /* A child places its parameters where its parent does. */
+    mt_status st = mt_module_set_tp_dim(m, mt_module_tp_dim(parent));
+    if (st == MT_OK) st = mt_module_add_child(parent, m);
     if (st != MT_OK) {
         mt_module_destroy(m);
         return st;

@@ -31,7 +31,11 @@ mt_status mt_module_create(mt_mesh *mesh, const char *name, const mt_module_ops 
     }
     m->mesh = mesh;
     m->dev = mt_runtime_device(mt_mesh_runtime(mesh));
-    m->tp_dim = MT_TP_DIM_DEFAULT;
+    if (!(m->tp_dim = dup_str(MT_TP_DIM_DEFAULT))) {
+        free(m->name);
+        free(m);
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "module '%s': out of host memory", name);
+    }
     if (ops) m->ops = *ops;
     m->user = user;
     *out = m;
@@ -58,6 +62,7 @@ void mt_module_destroy(mt_module *module) {
     free(module->children);
     free(module->params);
     free(module->name);
+    free(module->tp_dim);
     free(module);
 }
 
@@ -87,9 +92,13 @@ mt_status mt_module_add_child(mt_module *parent, mt_module *child) {
         return mt_error(MT_ERR_INVALID_ARG, "cannot add module '%s' under '%s': '%s' is already "
                         "inside %s (%s)", child->name, parent->name, parent->name,
                         sealed->sealed_by, sealed->sealed_hint);
-    if (parent->mesh != child->mesh || strcmp(parent->tp_dim, child->tp_dim) != 0)
+    if (parent->mesh != child->mesh)
         return mt_error(MT_ERR_INVALID_ARG, "modules '%s' and '%s' are on different meshes",
                         parent->name, child->name);
+    if (strcmp(parent->tp_dim, child->tp_dim) != 0)
+        return mt_error(MT_ERR_INVALID_ARG, "modules '%s' and '%s' place their parameters on "
+                        "different tp dimensions ('%s', '%s')", parent->name, child->name,
+                        parent->tp_dim, child->tp_dim);
     if (parent->n_children == parent->cap_children) {
         size_t cap = parent->cap_children ? parent->cap_children * 2 : 4;
         mt_module **c = realloc(parent->children, cap * sizeof *c);
@@ -194,6 +203,23 @@ void *mt_module_user(const mt_module *module) { return module ? module->user : N
 const char *mt_module_name(const mt_module *module) { return module ? module->name : NULL; }
 mt_mesh *mt_module_mesh(const mt_module *module) { return module ? module->mesh : NULL; }
 const char *mt_module_tp_dim(const mt_module *module) { return module ? module->tp_dim : NULL; }
+
+mt_status mt_module_set_tp_dim(mt_module *module, const char *dim) {
+    if (!module || !dim || !*dim)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_module_set_tp_dim: module and a non-empty "
+                                            "dimension name required");
+    /* Local shapes were computed with the old dimension, and children must agree with it. */
+    if (module->n_params > 0 || module->n_children > 0 || module->parent)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_module_set_tp_dim: module '%s' already has "
+                        "parameters, children or a parent; set the tp dimension right after "
+                        "mt_module_create", module->name);
+    char *copy = dup_str(dim);
+    if (!copy) return mt_error(MT_ERR_OUT_OF_MEMORY, "module '%s': out of host memory",
+                               module->name);
+    free(module->tp_dim);
+    module->tp_dim = copy;
+    return MT_OK;
+}
 size_t mt_module_child_count(const mt_module *module) { return module ? module->n_children : 0; }
 mt_module *mt_module_child(const mt_module *module, size_t i) {
     return module && i < module->n_children ? module->children[i] : NULL;

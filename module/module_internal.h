@@ -41,7 +41,7 @@ struct mt_module {
     char *name;
     mt_mesh *mesh;
     mt_device *dev;
-    const char *tp_dim; /* the mesh dimension tp placements refer to (a static string) */
+    char *tp_dim; /* the mesh dimension tp placements refer to (owned copy) */
     mt_module_ops ops;
     void *user;
     mt_module *parent;

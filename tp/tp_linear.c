@@ -9,16 +9,21 @@
 #include <meshtrain/ops.h>
 
 mt_status mt_tp_context(mt_mesh *mesh, mt_tp_ctx *out) {
-    if (!mesh || !out) return mt_error(MT_ERR_INVALID_ARG, "mt_tp_context: mesh and out required");
+    return mt_tp_context_dim(mesh, MT_TP_DIM_DEFAULT, out);
+}
+
+mt_status mt_tp_context_dim(mt_mesh *mesh, const char *dim, mt_tp_ctx *out) {
+    if (!mesh || !dim || !out)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_tp_context: mesh, dim and out required");
     out->dev = mt_runtime_device(mt_mesh_runtime(mesh));
     out->group = NULL;
     out->size = 1;
     out->rank = 0;
-    /* The dimension modules place their parameters on (module.h), so that layers and
-     * parameters split alike. */
-    int d = mt_mesh_dim_index(mesh, MT_TP_DIM_DEFAULT);
+    /* The model passes the dimension its modules place their parameters on
+     * (mt_module_tp_dim), so that layers and parameters split alike. */
+    int d = mt_mesh_dim_index(mesh, dim);
     if (d < 0) return MT_OK;
-    MT_TRY(mt_mesh_group(mesh, MT_TP_DIM_DEFAULT, &out->group));
+    MT_TRY(mt_mesh_group(mesh, dim, &out->group));
     out->size = mt_mesh_dim_size(mesh, d);
     out->rank = mt_mesh_coord(mesh, d);
     return MT_OK;

@@ -29,6 +29,7 @@ typedef struct mt_gpt_config {
     int seq;     /* tokens per sequence = rows of the position embedding */
     int vocab;   /* 256 (byte level); padded up to a multiple of tp when needed */
     uint64_t seed;
+    const char *tp_dim; /* the mesh dimension of tensor parallelism; NULL: MT_TP_DIM_DEFAULT */
 } mt_gpt_config;
 
 typedef struct mt_gpt mt_gpt;

@@ -120,8 +120,12 @@ MT_API void *mt_module_hooks_user(const mt_module *module, const void *owner);
 MT_API void *mt_module_user(const mt_module *module);
 MT_API const char *mt_module_name(const mt_module *module);
 MT_API mt_mesh *mt_module_mesh(const mt_module *module);
-/* The mesh dimension the module's tp placements refer to (MT_TP_DIM_DEFAULT). */
+/* The mesh dimension the module's tp placements refer to (MT_TP_DIM_DEFAULT unless set). */
 MT_API const char *mt_module_tp_dim(const mt_module *module);
+/* Places the module's parameters on another mesh dimension than MT_TP_DIM_DEFAULT (a mesh named
+ * {"data", "model"}, say). Right after mt_module_create: before parameters, children or a parent;
+ * a child must use its parent's dimension. A mesh without that dimension means tp size 1. */
+MT_API mt_status mt_module_set_tp_dim(mt_module *module, const char *dim);
 MT_API size_t mt_module_child_count(const mt_module *module);
 MT_API mt_module *mt_module_child(const mt_module *module, size_t i);
 MT_API size_t mt_module_param_count(const mt_module *module);

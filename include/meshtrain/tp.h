@@ -31,8 +31,12 @@ typedef struct mt_tp_ctx {
     int rank;        /* this rank's tp coordinate */
 } mt_tp_ctx;
 
-/* The tp context of a mesh: its "tp" dimension's group, or size 1. */
+/* The tp context of a mesh: its MT_TP_DIM_DEFAULT ("tp") dimension's group, or size 1 when the
+ * mesh has no such dimension. */
 MT_API mt_status mt_tp_context(mt_mesh *mesh, mt_tp_ctx *out);
+/* The same for the dimension named dim: a model whose modules use another tp dimension
+ * (mt_module_set_tp_dim) passes that name. */
+MT_API mt_status mt_tp_context_dim(mt_mesh *mesh, const char *dim, mt_tp_ctx *out);
 
 /* The weight is w_dtype (MT_F32 or MT_BF16); everything else, the gradients included, is f32.
  * With MT_BF16 the matrix products take bf16 inputs and accumulate in f32, as

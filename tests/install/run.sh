@@ -37,15 +37,12 @@ public=$(cd "$source_dir/include" && find . -type f | sort)
           <(echo "$installed"); exit 1; }
 python3 "$source_dir/tests/arch/check_exports.py" "$libdir/libmeshtrain.so" "$prefix/include"
 
-# mt_init by hand hosts the store at MASTER_PORT: a port no other test picks.
-run_by_hand() { MASTER_PORT=$((40000 + RANDOM % 20000)) "$@"; }
-
 step "find_package(meshtrain) from $consumer_src"
 cmake -S "$consumer_src" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
       -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=Release > "$work/configure.log" 2>&1 ||
     { cat "$work/configure.log"; exit 1; }
 cmake --build "$work/cmake-build" > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
-run_by_hand "$work/cmake-build/consumer"
+"$work/cmake-build/consumer" # by hand: one process, its own store
 "$work/cmake-build/consumer_cxx"
 step "the consumer under the installed mtrun, 2 ranks"
 "$prefix/bin/mtrun" --standalone --nproc_per_node 2 "$work/cmake-build/consumer"
@@ -59,7 +56,7 @@ echo "install test: pkg-config gives: $pc_flags"
     { echo "install test: pkg-config flags do not point into $prefix" >&2; exit 1; }
 # shellcheck disable=SC2086 # the flags are words on purpose
 "$cc" -std=c11 -o "$work/consumer-pc" "$consumer_src/main.c" $pc_flags -Wl,-rpath,"$libdir"
-run_by_hand "$work/consumer-pc"
+"$work/consumer-pc"
 # shellcheck disable=SC2086
 "${CXX:-c++}" -std=c++17 -o "$work/consumer-pc-cxx" "$consumer_src/main.cpp" $pc_flags \
     -Wl,-rpath,"$libdir"

@@ -1,8 +1,8 @@
 /* Tensor-parallel GPT against its single-rank self (run through mtrun, see tp_gpt.cmake).
  *
- *   test_tp [--tp T] [--vocab V] [--bf16] (--out FILE | --ref FILE)
+ *   test_tp [--tp T] [--vocab V] [--bf16] [--tp-dim NAME] (--out FILE | --ref FILE)
  *
- * The mesh is {"dp", "tp"} = {world / T, T}; the GPT (layers 2, d_model 16, heads 4, seq 8) is
+ * The mesh is {"dp", "tp"} = {world / T, T} ("tp" renamed by --tp-dim); the GPT (layers 2, d_model 16, heads 4, seq 8) is
  * moved off its initialisation by noise defined on the global tensors (so biases and LayerNorm
  * parameters matter), sharded with FSDP over "dp" (each block, then the root) and takes one
  * forward/backward on a global batch of 4 sequences split over dp. Afterwards every parameter's
@@ -37,6 +37,9 @@ static const uint64_t SEED = 1234;
  * only the weights were rounded). */
 static double loss_tol = 1e-5, grad_tol = 1e-4;
 static bool use_bf16;
+/* The mesh's tensor-parallel dimension (--tp-dim): the model must split over it, whatever its
+ * name. */
+static const char *tp_dim = MT_TP_DIM_DEFAULT;
 
 typedef struct gtensor {
     char name[96];
@@ -316,10 +319,25 @@ static size_t expected_params(const mt_gpt_config *g) {
 
 static int run(ctx *c, int vocab, const char *out, const char *ref) {
     mt_gpt_config cfg = {.layers = LAYERS, .d_model = D_MODEL, .heads = HEADS, .seq = SEQ,
-                         .vocab = vocab, .seed = SEED};
+                         .vocab = vocab, .seed = SEED, .tp_dim = tp_dim};
     check_config_errors(c, &cfg);
     mt_gpt *gpt = NULL;
     TRYC(mt_gpt_create(c->mesh, &cfg, &gpt));
+    /* Every module splits over the mesh's tp dimension: a Shard parameter holds 1/tp of it. */
+    mt_module *block0 = mt_gpt_block(gpt, 0);
+    CHECK_MSG(strcmp(mt_module_tp_dim(mt_gpt_root(gpt)), tp_dim) == 0 &&
+                  strcmp(mt_module_tp_dim(block0), tp_dim) == 0,
+              "the model's tp dimension is '%s', the mesh's '%s'",
+              mt_module_tp_dim(mt_gpt_root(gpt)), tp_dim);
+    for (size_t i = 0; i < mt_module_param_count(block0); i++) {
+        mt_param *p = mt_module_param(block0, i);
+        mt_tp_placement pl = mt_param_tp(p);
+        if (pl.kind != MT_TP_SHARD) continue;
+        CHECK_MSG(mt_param_local_dim(p, pl.dim) * c->tp_size == mt_param_global_dim(p, pl.dim),
+                  "'%s' holds %lld of %lld rows on tp %d", mt_param_name(p),
+                  (long long)mt_param_local_dim(p, pl.dim),
+                  (long long)mt_param_global_dim(p, pl.dim), c->tp_size);
+    }
     CHECK_MSG(mt_gpt_param_count(gpt) == expected_params(&cfg), "param count %zu, expected %zu",
               mt_gpt_param_count(gpt), expected_params(&cfg));
     for (int l = 0; l < LAYERS; l++)
@@ -377,11 +395,13 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--vocab") == 0 && v) vocab = atoi(v), i++;
         else if (strcmp(argv[i], "--out") == 0 && v) out = v, i++;
         else if (strcmp(argv[i], "--ref") == 0 && v) ref = v, i++;
+        else if (strcmp(argv[i], "--tp-dim") == 0 && v) tp_dim = v, i++;
         else if (strcmp(argv[i], "--bf16") == 0)
             use_bf16 = true, loss_tol = 1e-3, grad_tol = 2e-2;
         else {
             fprintf(stderr,
-                    "usage: test_tp [--tp T] [--vocab V] [--bf16] (--out FILE | --ref FILE)\n");
+                    "usage: test_tp [--tp T] [--vocab V] [--bf16] [--tp-dim NAME] "
+                    "(--out FILE | --ref FILE)\n");
             return 2;
         }
     }
@@ -395,10 +415,10 @@ int main(int argc, char **argv) {
         mt_finalize(c->rt);
         return 2;
     }
-    const char *names[2] = {"dp", "tp"};
+    const char *names[2] = {"dp", tp_dim};
     TRYC(mt_mesh_create(c->rt, 2, (int[]){world / tp, tp}, names, &c->mesh));
     TRYC(mt_mesh_group(c->mesh, "dp", &c->dp));
-    TRYC(mt_mesh_group(c->mesh, "tp", &c->tp));
+    TRYC(mt_mesh_group(c->mesh, tp_dim, &c->tp));
     c->dp_size = world / tp;
     c->tp_size = tp;
     c->dp_rank = mt_mesh_coord(c->mesh, 0);

@@ -9,9 +9,10 @@ set(MT_TP_PROG ${MT_TEST_BIN}/test_tp)
 set(MT_TP_REF_DIR ${CMAKE_CURRENT_BINARY_DIR})
 
 # name, world size, tp, vocab (255: padded to a multiple of tp, the last rank's slice short),
-# extra option of the compared run (bf16 parameters against the f32 reference).
+# extra option of the compared run (bf16 parameters against the f32 reference; the mesh's tp
+# dimension named "model" instead of "tp").
 foreach(spec "tp2;2;2;256;" "tp4;4;4;256;" "dp2_tp2;4;2;256;" "tp2_padded_vocab;2;2;255;"
-        "dp2_tp2_bf16;4;2;256;--bf16")
+        "dp2_tp2_bf16;4;2;256;--bf16" "tp2_named_dim;2;2;256;--tp-dim model")
   list(GET spec 0 name)
   list(GET spec 1 np)
   list(GET spec 2 tp)
