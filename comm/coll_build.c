@@ -9,7 +9,10 @@
  * group-rank order, so every member computes identical bits. barrier is a dissemination barrier
  * of empty messages.
  */
-#include "comm/transport_internal.h"
+#include "comm/group.h"
+#include "comm/host/ucx.h"
+#include "comm/schedule.h"
+#include "comm/work.h"
 
 #include "core/error.h"
 #include "core/host_alloc.h"

@@ -1,10 +1,10 @@
 /* Internal: the NCCL communicator object shared by comm/nccl/nccl_comm.c (creation, destruction) and
  * comm/nccl/nccl_coll.c (collectives, waiting). NCCL builds only. */
-#ifndef MT_MESH_NCCL_INTERNAL_H
-#define MT_MESH_NCCL_INTERNAL_H
+#ifndef MT_COMM_NCCL_INTERNAL_H
+#define MT_COMM_NCCL_INTERNAL_H
 
 #include "comm/nccl/nccl_comm.h"
-#include "comm/transport_internal.h"
+#include "comm/group.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
