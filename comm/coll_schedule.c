@@ -1,11 +1,12 @@
-/* The schedule engine: an operation is a list of tasks (send, recv, reduce, copy) with
- * dependencies. The progress thread starts each task once its dependencies are done, keeping at
- * most `window` sends and `window` receives of an operation in flight, and runs reductions and
- * copies inline. Algorithms (coll_build.c) only describe the list. */
-#include "comm/reduce.h"
+/* The host backend's schedule engine (comm/schedule.h): an operation is a list of tasks (send,
+ * recv, reduce, copy) with dependencies. The progress thread starts each task once its
+ * dependencies are done, keeping at most `window` sends and `window` receives of an operation in
+ * flight, and runs reductions and copies inline. Algorithms (coll_build.c) only describe the
+ * list. */
 #include "comm/group.h"
 #include "comm/host/shm.h"
 #include "comm/host/ucx.h"
+#include "comm/reduce.h"
 #include "comm/schedule.h"
 #include "comm/work.h"
 

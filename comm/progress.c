@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static void group_ready(mt_transport *tr, mt_group *g) {
