@@ -7,8 +7,9 @@
  * generic work code (comm/work.c) owns a work's allocation, references and the public entry
  * points, and reaches the backend only through w->backend.
  *
- * Entries are called from user threads, at most one at a time per work (a work handle is not
- * shared between threads), and never with a NULL work.
+ * Entries are called from user threads (never the progress thread) and never with a NULL work.
+ * Like the handle they serve, they are not made for concurrent calls on one work: the NCCL
+ * backend's state has no lock.
  */
 #ifndef MT_COMM_BACKEND_H
 #define MT_COMM_BACKEND_H
