@@ -1,13 +1,13 @@
 /* The public collective and point-to-point calls: argument checks, then a work item for the
- * progress thread, or for the group's NCCL communicator when the buffers are GPU memory
- * (comm/nccl/nccl_comm.h). */
-#include "comm/nccl/nccl_comm.h"
-#include "comm/transport_internal.h"
+ * backend that carries the operation (comm/backend.h: the host transport, or the group's NCCL
+ * communicator when the buffers are GPU memory). */
+#include "comm/backend.h"
+#include "comm/group.h"
+#include "comm/work.h"
 
 #include "core/error.h"
 
 #include <stdint.h>
-#include <stdlib.h>
 
 static mt_status check_common(mt_group *g, const char *op, size_t count, mt_dtype dtype,
                               const void *a, const void *b) {
@@ -25,7 +25,9 @@ static mt_status check_common(mt_group *g, const char *op, size_t count, mt_dtyp
 
 static mt_status make(mt_group *g, mt_op_kind kind, const void *send, void *recv, size_t count,
                       mt_dtype dtype, mt_reduce_op rop, int root, mt_work **work) {
-    mt_work *w = mt_work_new(g, kind);
+    const mt_comm_backend *backend;
+    MT_TRY(mt_comm_select_backend(g, kind, send, recv, count, &backend));
+    mt_work *w = mt_work_new(g, kind, backend);
     if (!w) return mt_error(MT_ERR_OUT_OF_MEMORY, "%s: allocating the work", mt_op_name(kind));
     w->send = send;
     w->recv = recv;
@@ -33,19 +35,6 @@ static mt_status make(mt_group *g, mt_op_kind kind, const void *send, void *recv
     w->dtype = dtype;
     w->rop = rop;
     w->root = root;
-    /* Every member routes alike: an empty collective (where a member may pass NULL) always takes
-     * the host transport. */
-    bool use_nccl = false;
-    mt_status st = MT_OK;
-    if (count > 0) st = mt_nccl_route(g, mt_op_name(kind), send, recv, &use_nccl);
-    if (st == MT_OK && use_nccl) {
-        w->refs = 1; /* never seen by the progress thread */
-        st = mt_nccl_enqueue(g, w);
-    }
-    if (st != MT_OK) {
-        free(w);
-        return st;
-    }
     return mt_work_submit_or_wait(w, work);
 }
 

@@ -1,4 +1,5 @@
-/* The algorithms, written as task lists for the schedule engine (coll_schedule.c).
+/* The host backend's algorithms, written as task lists for the schedule engine (coll_schedule.c,
+ * comm/schedule.h).
  *
  * Large messages use rings pipelined in chunks (tr->chunk_bytes, tr->window chunks in flight):
  * all_gather receives straight into the output; reduce_scatter receives a chunk into scratch and
@@ -9,7 +10,10 @@
  * group-rank order, so every member computes identical bits. barrier is a dissemination barrier
  * of empty messages.
  */
-#include "comm/transport_internal.h"
+#include "comm/group.h"
+#include "comm/host/ucx.h"
+#include "comm/schedule.h"
+#include "comm/work.h"
 
 #include "core/error.h"
 #include "core/host_alloc.h"

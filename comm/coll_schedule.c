@@ -1,9 +1,14 @@
-/* The schedule engine: an operation is a list of tasks (send, recv, reduce, copy) with
- * dependencies. The progress thread starts each task once its dependencies are done, keeping at
- * most `window` sends and `window` receives of an operation in flight, and runs reductions and
- * copies inline. Algorithms (coll_build.c) only describe the list. */
+/* The host backend's schedule engine (comm/schedule.h): an operation is a list of tasks (send,
+ * recv, reduce, copy) with dependencies. The progress thread starts each task once its
+ * dependencies are done, keeping at most `window` sends and `window` receives of an operation in
+ * flight, and runs reductions and copies inline. Algorithms (coll_build.c) only describe the
+ * list. */
+#include "comm/group.h"
+#include "comm/host/shm.h"
+#include "comm/host/ucx.h"
 #include "comm/reduce.h"
-#include "comm/transport_internal.h"
+#include "comm/schedule.h"
+#include "comm/work.h"
 
 #include "core/copy_stream.h"
 #include "core/error.h"
@@ -160,7 +165,7 @@ static mt_task *fed_by_peer(mt_work *w, int index) {
     for (int d = 0; d < 3; d++) {
         if (t->deps[d] < 0) continue;
         mt_task *u = &w->tasks[t->deps[d]];
-        if (u->kind == MT_TASK_RECV && u->consumer == index && u->shm_src) return u;
+        if (u->kind == MT_TASK_RECV && u->consumer == index && u->shm.src) return u;
     }
     return NULL;
 }
@@ -170,7 +175,7 @@ static void run_inline(mt_work *w, mt_task *t, int index) {
     case MT_TASK_REDUCE: {
         mt_task *fed = fed_by_peer(w, index);
         mt_reduce_pair(w->dtype, w->rop, t->mode == MT_REDUCE_MODE_FINAL, w->group->size, t->dst,
-                       t->src, fed ? fed->shm_src : t->src2, t->count);
+                       t->src, fed ? fed->shm.src : t->src2, t->count);
         if (fed) mt_shm_release(w->tr, fed);
         break;
     }

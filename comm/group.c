@@ -2,7 +2,9 @@
  * members build one key from the rank list, the name and how many groups with that membership and
  * name this process created before; the lowest member allocates the id with mt_store_add and
  * publishes it under that key, the others wait for it. The world group has id 0. */
-#include "comm/transport_internal.h"
+#include "comm/group.h"
+#include "comm/host/ucx.h"
+#include "comm/schedule.h"
 
 #include "core/error.h"
 

@@ -5,8 +5,8 @@
  * a ring, so a ring rounds once per hop. avg divides the f32 sum by the group size in the final
  * step, before its single rounding.
  */
-#ifndef MT_MESH_REDUCE_H
-#define MT_MESH_REDUCE_H
+#ifndef MT_COMM_REDUCE_H
+#define MT_COMM_REDUCE_H
 
 #include <meshtrain/comm.h>
 #include <meshtrain/dtype.h>

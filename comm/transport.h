@@ -2,10 +2,11 @@
  *
  * It owns the UCX context and worker, the endpoints to every rank (addresses exchanged through
  * the rendezvous store) and the communication progress thread that runs queued group operations.
- * runtime.c creates and destroys it; comm code reaches it through mt_runtime_transport.
+ * runtime.c creates and destroys it; comm code reaches it through mt_runtime_transport. The
+ * object itself is defined in comm/host/ucx.h.
  */
-#ifndef MT_MESH_TRANSPORT_H
-#define MT_MESH_TRANSPORT_H
+#ifndef MT_COMM_TRANSPORT_H
+#define MT_COMM_TRANSPORT_H
 
 #include <meshtrain/comm.h>
 #include <meshtrain/runtime.h>

@@ -12,7 +12,11 @@
  *
  * Runs on the progress thread only. MT_COMM_SHM=0 turns the path off (sends go as data).
  */
-#include "comm/transport_internal.h"
+#include "comm/group.h"
+#include "comm/host/shm.h"
+#include "comm/host/ucx.h"
+#include "comm/schedule.h"
+#include "comm/work.h"
 
 #include "core/copy_stream.h"
 #include "core/error.h"
@@ -43,33 +47,33 @@ static const uint8_t ACK_OK = 1, ACK_FAILED = 2;
 
 mt_status mt_shm_init(mt_transport *tr) {
     const char *env = getenv("MT_COMM_SHM");
-    tr->shm_enabled = !(env && !strcmp(env, "0"));
-    tr->shm_min_bytes = 64u << 10;
-    tr->same_host = calloc((size_t)tr->world, sizeof *tr->same_host);
-    tr->shm_pidfds = malloc((size_t)tr->world * sizeof *tr->shm_pidfds);
-    tr->shm_maps = calloc(SHM_MAP_SLOTS, sizeof *tr->shm_maps);
-    if (!tr->same_host || !tr->shm_pidfds || !tr->shm_maps)
+    tr->shm.enabled = !(env && !strcmp(env, "0"));
+    tr->shm.min_bytes = 64u << 10;
+    tr->shm.same_host = calloc((size_t)tr->world, sizeof *tr->shm.same_host);
+    tr->shm.pidfds = malloc((size_t)tr->world * sizeof *tr->shm.pidfds);
+    tr->shm.maps = calloc(SHM_MAP_SLOTS, sizeof *tr->shm.maps);
+    if (!tr->shm.same_host || !tr->shm.pidfds || !tr->shm.maps)
         return mt_error(MT_ERR_OUT_OF_MEMORY, "allocating the shared-memory path's tables");
     const char *mine = mt_runtime_host_of(tr->rt, tr->rank);
     for (int r = 0; r < tr->world; r++) {
         const char *theirs = mt_runtime_host_of(tr->rt, r);
-        tr->same_host[r] = mine && theirs && strcmp(mine, theirs) == 0;
-        tr->shm_pidfds[r] = -1;
+        tr->shm.same_host[r] = mine && theirs && strcmp(mine, theirs) == 0;
+        tr->shm.pidfds[r] = -1;
     }
     return MT_OK;
 }
 
 void mt_shm_close(mt_transport *tr) {
-    for (int i = 0; tr->shm_maps && i < tr->shm_nmaps; i++)
-        munmap(tr->shm_maps[i].base, tr->shm_maps[i].size);
-    for (int r = 0; tr->shm_pidfds && r < tr->world; r++)
-        if (tr->shm_pidfds[r] >= 0) close(tr->shm_pidfds[r]);
-    free(tr->shm_maps);
-    free(tr->shm_pidfds);
-    free(tr->same_host);
-    tr->shm_maps = NULL;
-    tr->shm_pidfds = NULL;
-    tr->same_host = NULL;
+    for (int i = 0; tr->shm.maps && i < tr->shm.nmaps; i++)
+        munmap(tr->shm.maps[i].base, tr->shm.maps[i].size);
+    for (int r = 0; tr->shm.pidfds && r < tr->world; r++)
+        if (tr->shm.pidfds[r] >= 0) close(tr->shm.pidfds[r]);
+    free(tr->shm.maps);
+    free(tr->shm.pidfds);
+    free(tr->shm.same_host);
+    tr->shm.maps = NULL;
+    tr->shm.pidfds = NULL;
+    tr->shm.same_host = NULL;
 }
 
 /* An ack travels from the reader (group rank `reader`) to the sender: the tag the reader's own
@@ -86,10 +90,10 @@ uint64_t mt_shm_recv_mask(const mt_task *task) {
 /* ---- sender ---------------------------------------------------------------------------------- */
 
 static void shm_part_done(mt_task *task, ucs_status_t status) {
-    if (status != UCS_OK && task->shm_status == UCS_OK) task->shm_status = status;
-    if (--task->shm_parts > 0) return;
-    ucs_status_t st = task->shm_status;
-    if (st == UCS_OK && task->ack_byte != ACK_OK) {
+    if (status != UCS_OK && task->shm.status == UCS_OK) task->shm.status = status;
+    if (--task->shm.parts > 0) return;
+    ucs_status_t st = task->shm.status;
+    if (st == UCS_OK && task->shm.ack_byte != ACK_OK) {
         char who[160];
         mt_work *w = task->work;
         mt_describe_rank(w->tr, mt_group_global_rank(w->group, task->peer), who, sizeof who);
@@ -109,7 +113,7 @@ static void desc_sent_cb(void *request, ucs_status_t status, void *user_data) {
 static void ack_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
                    void *user_data) {
     mt_task *task = user_data;
-    task->ack_req = NULL;
+    task->shm.ack_req = NULL;
     shm_part_done(task, status);
     ucp_request_free(request);
 }
@@ -122,15 +126,15 @@ static void part_posted(mt_task *task, void *req, void **slot) {
 }
 
 bool mt_shm_try_send(mt_transport *tr, mt_task *task, uint64_t tag, int peer_global) {
-    if (!tr->shm_enabled || !tr->same_host[peer_global] || peer_global == tr->rank ||
-        task->bytes < tr->shm_min_bytes)
+    if (!tr->shm.enabled || !tr->shm.same_host[peer_global] || peer_global == tr->rank ||
+        task->bytes < tr->shm.min_bytes)
         return false;
     if (!mt_device_shared_range(mt_runtime_device(tr->rt), task->src, task->bytes,
-                                &task->shm_desc))
+                                &task->shm.desc))
         return false;
-    task->shm_parts = 2;
-    task->shm_status = UCS_OK;
-    task->ack_byte = 0;
+    task->shm.parts = 2;
+    task->shm.status = UCS_OK;
+    task->shm.ack_byte = 0;
     ucp_request_param_t param;
     memset(&param, 0, sizeof param);
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -139,35 +143,37 @@ bool mt_shm_try_send(mt_transport *tr, mt_task *task, uint64_t tag, int peer_glo
     param.user_data = task;
     uint64_t ack_tag = ack_tag_of(task->work, task->peer, task->sub);
     param.cb.recv = ack_cb;
-    part_posted(task, ucp_tag_recv_nbx(tr->worker, &task->ack_byte, 1, ack_tag, UINT64_MAX, &param),
-                &task->ack_req);
+    part_posted(task, ucp_tag_recv_nbx(tr->worker, &task->shm.ack_byte, 1, ack_tag, UINT64_MAX,
+                                       &param),
+                &task->shm.ack_req);
     param.cb.send = desc_sent_cb;
-    part_posted(task, ucp_tag_send_nbx(tr->eps[peer_global], &task->shm_desc, sizeof task->shm_desc,
-                                       tag | MT_TAG_DESC_BIT, &param), &task->req);
+    part_posted(task, ucp_tag_send_nbx(tr->eps[peer_global], &task->shm.desc,
+                                       sizeof task->shm.desc, tag | MT_TAG_DESC_BIT, &param),
+                &task->req);
     return true;
 }
 
 /* ---- receiver -------------------------------------------------------------------------------- */
 
 static void *map_block(mt_transport *tr, int peer, const mt_shm_ref *ref, char *why, size_t cap) {
-    mt_shm_map *maps = tr->shm_maps;
+    mt_shm_map *maps = tr->shm.maps;
     int victim = 0;
-    for (int i = 0; i < tr->shm_nmaps; i++) {
+    for (int i = 0; i < tr->shm.nmaps; i++) {
         if (maps[i].peer == peer && maps[i].serial == ref->serial) {
-            maps[i].used = ++tr->shm_clock;
+            maps[i].used = ++tr->shm.clock;
             return maps[i].base;
         }
         if (maps[i].used < maps[victim].used) victim = i;
     }
-    if (tr->shm_pidfds[peer] < 0) {
+    if (tr->shm.pidfds[peer] < 0) {
         int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)ref->pid, 0);
         if (pidfd < 0) {
             snprintf(why, cap, "pidfd_open(%d): %s", (int)ref->pid, strerror(errno));
             return NULL;
         }
-        tr->shm_pidfds[peer] = pidfd;
+        tr->shm.pidfds[peer] = pidfd;
     }
-    int fd = (int)syscall(SYS_pidfd_getfd, tr->shm_pidfds[peer], ref->fd, 0);
+    int fd = (int)syscall(SYS_pidfd_getfd, tr->shm.pidfds[peer], ref->fd, 0);
     if (fd < 0) {
         snprintf(why, cap, "pidfd_getfd(pid %d, fd %d): %s (ptrace permission is needed, as for "
                  "UCX's cma)", (int)ref->pid, (int)ref->fd, strerror(errno));
@@ -182,14 +188,14 @@ static void *map_block(mt_transport *tr, int peer, const mt_shm_ref *ref, char *
         return NULL;
     }
     int slot;
-    if (tr->shm_nmaps < SHM_MAP_SLOTS) {
-        slot = tr->shm_nmaps++;
+    if (tr->shm.nmaps < SHM_MAP_SLOTS) {
+        slot = tr->shm.nmaps++;
     } else {
         slot = victim; /* copies are synchronous: nothing reads it now */
         munmap(maps[slot].base, maps[slot].size);
     }
     maps[slot] = (mt_shm_map){.peer = peer, .serial = ref->serial, .base = base,
-                              .size = ref->block_size, .used = ++tr->shm_clock};
+                              .size = ref->block_size, .used = ++tr->shm.clock};
     return base;
 }
 
@@ -214,7 +220,7 @@ static void send_ack(mt_transport *tr, mt_task *task, bool ok) {
 }
 
 void mt_shm_release(mt_transport *tr, mt_task *recv_task) {
-    recv_task->shm_src = NULL;
+    recv_task->shm.src = NULL;
     send_ack(tr, recv_task, true);
 }
 
@@ -237,7 +243,7 @@ ucs_status_t mt_shm_receive(mt_transport *tr, mt_task *task, size_t length) {
     }
     if (base && task->consumer >= 0 && !w->failing) {
         /* The reduction reads the peer's bytes where they are; it acks when it ran. */
-        task->shm_src = base + ref.offset;
+        task->shm.src = base + ref.offset;
         return UCS_OK;
     }
     if (base && task->feeds_reduce) memcpy(task->dst, base + ref.offset, task->bytes);

@@ -9,7 +9,12 @@
  *
  * UCX_* variables are honoured as UCX reads them (ucp_config_read with no overrides).
  */
-#include "comm/transport_internal.h"
+#include "comm/group.h"
+#include "comm/host/shm.h"
+#include "comm/host/ucx.h"
+#include "comm/progress.h"
+#include "comm/schedule.h"
+#include "comm/work.h"
 
 #include "core/error.h"
 
@@ -133,10 +138,10 @@ mt_status mt_transport_post(mt_transport *tr, mt_task *task) {
 
 void mt_transport_cancel(mt_transport *tr, mt_task *task) {
     /* A finished receive whose reduction never ran still owes its sender the ack. */
-    if (task->kind == MT_TASK_RECV && task->shm_src) mt_shm_release(tr, task);
+    if (task->kind == MT_TASK_RECV && task->shm.src) mt_shm_release(tr, task);
     if (task->state != MT_TASK_POSTED) return;
     if (task->req) ucp_request_cancel(tr->worker, task->req);
-    if (task->ack_req) ucp_request_cancel(tr->worker, task->ack_req);
+    if (task->shm.ack_req) ucp_request_cancel(tr->worker, task->shm.ack_req);
 }
 
 static mt_status ucs_fail(ucs_status_t s, const char *what) {

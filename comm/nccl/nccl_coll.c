@@ -1,9 +1,14 @@
-/* Collectives on a mesh dimension's NCCL communicator (comm/nccl/nccl_comm.h): which path a
- * collective takes, queueing it on the communicator's stream behind the compute queued so far, and
- * waiting for it with NCCL's asynchronous errors and MT_TIMEOUT_S in view. */
-#include "comm/nccl/nccl_comm.h"
-#include "comm/transport_internal.h"
+/* The NCCL backend (comm/backend.h): collectives on a mesh dimension's NCCL communicator
+ * (comm/nccl/nccl_comm.h), queued on the communicator's stream behind the compute queued so far,
+ * and waited for with NCCL's asynchronous errors and MT_TIMEOUT_S in view. NCCL builds only; the
+ * file is empty otherwise. */
+#ifdef MT_HAVE_NCCL
+#include "comm/backend.h"
+#include "comm/group.h"
+#include "comm/nccl/nccl_internal.h"
+#include "comm/work.h"
 
+#include "core/cuda/cuda_internal.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -12,71 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#ifdef MT_HAVE_CUDA
-#include <cuda_runtime.h>
-
-/* True for memory the GPU addresses directly (cudaMalloc, managed); pinned or plain host memory
- * is host memory for this purpose: the host transport can read it. */
-static bool on_gpu(const void *p) {
-    if (!p) return false;
-    struct cudaPointerAttributes attr;
-    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-        (void)cudaGetLastError(); /* not CUDA's: clear the sticky-free error and call it host */
-        return false;
-    }
-    return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
-}
-
-mt_status mt_nccl_route(mt_group *g, const char *op, const void *a, const void *b,
-                        bool *use_nccl) {
-    *use_nccl = false;
-    mt_device *dev = mt_runtime_device(g->rt);
-    if (!dev || mt_device_get_kind(dev) != MT_DEVICE_CUDA) return MT_OK;
-    /* On the rank's GPU: a thread that never selected one would make a context on GPU 0. */
-    if (cudaSetDevice(mt_device_index(dev)) != cudaSuccess) {
-        cudaError_t e = cudaGetLastError();
-        return mt_error(MT_ERR_COMM, "%s on group '%s': cannot select GPU %d: %s", op, g->name,
-                        mt_device_index(dev), cudaGetErrorString(e));
-    }
-    bool ga = on_gpu(a), gb = b == a ? ga : on_gpu(b);
-    if (!ga && !gb) return MT_OK;
-    if ((a && !ga) || (b && !gb))
-        return mt_error(MT_ERR_INVALID_ARG, "%s on group '%s': one buffer is GPU memory and the "
-                        "other host memory; both must be on the same side", op, g->name);
-    if (!g->nccl)
-        return mt_error(MT_ERR_INVALID_ARG, "%s on group '%s': the buffers are GPU memory but the "
-                        "group has no NCCL communicator (%s); use a mesh dimension's group for "
-                        "GPU buffers, or host buffers", op, g->name,
-#ifdef MT_HAVE_NCCL
-                        g->is_world ? "the world group carries host memory only"
-                                    : "only a mesh's groups have one"
-#else
-                        "this build has no NCCL"
-#endif
-        );
-    /* One stream per communicator: a send and a receive between two ranks queued one after the
-     * other would each wait for the other's peer. Until an API issues them together (an NCCL
-     * group), point-to-point stays on host buffers. */
-    if (!strcmp(op, "send") || !strcmp(op, "recv"))
-        return mt_error(MT_ERR_UNSUPPORTED, "%s on group '%s': point-to-point on GPU buffers is "
-                        "not supported yet (a send and a receive on one stream can deadlock); "
-                        "copy to host memory", op, g->name);
-    *use_nccl = true;
-    return MT_OK;
-}
-#else
-mt_status mt_nccl_route(mt_group *g, const char *op, const void *a, const void *b,
-                        bool *use_nccl) {
-    (void)g, (void)op, (void)a, (void)b;
-    *use_nccl = false;
-    return MT_OK;
-}
-#endif
-
-#ifdef MT_HAVE_NCCL
-#include "core/cuda/cuda_internal.h"
-#include "comm/nccl/nccl_internal.h"
 
 struct mt_nccl_op {
     mt_nccl_comm *comm;
@@ -91,7 +31,7 @@ static ncclDataType_t nccl_dtype(mt_dtype dt) {
     return dt == MT_BF16 ? ncclBfloat16 : ncclFloat32;
 }
 
-static ncclRedOp_t nccl_op(mt_reduce_op op) {
+static ncclRedOp_t nccl_redop(mt_reduce_op op) {
     switch (op) {
     case MT_REDUCE_AVG: return ncclAvg;
     case MT_REDUCE_MAX: return ncclMax;
@@ -117,7 +57,7 @@ static ncclResult_t issue(mt_nccl_comm *c, const mt_work *w) {
     ncclComm_t comm = c->comm;
     cudaStream_t s = c->stream;
     ncclDataType_t dt = nccl_dtype(w->dtype);
-    ncclRedOp_t rop = split_avg(w) ? ncclSum : nccl_op(w->rop);
+    ncclRedOp_t rop = split_avg(w) ? ncclSum : nccl_redop(w->rop);
     switch (w->kind) {
     case MT_OP_ALL_GATHER: return ncclAllGather(w->send, w->recv, w->count, dt, comm, s);
     case MT_OP_REDUCE_SCATTER:
@@ -131,7 +71,8 @@ static ncclResult_t issue(mt_nccl_comm *c, const mt_work *w) {
     }
 }
 
-mt_status mt_nccl_enqueue(mt_group *g, mt_work *w) {
+static mt_status nccl_submit(mt_work *w) {
+    mt_group *g = w->group;
     mt_nccl_comm *c = g->nccl;
     char what[200];
     describe(w, what, sizeof what);
@@ -192,7 +133,7 @@ mt_status mt_nccl_enqueue(mt_group *g, mt_work *w) {
         free(op);
         return st;
     }
-    w->nccl_op = op;
+    w->backend_data = op;
     c->live_ops++;
     return MT_OK;
 }
@@ -206,7 +147,7 @@ static mt_status finish(struct mt_nccl_op *op, mt_status status, const char *msg
 
 /* One look at the work: 1 done (status in op), 0 still running, -1 failed (returned in *st). */
 static int poll_once(mt_work *w, mt_status *st) {
-    struct mt_nccl_op *op = w->nccl_op;
+    struct mt_nccl_op *op = w->backend_data;
     mt_nccl_comm *c = op->comm;
     char msg[MT_NCCL_MSG_CAP];
     if (op->finished) {
@@ -245,8 +186,9 @@ static int poll_once(mt_work *w, mt_status *st) {
     return 0;
 }
 
-mt_status mt_nccl_work_wait(mt_work *w, double timeout_s) {
-    if (timeout_s < 0) timeout_s = mt_runtime_timeout(w->nccl_op->comm->rt);
+static mt_status nccl_wait(mt_work *w, double timeout_s) {
+    struct mt_nccl_op *op = w->backend_data;
+    if (timeout_s < 0) timeout_s = mt_runtime_timeout(op->comm->rt);
     double deadline = mt_nccl_now_s() + timeout_s;
     mt_status st = MT_OK;
     for (long polls = 0;; polls++) {
@@ -261,48 +203,41 @@ mt_status mt_nccl_work_wait(mt_work *w, double timeout_s) {
     }
     char msg[MT_NCCL_MSG_CAP];
     snprintf(msg, sizeof msg, "%s: not complete after %g s (MT_TIMEOUT_S): a member did not "
-             "join it or is stuck; the communicator was aborted", w->nccl_op->what, timeout_s);
-    mt_status broken = mt_nccl_break(w->nccl_op->comm, MT_ERR_TIMEOUT, msg);
-    return finish(w->nccl_op, broken, msg);
+             "join it or is stuck; the communicator was aborted", op->what, timeout_s);
+    mt_status broken = mt_nccl_break(op->comm, MT_ERR_TIMEOUT, msg);
+    return finish(op, broken, msg);
 }
 
-mt_status mt_nccl_work_test(mt_work *w, bool *done) {
+static mt_status nccl_test(mt_work *w, bool *done) {
     mt_status st = MT_OK;
     *done = poll_once(w, &st) != 0;
     return st;
 }
 
-void mt_nccl_work_release(mt_work *w) {
-    struct mt_nccl_op *op = w->nccl_op;
+static void nccl_release(mt_work *w) {
+    struct mt_nccl_op *op = w->backend_data;
     if (!op) return;
-    if (!op->finished && mt_nccl_work_wait(w, -1) != MT_OK)
+    if (!op->finished && mt_work_wait(w, -1) != MT_OK)
         mt_log(MT_LOG_WARN, "freeing unfinished NCCL work: %s", mt_last_error());
     cudaEventDestroy(op->done);
     mt_nccl_comm *c = op->comm;
     free(op);
-    w->nccl_op = NULL;
+    w->backend_data = NULL;
     /* The mesh was destroyed before this work was freed: the last one frees the communicator. */
     if (--c->live_ops == 0 && c->orphaned) free(c);
 }
 
-#else /* no NCCL: mt_nccl_route never picks it, so these are never reached */
+/* The wait that timed out aborted the communicator, which ends the operation: nothing is left to
+ * abandon. */
+static void nccl_cancel(mt_work *w) { (void)w; }
 
-mt_status mt_nccl_enqueue(mt_group *g, mt_work *w) {
-    (void)w;
-    return mt_error(MT_ERR_INTERNAL, "group '%s': this build has no NCCL", g->name);
-}
-
-mt_status mt_nccl_work_wait(mt_work *w, double timeout_s) {
-    (void)w, (void)timeout_s;
-    return mt_error(MT_ERR_INTERNAL, "NCCL work in a build without NCCL");
-}
-
-mt_status mt_nccl_work_test(mt_work *w, bool *done) {
-    (void)w;
-    *done = true;
-    return mt_error(MT_ERR_INTERNAL, "NCCL work in a build without NCCL");
-}
-
-void mt_nccl_work_release(mt_work *w) { (void)w; }
+const mt_comm_backend mt_nccl_backend = {
+    .name = "nccl",
+    .submit = nccl_submit,
+    .test = nccl_test,
+    .wait = nccl_wait,
+    .cancel = nccl_cancel,
+    .release = nccl_release,
+};
 
 #endif

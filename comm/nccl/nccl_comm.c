@@ -17,8 +17,9 @@
 #include <time.h>
 
 #ifdef MT_HAVE_NCCL
-#include "core/cuda/cuda_internal.h"
+#include "comm/group.h"
 #include "comm/nccl/nccl_internal.h"
+#include "core/cuda/cuda_internal.h"
 
 double mt_nccl_now_s(void) {
     struct timespec ts;

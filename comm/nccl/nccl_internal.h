@@ -1,10 +1,9 @@
-/* Internal: the NCCL communicator object shared by comm/nccl/nccl_comm.c (creation, destruction) and
- * comm/nccl/nccl_coll.c (collectives, waiting). NCCL builds only. */
-#ifndef MT_MESH_NCCL_INTERNAL_H
-#define MT_MESH_NCCL_INTERNAL_H
+/* Internal: the NCCL communicator object shared by comm/nccl/nccl_comm.c (creation, destruction)
+ * and comm/nccl/nccl_coll.c (the NCCL backend: collectives, waiting). NCCL builds only. */
+#ifndef MT_COMM_NCCL_INTERNAL_H
+#define MT_COMM_NCCL_INTERNAL_H
 
 #include "comm/nccl/nccl_comm.h"
-#include "comm/transport_internal.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>

@@ -1,4 +1,4 @@
-# Host collectives over UCX (comm/host/ucx.c, progress.c, group.c, coll_*.c), run
+# Host collectives: the host backend (comm/host/, comm/progress.c, group.c, coll_*.c), run
 # through mtrun as a user would: every collective x {f32, bf16} x sizes from 0 to 64 MiB (total
 # buffer) x group sizes 1, 2, 3, 4, 8; about a minute and a half on 2 cores.
 mt_add_test_program(test_collectives ${CMAKE_CURRENT_LIST_DIR}/test_collectives.c)

@@ -1,0 +1,137 @@
+/* The host backend (comm/backend.h): work queued for the progress thread (comm/progress.c),
+ * which runs its schedule over UCX and shared memory; waiters sleep on the transport's done_cv
+ * until the thread publishes the result under tr->mu. */
+#include "comm/backend.h"
+#include "comm/group.h"
+#include "comm/host/ucx.h"
+
+#include "core/error.h"
+
+#include <meshtrain/log.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <time.h>
+
+/* Queues the work for the progress thread, which takes a reference until it is done with it. */
+static mt_status host_submit(mt_work *w) {
+    mt_transport *tr = w->tr;
+    pthread_mutex_lock(&tr->mu);
+    if (tr->stop) {
+        pthread_mutex_unlock(&tr->mu);
+        return mt_error(MT_ERR_INVALID_ARG, "%s on group '%s': the transport is shutting down",
+                        mt_op_name(w->kind), w->group->name);
+    }
+    mt_group *g = w->group;
+    g->pending++;
+    if (w->kind == MT_OP_SEND) w->seq = g->p2p_send_seq[w->root]++;
+    else if (w->kind == MT_OP_RECV) w->seq = g->p2p_recv_seq[w->root]++;
+    else w->seq = g->next_seq++;
+    atomic_fetch_add(&w->refs, 1);
+    w->next = NULL;
+    if (tr->queue_tail) tr->queue_tail->next = w;
+    else tr->queue_head = w;
+    tr->queue_tail = w;
+    pthread_mutex_unlock(&tr->mu);
+    ucp_worker_signal(tr->worker);
+    return MT_OK;
+}
+
+static void deadline_after(struct timespec *ts, double seconds) {
+    clock_gettime(CLOCK_REALTIME, ts);
+    double whole = floor(seconds);
+    ts->tv_sec += (time_t)whole;
+    ts->tv_nsec += (long)((seconds - whole) * 1e9);
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+static mt_status finished_status(mt_work *w) {
+    if (w->status == MT_OK) return MT_OK;
+    return mt_error(w->status, "%s", w->errmsg);
+}
+
+/* On a timeout, names what the work waited for and makes the group unusable: its members are
+ * out of step from here on. */
+static mt_status host_wait(mt_work *w, double timeout_s) {
+    mt_transport *tr = w->tr;
+    if (timeout_s < 0) timeout_s = mt_runtime_timeout(tr->rt);
+    struct timespec deadline;
+    deadline_after(&deadline, timeout_s);
+    pthread_mutex_lock(&tr->mu);
+    while (!w->done) {
+        int rc = pthread_cond_timedwait(&tr->done_cv, &tr->mu, &deadline);
+        if (rc == ETIMEDOUT && !w->done) break;
+    }
+    if (w->done) {
+        mt_status st = finished_status(w);
+        pthread_mutex_unlock(&tr->mu);
+        return st;
+    }
+    mt_group *g = w->group;
+    char prefix[160], msg[MT_ERRMSG_CAP], who[200];
+    mt_work_describe(w, prefix, sizeof prefix);
+    int peer = atomic_load(&w->waiting_peer);
+    if (!w->started && g->running != NULL)
+        snprintf(who, sizeof who, "an earlier operation on the group to finish");
+    else if (peer >= 0)
+        mt_describe_rank(tr, g->ranks[peer], who, sizeof who);
+    else
+        snprintf(who, sizeof who, "the operation to start");
+    snprintf(msg, sizeof msg, "%s: timed out after %g s waiting for %s", prefix, timeout_s, who);
+    if (!atomic_load(&g->failed)) {
+        snprintf(g->fail_msg, sizeof g->fail_msg, "%s", msg);
+        atomic_store(&g->failed, true);
+    }
+    pthread_mutex_unlock(&tr->mu);
+    return mt_error(MT_ERR_TIMEOUT, "%s", msg);
+}
+
+static mt_status host_test(mt_work *w, bool *done) {
+    mt_transport *tr = w->tr;
+    pthread_mutex_lock(&tr->mu);
+    mt_status st = MT_OK;
+    if (w->done) {
+        *done = true;
+        st = finished_status(w);
+    }
+    pthread_mutex_unlock(&tr->mu);
+    return st;
+}
+
+/* The progress thread fails the work (MT_ERR_TIMEOUT), cancels its requests and publishes it
+ * once its receives are cancelled (comm/progress.c, advance_active). */
+static void host_cancel(mt_work *w) {
+    atomic_store(&w->abort_requested, true);
+    ucp_worker_signal(w->tr->worker);
+}
+
+static void host_release(mt_work *w) {
+    mt_transport *tr = w->tr;
+    pthread_mutex_lock(&tr->mu);
+    bool done = w->done;
+    pthread_mutex_unlock(&tr->mu);
+    if (!done && !atomic_load(&w->abort_requested)) {
+        /* Still running: wait (bounded) so that buffers are not released under UCX. */
+        mt_status st = mt_work_wait(w, -1);
+        if (st != MT_OK) mt_log(MT_LOG_WARN, "freeing unfinished work: %s", mt_last_error());
+    }
+    if (!done) {
+        /* An abandoned work completes as soon as the progress thread cancelled its receives. */
+        pthread_mutex_lock(&tr->mu);
+        while (!w->done) pthread_cond_wait(&tr->done_cv, &tr->mu);
+        pthread_mutex_unlock(&tr->mu);
+    }
+}
+
+const mt_comm_backend mt_host_backend = {
+    .name = "host",
+    .submit = host_submit,
+    .test = host_test,
+    .wait = host_wait,
+    .cancel = host_cancel,
+    .release = host_release,
+};

@@ -1,0 +1,89 @@
+/* Internal: the UCX host transport (comm/host/ucx.c): the transport object, the tag layout of
+ * its messages and posting a schedule's messages on the worker.
+ *
+ * Threading: user threads only build work items, queue them (transport->mu) and call
+ * ucp_worker_signal; everything that touches the UCX worker, endpoints or a running operation's
+ * schedule runs on the progress thread (comm/progress.h). Completion is published under
+ * transport->mu and waiters sleep on transport->done_cv.
+ */
+#ifndef MT_COMM_HOST_UCX_H
+#define MT_COMM_HOST_UCX_H
+
+#include "comm/host/shm.h"
+#include "comm/transport.h"
+
+#include <meshtrain/comm.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <ucp/api/ucp.h>
+
+struct mt_task;
+
+/* Tag layout (64 bits): group id 16 | p2p 1 | sequence 15 | sender group rank 12 | desc 1 |
+ * ack 1 | sub 18. Different groups, operations, senders and chunks never match each other. The
+ * desc bit marks a shared-memory descriptor sent instead of the data (comm/host/shm.c): receives
+ * ignore it so that either form matches; the ack bit marks the receiver's reply to one. */
+#define MT_TAG_GROUP_SHIFT 48
+#define MT_TAG_P2P_BIT (UINT64_C(1) << 47)
+#define MT_TAG_SEQ_SHIFT 32
+#define MT_TAG_SEQ_MASK 0x7fffu
+#define MT_TAG_SRC_SHIFT 20
+#define MT_TAG_SRC_MASK 0xfffu
+#define MT_TAG_SUB_MASK 0x3ffffu
+#define MT_TAG_ACK_BIT (UINT64_C(1) << 18)
+#define MT_TAG_DESC_BIT (UINT64_C(1) << 19)
+/* The sender's group rank has 12 bits of the tag. */
+#define MT_GROUP_MAX_RANKS 4096
+
+/* Groups created per (membership, name), so that members agree on each group's store key. */
+typedef struct mt_membership_count {
+    uint64_t hash;
+    char name[64];
+    int count;
+    struct mt_membership_count *next;
+} mt_membership_count;
+
+struct mt_transport {
+    mt_runtime *rt;
+    int rank, world;
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_ep_h *eps;
+    ucs_status_t *ep_status; /* progress thread: UCS_OK or the error the endpoint reported */
+    void *ep_args;           /* per-peer context of the endpoint error callbacks */
+    int efd;
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t done_cv;
+    struct mt_work *queue_head, *queue_tail; /* submitted, not seen by the progress thread */
+    bool stop;
+
+    /* progress thread only */
+    struct mt_work *active;     /* running operations (collectives heads and p2p) */
+    struct mt_group *ready;     /* groups whose FIFO may start a collective */
+    struct mt_work *zombies;    /* failed work left when the thread stopped */
+    size_t chunk_bytes;
+    int window;
+    size_t small_bytes;
+
+    mt_shm_path shm; /* shared-memory path between ranks of one host (comm/host/shm.c) */
+
+    mt_membership_count *memberships; /* under mu */
+    mt_group *world_group;
+};
+
+uint64_t mt_tag_make(const mt_group *group, bool p2p, uint32_t seq, int src, uint32_t sub);
+/* Posts a task's message on the worker (progress thread). */
+mt_status mt_transport_post(mt_transport *tr, struct mt_task *task);
+/* Cancels a task's outstanding requests (progress thread, failing work). */
+void mt_transport_cancel(mt_transport *tr, struct mt_task *task);
+/* Marks a SEND/RECV task finished (progress thread): counters, and the work's failure. */
+void mt_task_done(struct mt_task *task, ucs_status_t status);
+/* Describes a global rank for messages: "rank 2 (host x/0)". */
+void mt_describe_rank(mt_transport *tr, int global_rank, char *out, size_t cap);
+
+#endif
