@@ -1,13 +1,22 @@
-/* Host collectives over process groups (UCX transport).
+/* Collectives and point-to-point over process groups.
  *
- * Every operation is asynchronous: it queues the work for the process's communication progress
- * thread and returns a handle to wait on (pass NULL to wait before returning). Operations on one
- * group run in the order they were issued; every member must issue the same operations on the
- * group in the same order. Buffers are host memory (the CPU device's memory) and must stay valid
+ * Every operation is asynchronous: it queues the work and returns a handle to wait on (pass NULL
+ * to wait before returning). Operations on one group run in the order they were issued; every
+ * member must issue the same operations on the group in the same order. Buffers must stay valid
  * until the work completes.
  *
+ * Which buffers go where: an operation whose buffers are GPU memory goes to NCCL when the group
+ * has an NCCL communicator (every dimension group of a mesh on GPU ranks; see mesh.h), on the
+ * communicator's own stream, ordered after the work already queued on the device's default
+ * stream. Everything else goes to the host backend (UCX between processes, shared memory between
+ * ranks of one host, driven by the process's communication thread): host memory, the CPU
+ * device's memory, and every operation of count 0. So a loss or a norm in host memory can be
+ * all-reduced on the same group as GPU gradients. These are errors that say so: GPU buffers on a
+ * group without a communicator (the world group, groups from mt_group_create), a host and a GPU
+ * buffer in one call, and point-to-point on GPU buffers.
+ *
  * bf16: every hop accumulates in f32 and sends bf16, so a value is rounded once per hop, as NCCL
- * does. Reductions are deterministic for a given group size and message size.
+ * does. Host reductions are deterministic for a given group size and message size.
  */
 #ifndef MESHTRAIN_COMM_H
 #define MESHTRAIN_COMM_H
