@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,22 +104,43 @@ static mt_status run_user(mt_module *m, void *ctx, bool backward) {
     return st;
 }
 
+/* A hook that failed without a message of its own (a user's hook has no public way to set
+ * one) is still reported with where it failed, never with an older, unrelated message: the
+ * error is cleared before the hook runs. */
+static mt_status hook_failed(mt_module *m, const char *which, mt_status st) {
+    if (mt_last_error()[0]) return st;
+    return mt_error(st, "a %s hook of module '%s' failed (%s)", which, m->name,
+                    mt_status_str(st));
+}
+
 /* Pre hooks in order; *ran gets how many registrations' pre hooks succeeded (or had none). */
 static mt_status run_pre(mt_module *m, bool backward, size_t *ran) {
     for (*ran = 0; *ran < m->n_hooks; ++*ran) {
         const mt_module_hook_entry *e = &m->hooks[*ran];
         mt_module_pre_hook fn = backward ? e->hooks.pre_backward : e->hooks.pre_forward;
-        if (fn) MT_TRY(fn(m, e->user));
+        if (!fn) continue;
+        mt_clear_error();
+        mt_status st = fn(m, e->user);
+        if (st != MT_OK) return hook_failed(m, backward ? "pre-backward" : "pre-forward", st);
     }
     return MT_OK;
 }
 
-/* The post hooks of the first n registrations, latest first, each given the outcome so far. */
+/* The post hooks of the first n registrations, latest first, each given the outcome so far. A
+ * failure that a hook passes on keeps its message whatever the hook logged meanwhile; a hook
+ * that fails on its own is reported with its message. */
 static mt_status run_post(mt_module *m, bool backward, size_t n, mt_status st) {
+    char saved[2048];
     while (n-- > 0) {
         const mt_module_hook_entry *e = &m->hooks[n];
         mt_module_post_hook fn = backward ? e->hooks.post_backward : e->hooks.post_forward;
-        if (fn) st = fn(m, e->user, st);
+        if (!fn) continue;
+        if (st != MT_OK) snprintf(saved, sizeof saved, "%s", mt_last_error());
+        mt_clear_error();
+        mt_status out = fn(m, e->user, st);
+        if (out != MT_OK && out == st) mt_error_restore(st, saved);
+        else if (out != MT_OK) hook_failed(m, backward ? "post-backward" : "post-forward", out);
+        st = out;
     }
     return st;
 }

@@ -8,6 +8,7 @@
 #include "comm/nccl/nccl_internal.h"
 #include "comm/work.h"
 
+#include "core/clock.h"
 #include "core/cuda/cuda_internal.h"
 #include "core/error.h"
 
@@ -189,11 +190,11 @@ static int poll_once(mt_work *w, mt_status *st) {
 static mt_status nccl_wait(mt_work *w, double timeout_s) {
     struct mt_nccl_op *op = w->backend_data;
     if (timeout_s < 0) timeout_s = mt_runtime_timeout(op->comm->rt);
-    double deadline = mt_nccl_now_s() + timeout_s;
+    double deadline = mt_clock_now_s() + timeout_s;
     mt_status st = MT_OK;
     for (long polls = 0;; polls++) {
         if (poll_once(w, &st) != 0) return st;
-        if (mt_nccl_now_s() > deadline) break;
+        if (mt_clock_now_s() > deadline) break;
         /* Spin briefly (a collective often ends within microseconds of the wait), then sleep in
          * short steps so that a long wait does not burn a core. */
         if (polls > 2000) {

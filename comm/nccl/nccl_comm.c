@@ -19,13 +19,8 @@
 #ifdef MT_HAVE_NCCL
 #include "comm/group.h"
 #include "comm/nccl/nccl_internal.h"
+#include "core/clock.h"
 #include "core/cuda/cuda_internal.h"
-
-double mt_nccl_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The value under the id's key: ID_TAG and the id, or FAIL_TAG and why group rank 0 has none,
  * so that the other members stop with its reason instead of waiting for MT_TIMEOUT_S. */
@@ -82,7 +77,7 @@ static mt_status exchange_id(mt_runtime *rt, mt_group *group, ncclUniqueId *id, 
 }
 
 mt_status mt_nccl_wait_ready(mt_nccl_comm *c, const char *what, double timeout_s) {
-    double deadline = mt_nccl_now_s() + timeout_s;
+    double deadline = mt_clock_now_s() + timeout_s;
     for (long polls = 0;; polls++) {
         ncclResult_t async = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(c->comm, &async);
@@ -94,7 +89,7 @@ mt_status mt_nccl_wait_ready(mt_nccl_comm *c, const char *what, double timeout_s
                      what, c->name, ncclGetErrorString(async), ncclGetLastError(c->comm));
             return mt_nccl_break(c, MT_ERR_COMM, msg);
         }
-        if (mt_nccl_now_s() > deadline) {
+        if (mt_clock_now_s() > deadline) {
             char msg[MT_NCCL_MSG_CAP];
             snprintf(msg, sizeof msg, "%s on NCCL communicator of group '%s' did not finish "
                      "within %.0f s (MT_TIMEOUT_S): a member did not join; the communicator was "
@@ -194,9 +189,9 @@ static void release_resources(mt_nccl_comm *c) {
     if (c->comm) {
         /* Work still queued must not touch freed memory: let the stream drain first, for at
          * most MT_TIMEOUT_S (a peer that never comes is then cut off by the abort). */
-        double deadline = mt_nccl_now_s() + mt_runtime_timeout(c->rt);
+        double deadline = mt_clock_now_s() + mt_runtime_timeout(c->rt);
         while (c->stream && cudaStreamQuery(c->stream) == cudaErrorNotReady &&
-               mt_nccl_now_s() < deadline) {
+               mt_clock_now_s() < deadline) {
             (void)cudaGetLastError(); /* "not ready" must not reach the next kernel's check */
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);

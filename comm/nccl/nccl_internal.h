@@ -28,8 +28,6 @@ struct mt_nccl_comm {
     char msg[MT_NCCL_MSG_CAP];
 };
 
-double mt_nccl_now_s(void);
-
 /* Waits until a non-blocking NCCL call on c has left ncclInProgress, polling the asynchronous
  * error with a deadline of timeout_s; what names the call for messages. */
 mt_status mt_nccl_wait_ready(mt_nccl_comm *c, const char *what, double timeout_s);

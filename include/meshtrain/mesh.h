@@ -2,7 +2,7 @@
  * "tp inside each host, dp across hosts". Ranks are row-major (the last dimension varies
  * fastest), so the innermost dimension's groups are consecutive local ranks of one host.
  *
- * Each dimension has a process group (mesh/comm.h collectives work on it as on any group): the
+ * Each dimension has a process group (comm.h collectives work on it as on any group): the
  * ranks that share every other coordinate, ordered by their coordinate along the dimension.
  * Creating a mesh is collective over the world; every rank must pass the same shape and names
  * (checked through the rendezvous store: a disagreement is an error naming the ranks, not a

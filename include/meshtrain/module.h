@@ -84,12 +84,13 @@ MT_API mt_status mt_module_backward(mt_module *module, void *ctx);
 
 /* ---- hooks: what libraries (FSDP, checkpointing, offload) and users put around a module ---- */
 
-/* Runs before the module's forward / backward; user is the registration's. A failure (with
- * mt_error's message) stops the call. */
+/* Runs before the module's forward / backward; user is the registration's. A failure stops the
+ * call; mt_last_error then says what failed: the message the library set while the hook ran
+ * (e.g. a failed collective inside it), or else "a pre-forward hook of module 'x' failed". */
 typedef mt_status (*mt_module_pre_hook)(mt_module *module, void *user);
 /* Runs after it; status is the outcome so far (the module's own function, then the post hooks
- * that ran before this one). Returns the new outcome: to keep a failure and its message, return
- * status untouched after restoring mt_last_error if the hook itself set errors. */
+ * that ran before this one). Returns the new outcome. Returning a failed status unchanged keeps
+ * its message, whatever the hook did meanwhile; a new failure is reported like a pre hook's. */
 typedef mt_status (*mt_module_post_hook)(mt_module *module, void *user, mt_status status);
 /* Ends a registration (mt_module_remove_hooks or mt_module_destroy): frees what user holds. */
 typedef void (*mt_module_release_fn)(mt_module *module, void *user);

@@ -32,8 +32,8 @@ def strip_header(text):
 
 def declarations(text):
     """Names of the functions and extern variables declared (not defined inline) at file scope,
-    and of the functions defined there (static inline)."""
-    declared, inline = set(), set()
+    of the functions defined there (static inline), and of the declarations without MT_API."""
+    declared, inline, unmarked = set(), set(), set()
     depth, stmt = 0, []
     i = 0
     while i < len(text):
@@ -62,14 +62,16 @@ def declarations(text):
             if not head or head.startswith('typedef'):
                 continue
             name = function_name(head)
+            if not name and head.startswith('extern '):
+                name = IDENT.findall(head)[-1]
             if name:
                 declared.add(name)
-            elif head.startswith('extern '):
-                declared.add(IDENT.findall(head)[-1])
+                if 'MT_API' not in IDENT.findall(head):
+                    unmarked.add(name)
             continue
         stmt.append(c)
         i += 1
-    return declared, inline
+    return declared, inline, unmarked
 
 
 def function_name(head):
@@ -87,15 +89,16 @@ def function_name(head):
 
 
 def header_api(include_dir):
-    declared, inline = set(), set()
+    declared, inline, unmarked = set(), set(), set()
     folder = os.path.join(include_dir, 'meshtrain')
     for name in sorted(os.listdir(folder)):
         if name.endswith('.h'):
             with open(os.path.join(folder, name), encoding='utf-8') as f:
-                d, s = declarations(strip_header(f.read()))
+                d, s, u = declarations(strip_header(f.read()))
             declared |= d
             inline |= s
-    return declared - inline, inline
+            unmarked |= u
+    return declared - inline, inline, unmarked - inline
 
 
 def exported(library):
@@ -110,9 +113,11 @@ def exported(library):
 
 
 def compare(library, include_dir):
-    declared, inline = header_api(include_dir)
+    declared, inline, unmarked = header_api(include_dir)
     exports = exported(library)
-    missing = sorted(declared - exports)
+    # A public declaration must carry MT_API itself: exported only because its definition was
+    # marked would leave the header and the boundary disagreeing.
+    missing = sorted((declared - exports) | unmarked)
     leaked = sorted(exports - declared)
     return declared, exports, missing, leaked, inline
 
@@ -120,7 +125,7 @@ def compare(library, include_dir):
 def report(library, include_dir):
     declared, exports, missing, leaked, inline = compare(library, include_dir)
     for n in missing:
-        print(f'declared in {include_dir}/meshtrain but not exported (mark it MT_API): {n}')
+        print(f'declared in {include_dir}/meshtrain without MT_API, or not exported: {n}')
     for n in leaked:
         print(f'exported but declared in no public header (internal: drop MT_API, or declare '
               f'it in a public header): {n}')
@@ -140,6 +145,7 @@ def self_test():
                     'MT_API int mt_public(int a, int (*f)(void));\n'
                     'MT_API const char *\n  mt_two_lines(mt_x *x);\n'
                     'int mt_unmarked(void);\n'
+                    'int mt_marked_in_c_only(void);\n'
                     'static inline int mt_inline(int v) { return v + 1; }\n'
                     'typedef struct mt_opts { int (*fn)(int); } mt_opts;\n'
                     '#ifdef __cplusplus\n}\n#endif\n#endif\n')
@@ -149,18 +155,20 @@ def self_test():
                     'MT_API int mt_public(int a, int (*f)(void)) { return a; }\n'
                     'MT_API const char *mt_two_lines(void *x) { return 0; }\n'
                     'int mt_unmarked(void) { return 0; }\n'
+                    'MT_API int mt_marked_in_c_only(void) { return 0; }\n'
                     'MT_API int mt_internal_leak(void) { return 1; }\n')
         lib = os.path.join(d, 'libt.so')
         subprocess.run([os.environ.get('CC', 'cc'), '-shared', '-fPIC', '-fvisibility=hidden',
                         '-o', lib, src], check=True)
         declared, _, missing, leaked, inline = compare(lib, os.path.join(d, 'inc'))
-        want = ({'mt_public', 'mt_two_lines', 'mt_unmarked'}, ['mt_unmarked'],
-                ['mt_internal_leak'], {'mt_inline'})
+        want = ({'mt_public', 'mt_two_lines', 'mt_unmarked', 'mt_marked_in_c_only'},
+                ['mt_marked_in_c_only', 'mt_unmarked'], ['mt_internal_leak'], {'mt_inline'})
         got = (declared, missing, leaked, inline)
         if got != want:
             print(f'self-test: expected {want}, got {got}')
             return 1
-    print('self-test: an unmarked public function and a marked internal one are reported')
+    print('self-test: unmarked public functions (exported or not) and a marked internal one '
+          'are reported')
     return 0
 
 

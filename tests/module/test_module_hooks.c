@@ -85,6 +85,32 @@ static mt_status add_while_running(mt_module *m, void *user) {
     return MT_OK;
 }
 
+/* Hooks written with the public API only: a pre hook that fails without a message, and a post
+ * hook that passes a failure on after a call of its own failed. */
+static mt_status silent_refusal(mt_module *m, void *user) {
+    (void)m, (void)user;
+    return MT_ERR_UNSUPPORTED;
+}
+static mt_status noisy_pass_on(mt_module *m, void *user, mt_status st) {
+    (void)user;
+    CHECK(mt_module_set_tp_dim(m, "") == MT_ERR_INVALID_ARG); /* overwrites mt_last_error */
+    return st;
+}
+
+static void check_messages(mt_module *m) {
+    static const mt_module_hooks silent = {.pre_forward = silent_refusal};
+    static const mt_module_hooks noisy = {.post_forward = noisy_pass_on};
+    /* An old message must not pass for the hook's. */
+    CHECK(mt_module_add_hooks(NULL, &silent, &silent, NULL) == MT_ERR_INVALID_ARG);
+    CHECK_OK(mt_module_add_hooks(m, &noisy, &noisy, NULL));
+    CHECK_OK(mt_module_add_hooks(m, &silent, &silent, NULL));
+    CHECK(mt_module_forward(m, NULL) == MT_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(mt_last_error(), "a pre-forward hook of module 'b' failed"), "%s",
+              mt_last_error());
+    CHECK_OK(mt_module_remove_hooks(m, &silent));
+    CHECK_OK(mt_module_remove_hooks(m, &noisy));
+}
+
 static void expect_trace(const char *want) {
     CHECK_MSG(strcmp(trace, want) == 0, "\n  got:  %s\n  want: %s", trace, want);
     trace[0] = '\0';
@@ -139,6 +165,9 @@ static void run_tree(mt_mesh *mesh) {
     CHECK(A.post_seen == MT_ERR_INVALID_ARG);
     expect_trace("pre_fwd/A:root pre_fwd/B:root post_fwd/A:root");
     B.fail_pre_forward = false;
+
+    /* Messages of hooks that cannot call mt_error (the public API has no setter). */
+    check_messages(b);
 
     /* Removal releases at once and the hooks stop running. */
     CHECK_OK(mt_module_remove_hooks(root, &A));
