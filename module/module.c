@@ -5,6 +5,7 @@
 #include "core/error.h"
 
 #include <meshtrain/dtype.h>
+#include <meshtrain/log.h>
 #include <meshtrain/ops.h>
 
 #include <stdlib.h>
@@ -51,6 +52,14 @@ static void param_free(mt_param *p) {
 
 void mt_module_destroy(mt_module *module) {
     if (!module) return;
+    /* Its parent, and whatever its hooks' owners recorded (FSDP's execution order), still point
+     * at it: destroying it alone would leave them dangling and free it twice with the root. */
+    if (module->parent) {
+        mt_log(MT_LOG_ERROR, "mt_module_destroy: module '%s' is a child of '%s' and stays; "
+               "destroy the root, which destroys its children", module->name,
+               module->parent->name);
+        return;
+    }
     /* The hooks' owners first: FSDP's waits for work that may still read the children's
      * buffers. */
     mt_module_release_hooks(module);

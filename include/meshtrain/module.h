@@ -60,7 +60,8 @@ mt_status mt_module_create(mt_mesh *mesh, const char *name, const mt_module_ops 
                            mt_module **out);
 
 /* Destroys a module and its children: first each hook registration's release (latest
- * registration first), then the children, then the parameters. */
+ * registration first), then the children, then the parameters. Only a module without a parent
+ * is destroyed: for a child it logs an error and does nothing (destroy the root). */
 MT_API void mt_module_destroy(mt_module *module);
 
 /* Adds child as the next child of parent (children run in the order the parent calls them; this

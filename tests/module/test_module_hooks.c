@@ -183,6 +183,12 @@ static void run_tree(mt_mesh *mesh) {
     CHECK_OK(mt_module_forward(b, NULL));
     CHECK_OK(mt_module_remove_hooks(b, &adder));
 
+    /* A child cannot be destroyed alone: its parent still runs it (nothing released). */
+    mt_module_destroy(a1);
+    expect_trace("");
+    CHECK_OK(mt_module_forward(a, NULL));
+    expect_trace("pre_fwd/X:a fwd:a fwd:a1 post_fwd/X:a");
+
     /* Destroy: a module's registrations (latest first) before its children's. */
     CHECK_OK(mt_module_add_hooks(root, &A, &all_hooks, &A));
     mt_module_destroy(root);
