@@ -188,6 +188,35 @@ void mt_progress_free_zombies(mt_transport *tr) {
     }
 }
 
+/* Leaves a work for the transport to free once the worker is gone, its waiter woken. */
+static void bury(mt_transport *tr, mt_work *w) {
+    if (!w->done_published) {
+        w->done_published = true;
+        publish(tr, w);
+    }
+    w->next_active = tr->zombies;
+    tr->zombies = w;
+}
+
+/* Work that never started when the thread stops: still queued, or waiting in a group's FIFO
+ * behind a running collective. After an arm/poll error nobody would ever run it, and its waiter
+ * would wait for MT_TIMEOUT_S and then for ever. */
+static void fail_unstarted(mt_transport *tr, mt_work *w) {
+    while (w) {
+        mt_work *next = w->next;
+        w->next = NULL;
+        mt_work_fail(w, MT_ERR_COMM, "the communication thread stopped before it started");
+        bury(tr, w);
+        w = next;
+    }
+}
+
+static void fail_group_fifo(mt_transport *tr, mt_group *g) {
+    mt_work *w = g->fifo_head;
+    g->fifo_head = g->fifo_tail = NULL;
+    fail_unstarted(tr, w);
+}
+
 static void *progress_main(void *arg) {
     mt_transport *tr = arg;
     for (;;) {
@@ -212,6 +241,21 @@ static void *progress_main(void *arg) {
             break;
         }
     }
+    /* From here on nothing is accepted (after an arm/poll error the user did not ask to stop). */
+    pthread_mutex_lock(&tr->mu);
+    tr->stop = true;
+    mt_work *queued = tr->queue_head;
+    tr->queue_head = tr->queue_tail = NULL;
+    pthread_mutex_unlock(&tr->mu);
+    fail_unstarted(tr, queued);
+    for (mt_group *g = tr->ready, *next; g; g = next) {
+        next = g->next_ready;
+        g->in_ready_list = false;
+        g->next_ready = NULL;
+        fail_group_fifo(tr, g);
+    }
+    tr->ready = NULL;
+    for (mt_work *a = tr->active; a; a = a->next_active) fail_group_fifo(tr, a->group);
     /* Leftover work: failed ones whose sends never came back, or everything after an arm/poll
      * error. Waiters are woken; the transport frees the items once the worker is gone. */
     mt_work *w = tr->active;
@@ -220,12 +264,7 @@ static void *progress_main(void *arg) {
         mt_work *next = w->next_active;
         if (!w->failing) mt_work_fail(w, MT_ERR_COMM, "the progress thread stopped");
         cancel_all(tr, w);
-        if (!w->done_published) {
-            w->done_published = true;
-            publish(tr, w);
-        }
-        w->next_active = tr->zombies;
-        tr->zombies = w;
+        bury(tr, w);
         w = next;
     }
     return NULL;
