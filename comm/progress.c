@@ -116,6 +116,8 @@ static void publish(mt_transport *tr, mt_work *w) {
     pthread_mutex_lock(&tr->mu);
     if (w->failing) {
         if (w->status == MT_OK) w->status = MT_ERR_INTERNAL;
+        /* mt_finalize then does not wait for ranks out of step */
+        mt_failure_note_comm(w->status, w->errmsg);
         if (!atomic_load(&g->failed)) {
             snprintf(g->fail_msg, sizeof g->fail_msg, "%s", w->errmsg);
             atomic_store(&g->failed, true);

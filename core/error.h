@@ -5,6 +5,9 @@
 
 #include <meshtrain/status.h>
 
+#include <stdbool.h>
+#include <stddef.h>
+
 /* Sets the calling thread's last error to "rank R: <message>" (rank omitted when unknown) and
  * returns status, so that `return mt_error(MT_ERR_IO, "...", ...)` reads naturally. */
 mt_status mt_error(mt_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -15,6 +18,19 @@ mt_status mt_error_wrap(mt_status status, const char *fmt, ...) __attribute__((f
 /* Like mt_error, appending ": <strerror(errnum)>". */
 mt_status mt_error_errno(mt_status status, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* The process is failing: a module's forward/backward or the program (mt_error_set) reported an
+ * error that nothing has recovered from yet (message: what it said; it replaces an earlier
+ * record). mt_finalize reads it to skip its barrier and tell the others. */
+void mt_failure_note(mt_status status, const char *message);
+/* A collective failed: its group's members are out of step for good (never cleared). Its
+ * message is recorded only when no other failure was. */
+void mt_failure_note_comm(mt_status status, const char *message);
+/* A root module's forward/backward succeeded: the earlier failure was recovered from (a comm
+ * failure stays). */
+void mt_failure_clear(void);
+/* Whether the process is failing; if so, the first failure's status and message. */
+bool mt_failure_pending(mt_status *status, char *message, size_t cap);
 
 /* Puts back a message taken earlier from mt_last_error() after calls that overwrote it, with the
  * rank prefix added when it lacks one (taken before the rank was known). Returns status. */

@@ -6,12 +6,51 @@
 #include <meshtrain/log.h>
 
 #include <stdarg.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #define MT_ERROR_CAP 2048
 
 static _Thread_local char last_error[MT_ERROR_CAP];
+/* Process-wide, unlike the message: mt_finalize may run on another thread than the failure
+ * (the progress thread notes failed collectives). */
+static pthread_mutex_t failure_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool failure_pending, comm_failed;
+static mt_status failure_status;
+static char failure_message[1024];
+
+/* The program's own report (a root module's failure, mt_error_set) says most: it replaces what
+ * was recorded. A collective's failure, noted by the thread that saw it, is kept only when
+ * nothing else was (it is usually the consequence of another rank's error). */
+static void note(bool comm, mt_status status, const char *message) {
+    pthread_mutex_lock(&failure_mu);
+    if (!comm || (!failure_pending && !comm_failed)) {
+        failure_status = status;
+        snprintf(failure_message, sizeof failure_message, "%s", message ? message : "");
+    }
+    if (comm) comm_failed = true;
+    else failure_pending = true;
+    pthread_mutex_unlock(&failure_mu);
+}
+
+void mt_failure_note(mt_status status, const char *message) { note(false, status, message); }
+void mt_failure_note_comm(mt_status status, const char *message) { note(true, status, message); }
+
+void mt_failure_clear(void) {
+    pthread_mutex_lock(&failure_mu);
+    failure_pending = false;
+    pthread_mutex_unlock(&failure_mu);
+}
+
+bool mt_failure_pending(mt_status *status, char *message, size_t cap) {
+    pthread_mutex_lock(&failure_mu);
+    bool pending = failure_pending || comm_failed;
+    if (pending && status) *status = failure_status;
+    if (pending && message && cap) snprintf(message, cap, "%s", failure_message);
+    pthread_mutex_unlock(&failure_mu);
+    return pending;
+}
 
 const char *mt_status_str(mt_status status) {
     switch (status) {
@@ -65,6 +104,15 @@ mt_status mt_error(mt_status status, const char *fmt, ...) {
     va_start(ap, fmt);
     format_message(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    return status;
+}
+
+mt_status mt_error_set(mt_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    format_message(last_error, sizeof last_error, fmt ? fmt : "", ap);
+    va_end(ap);
+    if (status != MT_OK) mt_failure_note(status, last_error);
     return status;
 }
 

@@ -12,6 +12,7 @@
 #include "mesh/runtime_device.h"
 #include "mesh/runtime_topo.h"
 #include "store/store_internal.h"
+#include "comm/abort_probe.h"
 #include "comm/transport.h"
 
 #include "core/clock.h"
@@ -62,6 +63,31 @@ static mt_status publish_failure(mt_runtime *rt, mt_status st) {
     if (mt_store_abort(rt->store, ABORT_KEY, st, saved) != MT_OK)
         mt_log(MT_LOG_DEBUG, "could not publish the failure: %s", mt_last_error());
     return mt_error_restore(st, saved);
+}
+
+/* The comm waits' probe (comm/abort_probe.h): has a rank published an abort? A store that no
+ * longer answers counts too: its host has gone, and the job with it. The caller's last error
+ * is kept. */
+static bool job_aborted(void *arg, char *why, size_t cap) {
+    mt_runtime *rt = arg;
+    char saved[2048];
+    snprintf(saved, sizeof saved, "%s", mt_last_error());
+    void *v = NULL;
+    bool found = false;
+    mt_status st = mt_store_try_get(rt->store, ABORT_KEY, &v, NULL, &found);
+    if (st != MT_OK) {
+        snprintf(why, cap, "the rendezvous store at %s stopped answering (%s): the process "
+                 "hosting it has probably failed", rt->store_addr, mt_last_error());
+    } else if (found) {
+        /* "<status> <message>", as mt_store_abort writes it */
+        const char *msg = v;
+        int code = 0, off = 0;
+        if (sscanf(msg, "%d %n", &code, &off) == 1) msg += off;
+        snprintf(why, cap, "%s", msg);
+    }
+    free(v);
+    mt_error_restore(MT_OK, saved);
+    return st != MT_OK || found;
 }
 
 /* A store host that fails lets the others read why before the store disappears with it. */
@@ -302,6 +328,7 @@ static void log_affinity(const mt_runtime *rt) {
 
 /* linger_s bounds how long a store host waits for the others to leave its store. */
 static void teardown(mt_runtime *rt, double linger_s) {
+    mt_comm_set_abort_probe(NULL, NULL);
     if (rt->transport) mt_transport_destroy(rt->transport);
     if (rt->device) mt_device_close(rt->device);
     mt_store_close(rt->store);
@@ -351,16 +378,57 @@ mt_status mt_init(mt_runtime **out, int *argc, char ***argv) {
     }
     log_summary(rt);
     log_affinity(rt);
+    /* From here on a wait that would sleep for a rank that gave up ends with its message. */
+    mt_comm_set_abort_probe(job_aborted, rt);
+    mt_failure_clear();
     *out = rt;
     return MT_OK;
 }
 
+/* Publishes the failure as the job's abort (the first one published wins: it is the cause). */
+static void publish_abort(mt_runtime *rt, mt_status status, const char *message) {
+    if (!rt->store) return;
+    char saved[2048];
+    snprintf(saved, sizeof saved, "%s", mt_last_error());
+    if (mt_store_abort(rt->store, ABORT_KEY, status, message) != MT_OK)
+        mt_log(MT_LOG_DEBUG, "could not publish the abort: %s", mt_last_error());
+    mt_error_restore(MT_OK, saved);
+}
+
 void mt_finalize(mt_runtime *rt) {
     if (!rt) return;
-    /* Every rank is done communicating before endpoints close; bounded by MT_TIMEOUT_S. */
-    if (mt_store_barrier(rt->store, "finalize", rt->rank, rt->world, rt->timeout) != MT_OK)
+    mt_status failed = MT_OK;
+    char why[1024];
+    if (mt_failure_pending(&failed, why, sizeof why)) {
+        /* The others may be waiting for this rank in a collective it will never issue: do not
+         * wait for them in a barrier (they would time out first), tell them instead. */
+        mt_log(MT_LOG_WARN, "mt_finalize after an error: not waiting for the other ranks; the "
+               "job is aborted (%s)", why[0] ? why : mt_status_str(failed));
+        publish_abort(rt, failed, why);
+        teardown(rt, ABORT_LINGER_S);
+        return;
+    }
+    /* Every rank is done communicating before endpoints close; bounded by MT_TIMEOUT_S, and
+     * ended at once when another rank aborted the job. */
+    if (mt_store_barrier_abortable(rt->store, "finalize", rt->rank, rt->world, rt->timeout,
+                                   ABORT_KEY) != MT_OK)
         mt_log(MT_LOG_WARN, "mt_finalize: %s; closing anyway", mt_last_error());
     teardown(rt, rt->timeout);
+}
+
+void mt_abort(mt_runtime *rt, mt_status status) {
+    if (status == MT_OK) status = MT_ERR_INTERNAL;
+    char why[2048];
+    snprintf(why, sizeof why, "%s", mt_last_error()[0] ? mt_last_error() : mt_status_str(status));
+    mt_log(MT_LOG_ERROR, "aborting the job: %s", why);
+    if (rt) {
+        publish_abort(rt, status, why);
+        /* The store dies with this process: let the others read why first (bounded). */
+        if (rt->server) linger_for_clients(rt->server, ABORT_LINGER_S);
+    }
+    fflush(NULL);
+    /* No teardown: the others may be stuck, and the operating system releases everything. */
+    _exit((int)status);
 }
 
 /* ---- accessors ----------------------------------------------------------------------------- */

@@ -98,9 +98,14 @@ static mt_status run_children(mt_module *m, void *ctx, bool backward) {
 static mt_status run_user(mt_module *m, void *ctx, bool backward) {
     mt_module_fn fn = backward ? m->ops.backward : m->ops.forward;
     if (!fn) return run_children(m, ctx, backward);
+    const char *pass = backward ? "backward" : "forward";
+    mt_clear_error(); /* an older message must not pass for this failure's */
     mt_status st = fn(m, ctx);
-    if (st != MT_OK && !strstr(mt_last_error(), m->name))
-        mt_error_wrap(st, "%s of module '%s'", backward ? "backward" : "forward", m->name);
+    if (st == MT_OK) return st;
+    if (!mt_last_error()[0])
+        return mt_error(st, "%s of module '%s' failed (%s) without a message (set one with "
+                        "mt_error_set)", pass, m->name, mt_status_str(st));
+    if (!strstr(mt_last_error(), m->name)) mt_error_wrap(st, "%s of module '%s'", pass, m->name);
     return st;
 }
 
@@ -155,6 +160,12 @@ static mt_status run(mt_module *m, void *ctx, bool backward) {
     if (st == MT_OK) st = run_user(m, ctx, backward);
     st = run_post(m, backward, ran, st);
     m->running--;
+    /* A root's call is a whole pass: its outcome tells mt_finalize whether this process is
+     * failing (then it does not wait for ranks that may be stuck waiting for it). */
+    if (!m->parent) {
+        if (st != MT_OK) mt_failure_note(st, mt_last_error());
+        else mt_failure_clear();
+    }
     return st;
 }
 

@@ -1,10 +1,12 @@
 /* The host backend (comm/backend.h): work queued for the progress thread (comm/progress.c),
  * which runs its schedule over UCX and shared memory; waiters sleep on the transport's done_cv
  * until the thread publishes the result under tr->mu. */
+#include "comm/abort_probe.h"
 #include "comm/backend.h"
 #include "comm/group.h"
 #include "comm/host/ucx.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -54,17 +56,52 @@ static mt_status finished_status(mt_work *w) {
     return mt_error(w->status, "%s", w->errmsg);
 }
 
+static void fail_group_locked(mt_group *g, const char *msg) {
+    if (!atomic_load(&g->failed)) {
+        snprintf(g->fail_msg, sizeof g->fail_msg, "%s", msg);
+        atomic_store(&g->failed, true);
+    }
+}
+
+/* Another rank aborted the job (comm/abort_probe.h): the peers this work waits for may never
+ * come, so it is abandoned like a timed-out one, with the aborting rank's message. */
+static mt_status abandon_after_abort(mt_work *w, const char *why) {
+    mt_transport *tr = w->tr;
+    char prefix[160], msg[MT_ERRMSG_CAP];
+    mt_work_describe(w, prefix, sizeof prefix);
+    snprintf(msg, sizeof msg, "%s: stopped because the job was aborted: %s", prefix, why);
+    pthread_mutex_lock(&tr->mu);
+    bool done = w->done;
+    if (!done) fail_group_locked(w->group, msg);
+    mt_status st = done ? finished_status(w) : MT_ERR_PEER_LOST;
+    pthread_mutex_unlock(&tr->mu);
+    if (done) return st;
+    atomic_store(&w->abort_requested, true);
+    ucp_worker_signal(tr->worker);
+    mt_failure_note_comm(MT_ERR_PEER_LOST, msg);
+    return mt_error(MT_ERR_PEER_LOST, "%s", msg);
+}
+
 /* On a timeout, names what the work waited for and makes the group unusable: its members are
- * out of step from here on. */
+ * out of step from here on. While it waits it looks, every MT_ABORT_PROBE_INTERVAL_S, whether
+ * another rank aborted the job. */
 static mt_status host_wait(mt_work *w, double timeout_s) {
     mt_transport *tr = w->tr;
     if (timeout_s < 0) timeout_s = mt_runtime_timeout(tr->rt);
-    struct timespec deadline;
-    deadline_after(&deadline, timeout_s);
+    double end_s = mt_clock_now_s() + timeout_s;
+    char why[1024];
     pthread_mutex_lock(&tr->mu);
     while (!w->done) {
-        int rc = pthread_cond_timedwait(&tr->done_cv, &tr->mu, &deadline);
-        if (rc == ETIMEDOUT && !w->done) break;
+        double left = end_s - mt_clock_now_s();
+        if (left <= 0) break;
+        struct timespec step;
+        deadline_after(&step, left < MT_ABORT_PROBE_INTERVAL_S ? left : MT_ABORT_PROBE_INTERVAL_S);
+        int rc = pthread_cond_timedwait(&tr->done_cv, &tr->mu, &step);
+        if (rc != ETIMEDOUT || w->done) continue;
+        pthread_mutex_unlock(&tr->mu);
+        bool aborted = mt_comm_job_aborted(why, sizeof why);
+        if (aborted) return abandon_after_abort(w, why);
+        pthread_mutex_lock(&tr->mu);
     }
     if (w->done) {
         mt_status st = finished_status(w);
@@ -82,10 +119,7 @@ static mt_status host_wait(mt_work *w, double timeout_s) {
     else
         snprintf(who, sizeof who, "the operation to start");
     snprintf(msg, sizeof msg, "%s: timed out after %g s waiting for %s", prefix, timeout_s, who);
-    if (!atomic_load(&g->failed)) {
-        snprintf(g->fail_msg, sizeof g->fail_msg, "%s", msg);
-        atomic_store(&g->failed, true);
-    }
+    fail_group_locked(g, msg);
     pthread_mutex_unlock(&tr->mu);
     return mt_error(MT_ERR_TIMEOUT, "%s", msg);
 }

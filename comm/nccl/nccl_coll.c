@@ -3,6 +3,7 @@
  * and waited for with NCCL's asynchronous errors and MT_TIMEOUT_S in view. NCCL builds only; the
  * file is empty otherwise. */
 #ifdef MT_HAVE_NCCL
+#include "comm/abort_probe.h"
 #include "comm/backend.h"
 #include "comm/group.h"
 #include "comm/nccl/nccl_internal.h"
@@ -192,9 +193,16 @@ static mt_status nccl_wait(mt_work *w, double timeout_s) {
     if (timeout_s < 0) timeout_s = mt_runtime_timeout(op->comm->rt);
     double deadline = mt_clock_now_s() + timeout_s;
     mt_status st = MT_OK;
+    char why[1024], msg[MT_NCCL_MSG_CAP];
     for (long polls = 0;; polls++) {
         if (poll_once(w, &st) != 0) return st;
         if (mt_clock_now_s() > deadline) break;
+        /* A rank that aborted the job will never join: stop waiting for it. */
+        if (polls > 2000 && mt_comm_job_aborted(why, sizeof why)) {
+            snprintf(msg, sizeof msg, "%s: stopped because the job was aborted: %s; the "
+                     "communicator was aborted", op->what, why);
+            return finish(op, mt_nccl_break(op->comm, MT_ERR_PEER_LOST, msg), msg);
+        }
         /* Spin briefly (a collective often ends within microseconds of the wait), then sleep in
          * short steps so that a long wait does not burn a core. */
         if (polls > 2000) {
@@ -202,7 +210,6 @@ static mt_status nccl_wait(mt_work *w, double timeout_s) {
             nanosleep(&ts, NULL);
         }
     }
-    char msg[MT_NCCL_MSG_CAP];
     snprintf(msg, sizeof msg, "%s: not complete after %g s (MT_TIMEOUT_S): a member did not "
              "join it or is stuck; the communicator was aborted", op->what, timeout_s);
     mt_status broken = mt_nccl_break(op->comm, MT_ERR_TIMEOUT, msg);

@@ -112,6 +112,7 @@ mt_status mt_nccl_break(mt_nccl_comm *c, mt_status status, const char *msg) {
         if (c->comm) ncclCommAbort(c->comm);
         c->comm = NULL;
         if (c->group) mt_group_mark_failed(c->group, c->msg);
+        mt_failure_note_comm(status, c->msg);
         mt_log(MT_LOG_ERROR, "%s", c->msg);
     }
     return mt_error(status, "%s", c->msg);

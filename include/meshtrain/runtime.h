@@ -28,8 +28,24 @@ typedef struct mt_group mt_group;
  * runtime options). */
 MT_API mt_status mt_init(mt_runtime **out, int *argc, char ***argv);
 
-/* Tears the runtime down: waits for outstanding communication, closes transport, store, device. */
+/* Tears the runtime down: waits (a barrier bounded by MT_TIMEOUT_S) until every rank is done
+ * communicating, then closes transport, store and device. After an error that nothing recovered
+ * from (a failed collective, a failed forward/backward of a root module, mt_error_set) it does
+ * not wait: it publishes the error as the job's abort and closes at once. The other ranks then
+ * end within about a second: their waits for collectives (and their own mt_finalize) stop with
+ * "... the job was aborted: <this rank's message>"; under mtrun, this rank's non-zero exit stops
+ * the job anyway. */
 MT_API void mt_finalize(mt_runtime *rt);
+
+/* Ends the job now, like MPI_Abort: logs mt_last_error() (or the status's name), publishes it as
+ * the job's abort so that every rank's waits stop with it, and exits the process with status as
+ * its code (mtrun then stops the other ranks). rt may be NULL (before mt_init succeeded).
+ * Does not return. */
+MT_API void mt_abort(mt_runtime *rt, mt_status status)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((noreturn))
+#endif
+    ;
 
 MT_API int mt_runtime_rank(const mt_runtime *rt);
 MT_API int mt_runtime_world_size(const mt_runtime *rt);

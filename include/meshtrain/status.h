@@ -38,6 +38,19 @@ MT_API const char *mt_last_error(void);
 /* Clears the calling thread's last error. */
 MT_API void mt_clear_error(void);
 
+/* Sets the calling thread's last error, for code outside the library (a module's forward, a
+ * hook, a program's own checks), and returns status: `return mt_error_set(MT_ERR_INVALID_ARG,
+ * "token %d is outside the vocabulary", t);`. The message gets the rank prefix, and a module's
+ * failure joins it to the module's context ("forward of module 'fc1': token 300 is ..."). It
+ * also records that the program is failing, so that mt_finalize does not wait for the other
+ * ranks (see runtime.h); a later successful mt_module_forward / mt_module_backward of a root
+ * module clears that record. */
+MT_API mt_status mt_error_set(mt_status status, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 /* Evaluates a call returning mt_status and returns its status from the enclosing function when it
  * is not MT_OK. */
 #define MT_TRY(call)                                                                                \

@@ -5,3 +5,11 @@ mt_add_unit_test(test_module_hooks SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_module
 # The tp dimension of a module: default, set by the program, refusals, a named tp context.
 mt_add_unit_test(test_module_tp_dim SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_module_tp_dim.c
                  TIMEOUT 60 LABELS module ENV MT_DEVICE=cpu MT_TIMEOUT_S=30)
+# A module error on one rank ends the job within 10 s with the default MT_TIMEOUT_S, naming the
+# rank and the module's message: under mtrun (2 and 4 ranks), by hand, and through mt_abort.
+mt_add_test_program(prog_module_error ${CMAKE_CURRENT_LIST_DIR}/prog_module_error.c)
+if(TARGET mtrun)
+  mt_add_mp_test(module_error_fails_fast TIMEOUT 240 LABELS module
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/module_error.sh $<TARGET_FILE:prog_module_error>
+            $<TARGET_FILE:mtrun>)
+endif()
