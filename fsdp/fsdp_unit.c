@@ -314,6 +314,7 @@ mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options) {
         st = mt_error(MT_ERR_OUT_OF_MEMORY, "out of host memory");
     u->params = (mt_param **)params.items;
     u->n_params = params.n;
+    if (st == MT_OK) st = mt_fsdp_check_ranks_agree(u);
     if (st == MT_OK) st = build_shard(u);
     if (st == MT_OK) st = mt_fsdp_units_below(module, &below, &n_below);
     if (st == MT_OK) st = mt_module_add_hooks(module, &mt_fsdp_hooks, &mt_fsdp_hooks, u);

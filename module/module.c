@@ -86,6 +86,30 @@ const mt_module *mt_module_sealed_above(const mt_module *module) {
     return NULL;
 }
 
+static const mt_module *tree_root(const mt_module *m) {
+    while (m->parent) m = m->parent;
+    return m;
+}
+
+static const mt_module *find_named(const mt_module *tree, const char *name) {
+    if (strcmp(tree->name, name) == 0) return tree;
+    for (size_t i = 0; i < tree->n_children; i++) {
+        const mt_module *hit = find_named(tree->children[i], name);
+        if (hit) return hit;
+    }
+    return NULL;
+}
+
+/* The first module of sub (pre-order) whose name tree already has, or NULL. */
+static const mt_module *first_clash(const mt_module *tree, const mt_module *sub) {
+    if (find_named(tree, sub->name)) return sub;
+    for (size_t i = 0; i < sub->n_children; i++) {
+        const mt_module *hit = first_clash(tree, sub->children[i]);
+        if (hit) return hit;
+    }
+    return NULL;
+}
+
 mt_status mt_module_add_child(mt_module *parent, mt_module *child) {
     if (!parent || !child || parent == child)
         return mt_error(MT_ERR_INVALID_ARG, "mt_module_add_child: two distinct modules required");
@@ -108,6 +132,13 @@ mt_status mt_module_add_child(mt_module *parent, mt_module *child) {
         return mt_error(MT_ERR_INVALID_ARG, "modules '%s' and '%s' place their parameters on "
                         "different tp dimensions ('%s', '%s')", parent->name, child->name,
                         parent->tp_dim, child->tp_dim);
+    /* Names identify modules (and through them parameters) in messages and, later, in
+     * checkpoints: two alike in one tree would be confused. */
+    const mt_module *root = tree_root(parent), *clash = first_clash(root, child);
+    if (clash)
+        return mt_error(MT_ERR_INVALID_ARG, "cannot add module '%s' under '%s': the tree of '%s' "
+                        "already has a module named '%s' (module names are unique in a tree)",
+                        child->name, parent->name, root->name, clash->name);
     if (parent->n_children == parent->cap_children) {
         size_t cap = parent->cap_children ? parent->cap_children * 2 : 4;
         mt_module **c = realloc(parent->children, cap * sizeof *c);
@@ -253,6 +284,26 @@ mt_tp_placement mt_param_tp(const mt_param *param) {
 }
 void *mt_param_data(mt_param *param) { return param ? param->data : NULL; }
 mt_dtype mt_param_dtype(const mt_param *param) { return param ? param->dtype : MT_F32; }
+
+float *mt_param_f32(mt_param *param) {
+    if (!param) {
+        mt_error(MT_ERR_INVALID_ARG, "mt_param_f32: param is NULL");
+        return NULL;
+    }
+    if (!param->data) {
+        mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s' is sharded: its values exist "
+                 "only inside its unit's forward or backward", param->name, param->owner->name);
+        return NULL;
+    }
+    if (param->dtype != MT_F32) {
+        mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s' holds %s values (the unit's "
+                 "param_dtype), not f32: use mt_param_data with mt_param_dtype, or copy with "
+                 "mt_param_read_f32", param->name, param->owner->name,
+                 mt_dtype_name(param->dtype));
+        return NULL;
+    }
+    return param->data;
+}
 
 mt_status mt_param_read_f32(mt_param *param, float *dst) {
     if (!param || !dst) return mt_error(MT_ERR_INVALID_ARG, "mt_param_read_f32: NULL argument");

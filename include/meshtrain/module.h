@@ -65,7 +65,8 @@ mt_status mt_module_create(mt_mesh *mesh, const char *name, const mt_module_ops 
 MT_API void mt_module_destroy(mt_module *module);
 
 /* Adds child as the next child of parent (children run in the order the parent calls them; this
- * order only names them). A module has at most one parent. */
+ * order only names them). A module has at most one parent, and names are unique in a tree: a
+ * child (or a module below it) named like a module of parent's tree is refused. */
 MT_API mt_status mt_module_add_child(mt_module *parent, mt_module *child);
 
 /* Adds a parameter of the given global shape and tp placement; its tp-local values are allocated
@@ -146,6 +147,11 @@ MT_API mt_tp_placement mt_param_tp(const mt_param *param);
  * unsharded, in the unit's param_dtype (f32 or bf16). NULL while sharded. */
 MT_API void *mt_param_data(mt_param *param);
 MT_API mt_dtype mt_param_dtype(const mt_param *param);
+/* The values as f32 (mt_param_data typed), or NULL with the last error saying why: the unit is
+ * sharded, or its param_dtype is bf16 (then read them with mt_param_data as mt_bf16, or convert
+ * with mt_param_read_f32). Module code that computes in f32 uses this to fail clearly instead of
+ * reading bf16 bits as floats. */
+MT_API float *mt_param_f32(mt_param *param);
 /* The values as f32 into dst (mt_param_numel elements of the module's device memory; copy them
  * to the host with mt_device_copy), whatever the dtype. */
 MT_API mt_status mt_param_read_f32(mt_param *param, float *dst);

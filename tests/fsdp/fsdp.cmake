@@ -2,3 +2,8 @@
 # recorded order, prefetch and reduce-scatter counters, switches, nesting with a user's hooks.
 mt_add_unit_test(test_fsdp_schedule SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fsdp_schedule.c
                  TIMEOUT 60 LABELS fsdp ENV MT_DEVICE=cpu MT_TIMEOUT_S=30)
+# Ranks whose models differ are refused at mt_fsdp_shard with the first difference named.
+mt_add_test_program(prog_fsdp_mismatch ${CMAKE_CURRENT_LIST_DIR}/prog_fsdp_mismatch.c)
+mt_add_mp_test(fsdp_ranks_disagree TIMEOUT 60 LABELS fsdp ENV MT_TIMEOUT_S=30 MT_DEVICE=cpu
+  COMMAND ${CMAKE_BINARY_DIR}/bin/mtrun --standalone --nproc_per_node 3
+          $<TARGET_FILE:prog_fsdp_mismatch>)

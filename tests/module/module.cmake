@@ -13,3 +13,6 @@ if(TARGET mtrun)
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/module_error.sh $<TARGET_FILE:prog_module_error>
             $<TARGET_FILE:mtrun>)
 endif()
+# Guards for user code: unique names in a tree, mt_param_f32 refusing bf16 and sharded values.
+mt_add_unit_test(test_module_tree SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_module_tree.c
+                 TIMEOUT 60 LABELS module ENV MT_DEVICE=cpu MT_TIMEOUT_S=30)
