@@ -52,6 +52,7 @@ struct mt_fsdp_root {
     int rs_outstanding;
     int max_outstanding_rs;
     char *broken; /* set after a collective failed: the message every later call returns */
+    long pass;    /* forward passes started at the outermost unit */
 };
 
 struct mt_fsdp_unit {
@@ -97,6 +98,11 @@ struct mt_fsdp_unit {
     int n_fwd_prefetch, n_bwd_prefetch;
     bool fwd_explicit, bwd_explicit;
     mt_fsdp_unit *fwd_next, *bwd_next; /* from the recorded order */
+
+    /* The root's pass in which this unit last ran its forward / its backward, and whether it was
+     * already reported for a forward without a backward (once per unit). */
+    long forward_pass, backward_pass;
+    bool warned_no_backward;
 
     mt_fsdp_debug debug;
 };

@@ -133,7 +133,29 @@ static mt_status pre_hook(mt_fsdp_unit *u, bool backward) {
 
 static mt_status pre_forward(mt_module *module, void *unit) {
     (void)module;
-    return pre_hook(unit, false);
+    mt_fsdp_unit *u = unit;
+    if (u == u->root->unit) u->root->pass++;
+    u->forward_pass = u->root->pass;
+    return pre_hook(u, false);
+}
+
+/* After a pass's backward: a unit whose forward ran in it but whose backward did not gets no
+ * gradient, silently (a backward that forgets to call mt_module_backward on a child gives a
+ * gradient norm of zero for it). Said once per unit. */
+static void warn_forward_without_backward(mt_fsdp_root *r) {
+    mt_fsdp_unit **units;
+    size_t n;
+    if (mt_fsdp_units_below(r->unit->module, &units, &n) != MT_OK) return;
+    for (size_t i = 0; i < n; i++) {
+        mt_fsdp_unit *u = units[i];
+        if (u->forward_pass != r->pass || u->backward_pass == r->pass || u->warned_no_backward)
+            continue;
+        u->warned_no_backward = true;
+        mt_log(MT_LOG_WARN, "fsdp: module '%s' ran its forward but not its backward in this "
+               "step, so its parameters got no gradient: does the backward of its parent call "
+               "mt_module_backward on it?", u->module->name);
+    }
+    free(units);
 }
 
 static mt_status post_forward(mt_module *module, void *unit, mt_status user_status) {
@@ -232,6 +254,7 @@ static mt_status pre_backward(mt_module *module, void *unit) {
     mt_fsdp_unit *u = unit;
     mt_fsdp_root *r = u->root;
     MT_TRY(pre_hook(u, true));
+    u->backward_pass = r->pass;
     /* A unit run again in one pass while its own reduce-scatter is in flight: that collective
      * reads full_grad, so it finishes before the buffer is written (or dropped) again. */
     if (r->rs_pending == u) {
@@ -284,6 +307,7 @@ static mt_status post_backward(mt_module *module, void *unit, mt_status user_sta
         s = reshard_all(r, false);
         if (st == MT_OK) st = s;
         if (!r->order[1].recorded && user_status == MT_OK) finish_recording(r, true);
+        if (user_status == MT_OK) warn_forward_without_backward(r);
     }
     if (st != MT_OK) mark_broken(r, st);
     if (user_status != MT_OK) return mt_error_restore(user_status, saved);

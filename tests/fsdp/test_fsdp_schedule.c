@@ -15,6 +15,9 @@
 
 #define NL 3
 
+/* A backward that forgets this child (check_forgotten_backward). */
+static mt_module *forgotten;
+
 /* Counts the module functions run (ctx: an int), runs the children (forward in order, backward
  * in reverse), checks that the module's parameters are gathered and writes a gradient of 1. */
 static mt_status step(mt_module *m, int *calls, bool backward) {
@@ -22,6 +25,7 @@ static mt_status step(mt_module *m, int *calls, bool backward) {
     size_t n = mt_module_child_count(m);
     for (size_t k = 0; k < n; k++) {
         mt_module *c = mt_module_child(m, backward ? n - 1 - k : k);
+        if (backward && c == forgotten) continue;
         MT_TRY(backward ? mt_module_backward(c, calls) : mt_module_forward(c, calls));
     }
     for (size_t i = 0; i < mt_module_param_count(m); i++) {
@@ -167,6 +171,26 @@ static void check_sealed(mt_mesh *mesh, model *md) {
     mt_module_destroy(late);
 }
 
+/* A unit whose forward ran but whose backward did not is reported once (a warning), and only
+ * after a pass with a backward: evaluation passes are forward only. */
+static void check_forgotten_backward(model *md) {
+    int calls = 0;
+    CHECK_OK(mt_module_forward(md->root, &calls)); /* evaluation: no backward, no warning */
+    for (int i = 0; i < NL; i++) CHECK(!mt_fsdp_unit_of(md->l[i])->warned_no_backward);
+    forgotten = md->l[1];
+    for (int s = 0; s < 2; s++) {
+        CHECK_OK(mt_module_forward(md->root, &calls));
+        CHECK_OK(mt_module_backward(md->root, &calls));
+    }
+    forgotten = NULL;
+    for (int i = 0; i < NL; i++)
+        CHECK_MSG(mt_fsdp_unit_of(md->l[i])->warned_no_backward == (i == 1),
+                  "unit '%s': warned %d", mt_module_name(md->l[i]),
+                  (int)mt_fsdp_unit_of(md->l[i])->warned_no_backward);
+    CHECK(!mt_fsdp_unit_of(md->root)->warned_no_backward);
+    CHECK_OK(train_step(md)); /* whole again */
+}
+
 int main(void) {
     mt_runtime *rt = NULL;
     CHECK_OK(mt_init(&rt, NULL, NULL));
@@ -179,6 +203,7 @@ int main(void) {
         check_schedule(&md);
         check_nesting(&md);
         check_sealed(mesh, &md);
+        check_forgotten_backward(&md);
     } else {
         CHECK_MSG(0, "building the model: %s", mt_last_error());
     }
