@@ -76,7 +76,8 @@ for f in "$source_dir"/examples/*.c "$source_dir"/examples/CMakeLists.txt; do
         die "$(basename "$f") missing from $prefix/share/meshtrain/examples"
 done
 
-export PKG_CONFIG_PATH="$(dirname "$pcfile")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+pcdir=$(dirname "$pcfile")
+export PKG_CONFIG_PATH="$pcdir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 step "the installed package names no CUDA directory of this machine"
 cuda_libdir=$(pkg-config --variable=cudalibdir meshtrain)
 cmake_files=$(find "$prefix" -path '*/cmake/meshtrain/*' -type f)
