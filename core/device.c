@@ -240,8 +240,11 @@ void mt_device_close(mt_device *dev) {
     if (dev->table_used) {
         char in_use[512], total[32];
         format_in_use(&dev->stats, in_use, sizeof in_use);
-        mt_log(MT_LOG_WARN, "closing %s with %zu block(s) still allocated, %s in all (%s); "
-                            "releasing them", dev->name, dev->table_used,
+        /* After an error that ended the program early, blocks left behind are expected: the
+         * error is what the user needs to read, not a leak report. */
+        mt_log(mt_failure_pending(NULL, NULL, 0) ? MT_LOG_INFO : MT_LOG_WARN,
+               "closing %s with %zu block(s) still allocated, %s in all (%s); "
+               "releasing them", dev->name, dev->table_used,
                mt_format_bytes(dev->stats.total_current, total, sizeof total), in_use);
         /* The device owns its memory: nothing can reach it once the device is gone. */
         for (size_t i = 0; i < dev->table_cap; i++)

@@ -240,11 +240,12 @@ static mt_status open_device(mt_runtime *rt) {
     if (!want || !*want || !strcasecmp(want, "auto")) {
         char why[256];
         kind = mt_device_cuda_count(why, sizeof why) > 0 ? MT_DEVICE_CUDA : MT_DEVICE_CPU;
-        /* One notice per host rather than one per rank: they all fall back for the same reason. */
+        /* One notice for the job rather than one per rank: every rank that falls back does so
+         * for the same reason (the others' hosts say so at info level). */
 #ifdef MT_HAVE_CUDA
         if (kind == MT_DEVICE_CPU && rt->local_rank == 0)
-            mt_log(MT_LOG_WARN, "no CUDA GPU found (%s); the ranks of this host use the CPU "
-                                "device", why);
+            mt_log(rt->rank == 0 ? MT_LOG_WARN : MT_LOG_INFO, "no CUDA GPU found (%s); the "
+                   "ranks of this host use the CPU device", why);
 #endif
     } else if (!strcasecmp(want, "cpu")) {
         kind = MT_DEVICE_CPU;

@@ -204,6 +204,8 @@ static void start_ranks(job *j) {
     const mtrun_options *o = j->o;
     int code = 0;
     char why[256], text[640];
+    /* The node's first rank's line: "not bound (...)" alike on every rank is said once. */
+    char first_line[2048] = "";
     char *path = mtrun_resolve_program(o->program_argv[0], &code, why, sizeof why);
     if (!path) {
         snprintf(text, sizeof text, "cannot execute '%s' on node %d: %s", o->program_argv[0],
@@ -241,11 +243,16 @@ static void start_ranks(job *j) {
         }
         r->pid = pid;
         r->alive = true;
-        /* Before any of the rank's own output, which is only read once all ranks are started. */
+        /* Before any of the rank's own output, which is only read once all ranks are started.
+         * A binding says something of each rank; its absence is the same for all of them. */
+        const char *binding = mtrun_binding_line(j->binding);
+        bool alike = i > 0 && strncmp(binding, "not bound", 9) == 0 &&
+                     strcmp(binding, first_line) == 0;
+        if (i == 0) snprintf(first_line, sizeof first_line, "%s", binding);
         char line[2300];
-        int len = snprintf(line, sizeof line, "[rank%d]: %s\n", r->global,
-                           mtrun_binding_line(j->binding));
-        if (len > 0) mtrun_write_all(STDERR_FILENO, line, strnlen(line, sizeof line - 1));
+        int len = snprintf(line, sizeof line, "[rank%d]: %s\n", r->global, binding);
+        if (len > 0 && !alike)
+            mtrun_write_all(STDERR_FILENO, line, strnlen(line, sizeof line - 1));
         char log_out[4096], log_err[4096];
         if (o->log_dir) {
             snprintf(log_out, sizeof log_out, "%s/rank%d.stdout", o->log_dir, r->global);
