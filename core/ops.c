@@ -230,6 +230,54 @@ mt_status mt_op_relu_backward(mt_device *dev, const float *out, const float *d_o
     return CUDA_OP(dev, op, mt_cuda_op_relu_backward(dev, out, d_out, d_in, n));
 }
 
+mt_status mt_op_tanh_forward(mt_device *dev, const float *in, float *out, size_t n) {
+    static const char *op = "tanh_forward";
+    MT_TRY(check_elementwise(dev, op, n, in, "the input", out, "the output", NULL, NULL));
+    if (on_cpu(dev)) return mt_cpu_op_tanh_forward(in, out, n);
+    return CUDA_OP(dev, op, mt_cuda_op_tanh_forward(dev, in, out, n));
+}
+
+mt_status mt_op_tanh_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
+                              size_t n) {
+    static const char *op = "tanh_backward";
+    MT_TRY(check_elementwise(dev, op, n, out, "the forward output", d_out, "the output gradient",
+                             d_in, "the input gradient"));
+    if (on_cpu(dev)) return mt_cpu_op_tanh_backward(out, d_out, d_in, n);
+    return CUDA_OP(dev, op, mt_cuda_op_tanh_backward(dev, out, d_out, d_in, n));
+}
+
+mt_status mt_op_sigmoid_forward(mt_device *dev, const float *in, float *out, size_t n) {
+    static const char *op = "sigmoid_forward";
+    MT_TRY(check_elementwise(dev, op, n, in, "the input", out, "the output", NULL, NULL));
+    if (on_cpu(dev)) return mt_cpu_op_sigmoid_forward(in, out, n);
+    return CUDA_OP(dev, op, mt_cuda_op_sigmoid_forward(dev, in, out, n));
+}
+
+mt_status mt_op_sigmoid_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
+                                 size_t n) {
+    static const char *op = "sigmoid_backward";
+    MT_TRY(check_elementwise(dev, op, n, out, "the forward output", d_out, "the output gradient",
+                             d_in, "the input gradient"));
+    if (on_cpu(dev)) return mt_cpu_op_sigmoid_backward(out, d_out, d_in, n);
+    return CUDA_OP(dev, op, mt_cuda_op_sigmoid_backward(dev, out, d_out, d_in, n));
+}
+
+mt_status mt_op_silu_forward(mt_device *dev, const float *in, float *out, size_t n) {
+    static const char *op = "silu_forward";
+    MT_TRY(check_elementwise(dev, op, n, in, "the input", out, "the output", NULL, NULL));
+    if (on_cpu(dev)) return mt_cpu_op_silu_forward(in, out, n);
+    return CUDA_OP(dev, op, mt_cuda_op_silu_forward(dev, in, out, n));
+}
+
+mt_status mt_op_silu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,
+                              size_t n) {
+    static const char *op = "silu_backward";
+    MT_TRY(check_elementwise(dev, op, n, in, "the input", d_out, "the output gradient", d_in,
+                             "the input gradient"));
+    if (on_cpu(dev)) return mt_cpu_op_silu_backward(in, d_out, d_in, n);
+    return CUDA_OP(dev, op, mt_cuda_op_silu_backward(dev, in, d_out, d_in, n));
+}
+
 mt_status mt_op_mse_forward(mt_device *dev, const float *pred, const float *target, size_t n,
                             float *loss) {
     static const char *op = "mse_forward";
@@ -406,6 +454,26 @@ mt_status mt_op_add(mt_device *dev, const float *a, const float *b, float *out, 
                              "the output"));
     if (on_cpu(dev)) return mt_cpu_op_add(a, b, out, n);
     return CUDA_OP(dev, op, mt_cuda_op_add(dev, a, b, out, n));
+}
+
+mt_status mt_op_mul(mt_device *dev, const float *a, const float *b, float *out, size_t n) {
+    static const char *op = "mul";
+    MT_TRY(check_elementwise(dev, op, n, a, "the first input", b, "the second input", out,
+                             "the output"));
+    if (on_cpu(dev)) return mt_cpu_op_mul(a, b, out, n);
+    return CUDA_OP(dev, op, mt_cuda_op_mul(dev, a, b, out, n));
+}
+
+mt_status mt_op_mul_backward(mt_device *dev, const float *a, const float *b, const float *d_out,
+                             float *d_a, float *d_b, size_t n) {
+    static const char *op = "mul_backward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_ptr(d_out, n, op, "the output gradient"));
+    /* A gradient not wanted (NULL) spares the input only it would read. */
+    if (d_a) MT_TRY(check_ptr(b, n, op, "the second input (the first's gradient reads it)"));
+    if (d_b) MT_TRY(check_ptr(a, n, op, "the first input (the second's gradient reads it)"));
+    if (on_cpu(dev)) return mt_cpu_op_mul_backward(a, b, d_out, d_a, d_b, n);
+    return CUDA_OP(dev, op, mt_cuda_op_mul_backward(dev, a, b, d_out, d_a, d_b, n));
 }
 
 mt_status mt_op_attention_forward(mt_device *dev, const float *qkv, int batch, int seq, int heads,
