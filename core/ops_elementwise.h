@@ -18,6 +18,8 @@
 /* 1 / (1 + e^-x): e^-x overflows to inf for x below about -88, giving exactly 0, never NaN. */
 MT_HOST_DEVICE static inline float mt_sigmoid_value(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+MT_HOST_DEVICE static inline float mt_tanh_value(float x) { return tanhf(x); }
+
 /* tanh' from y = tanh(x): 1 - y^2. */
 MT_HOST_DEVICE static inline float mt_tanh_grad(float y) { return 1.0f - y * y; }
 

@@ -18,7 +18,7 @@ static mt_status map_grad(const float *saved, const float *d_out, float *d_in, s
 }
 
 mt_status mt_cpu_op_tanh_forward(const float *in, float *out, size_t n) {
-    return map(in, out, n, tanhf);
+    return map(in, out, n, mt_tanh_value);
 }
 
 mt_status mt_cpu_op_tanh_backward(const float *out, const float *d_out, float *d_in, size_t n) {

@@ -101,37 +101,18 @@ static mt_status launch_elementwise(mt_device *dev, const char *op, size_t n,
     return mt_cuda_ops_launched(dev, op);
 }
 
-/* The activations as functors, so that one kernel template serves each (a __device__ function's
- * address cannot be taken on the host). */
-struct tanh_value {
-    __device__ float operator()(float x) const { return tanhf(x); }
-};
-struct tanh_grad {
-    __device__ float operator()(float y) const { return mt_tanh_grad(y); }
-};
-struct sigmoid_value {
-    __device__ float operator()(float x) const { return mt_sigmoid_value(x); }
-};
-struct sigmoid_grad {
-    __device__ float operator()(float y) const { return mt_sigmoid_grad(y); }
-};
-struct silu_value {
-    __device__ float operator()(float x) const { return mt_silu_value(x); }
-};
-struct silu_grad {
-    __device__ float operator()(float x) const { return mt_silu_grad(x); }
-};
+/* One kernel template per shape, instantiated with each formula of core/ops_elementwise.h (a
+ * function known at compile time: inlined into the kernel, no call through a pointer). */
 
-/* out[i] = f(in[i]); out may be in. */
-template <typename F> __global__ void map_kernel(const float *in, float *out, size_t n, F f) {
-    MT_GRID_STRIDE(i, n) out[i] = f(in[i]);
+/* out[i] = F(in[i]); out may be in. */
+template <float (*F)(float)> __global__ void map_kernel(const float *in, float *out, size_t n) {
+    MT_GRID_STRIDE(i, n) out[i] = F(in[i]);
 }
 
-/* d_in[i] += grad(saved[i]) * d_out[i], saved being the forward output or input. */
-template <typename F>
-__global__ void map_grad_kernel(const float *saved, const float *d_out, float *d_in, size_t n,
-                                F grad) {
-    MT_GRID_STRIDE(i, n) d_in[i] += grad(saved[i]) * d_out[i];
+/* d_in[i] += GRAD(saved[i]) * d_out[i], saved being the forward output or input. */
+template <float (*GRAD)(float)>
+__global__ void map_grad_kernel(const float *saved, const float *d_out, float *d_in, size_t n) {
+    MT_GRID_STRIDE(i, n) d_in[i] += GRAD(saved[i]) * d_out[i];
 }
 
 /* out may alias a or b: each element is read before it is written, by the same thread. */
@@ -146,38 +127,36 @@ __global__ void mul_backward_kernel(const float *a, const float *b, const float 
 
 extern "C" mt_status mt_cuda_op_tanh_forward(mt_device *dev, const float *in, float *out,
                                              size_t n) {
-    return launch_elementwise(dev, "tanh_forward", n, map_kernel<tanh_value>, in, out, n,
-                              tanh_value());
+    return launch_elementwise(dev, "tanh_forward", n, map_kernel<mt_tanh_value>, in, out, n);
 }
 
 extern "C" mt_status mt_cuda_op_tanh_backward(mt_device *dev, const float *out, const float *d_out,
                                               float *d_in, size_t n) {
-    return launch_elementwise(dev, "tanh_backward", n, map_grad_kernel<tanh_grad>, out, d_out,
-                              d_in, n, tanh_grad());
+    return launch_elementwise(dev, "tanh_backward", n, map_grad_kernel<mt_tanh_grad>, out, d_out,
+                              d_in, n);
 }
 
 extern "C" mt_status mt_cuda_op_sigmoid_forward(mt_device *dev, const float *in, float *out,
                                                 size_t n) {
-    return launch_elementwise(dev, "sigmoid_forward", n, map_kernel<sigmoid_value>, in, out, n,
-                              sigmoid_value());
+    return launch_elementwise(dev, "sigmoid_forward", n, map_kernel<mt_sigmoid_value>, in, out,
+                              n);
 }
 
 extern "C" mt_status mt_cuda_op_sigmoid_backward(mt_device *dev, const float *out,
                                                  const float *d_out, float *d_in, size_t n) {
-    return launch_elementwise(dev, "sigmoid_backward", n, map_grad_kernel<sigmoid_grad>, out,
-                              d_out, d_in, n, sigmoid_grad());
+    return launch_elementwise(dev, "sigmoid_backward", n, map_grad_kernel<mt_sigmoid_grad>,
+                              out, d_out, d_in, n);
 }
 
 extern "C" mt_status mt_cuda_op_silu_forward(mt_device *dev, const float *in, float *out,
                                              size_t n) {
-    return launch_elementwise(dev, "silu_forward", n, map_kernel<silu_value>, in, out, n,
-                              silu_value());
+    return launch_elementwise(dev, "silu_forward", n, map_kernel<mt_silu_value>, in, out, n);
 }
 
 extern "C" mt_status mt_cuda_op_silu_backward(mt_device *dev, const float *in, const float *d_out,
                                               float *d_in, size_t n) {
-    return launch_elementwise(dev, "silu_backward", n, map_grad_kernel<silu_grad>, in, d_out,
-                              d_in, n, silu_grad());
+    return launch_elementwise(dev, "silu_backward", n, map_grad_kernel<mt_silu_grad>, in, d_out,
+                              d_in, n);
 }
 
 extern "C" mt_status mt_cuda_op_mul(mt_device *dev, const float *a, const float *b, float *out,

@@ -132,7 +132,7 @@ MT_API mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, co
                                           float *d_beta);
 
 
-/* ---- elementwise activations ------------------------------------------------------------------ */
+/* ---- elementwise activations ----------------------------------------------------------------- */
 
 /* Every activation works on n f32 elements: forward writes out[i] = f(in[i]) (overwrite; out may
  * be in, for an in-place forward), backward adds d_in[i] += f'(x[i]) * d_out[i] (accumulate, like
@@ -174,7 +174,7 @@ MT_API
 mt_status mt_op_gelu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,
                               size_t n);
 
-/* ---- elementwise arithmetic ------------------------------------------------------------------- */
+/* ---- elementwise arithmetic ------------------------------------------------------------------ */
 
 /* out[i] = a[i] + b[i] (residual; overwrite); out may alias a or b. Its backward has no op of its
  * own: the gradient passes through unchanged, d_a += d_out and d_b += d_out, which is
@@ -190,7 +190,7 @@ MT_API
 mt_status mt_op_mul_backward(mt_device *dev, const float *a, const float *b, const float *d_out,
                              float *d_a, float *d_b, size_t n);
 
-/* ---- attention (GPT; rows = B*T tokens) -------------------------------------------------------- */
+/* ---- attention (GPT; rows = B*T tokens) ------------------------------------------------------ */
 
 /* Causal self-attention of `heads` heads of size head_dim on B sequences of T tokens. qkv is
  * (B*T) x (3 * heads * head_dim): per token all q heads, then all k heads, then all v heads (the

@@ -50,7 +50,7 @@ static double central_diff(double (*f)(double), double x) {
     return (f(x + h) - f(x - h)) / (2.0 * h);
 }
 
-/* ---- activations ------------------------------------------------------------------------------ */
+/* ---- activations ----------------------------------------------------------------------------- */
 
 static double relu_ref(double x) { return x > 0.0 ? x : 0.0; }
 static double tanh_ref(double x) { return tanh(x); }
@@ -115,7 +115,7 @@ static void test_activation(mt_device *dev, const activation *a, size_t n) {
     free(x), free(y), free(d_out), free(d_in), free(base), free(want), free(x2);
 }
 
-/* ---- product ---------------------------------------------------------------------------------- */
+/* ---- product --------------------------------------------------------------------------------- */
 
 static void test_mul(mt_device *dev, size_t n) {
     float *a = inputs(n), *b = test_lcg_floats(&rng_state, n, 3.0);
@@ -169,7 +169,7 @@ static void test_mul(mt_device *dev, size_t n) {
     free(want_a), free(want_b);
 }
 
-/* ---- argument checks -------------------------------------------------------------------------- */
+/* ---- argument checks ------------------------------------------------------------------------- */
 
 /* A call that must fail with MT_ERR_INVALID_ARG and a message containing both words. */
 #define CHECK_INVALID(call, word1, word2)                                                          \
@@ -204,7 +204,7 @@ static void test_errors(mt_device *dev) {
     CHECK(x[0] == 1 && x[3] == 4); /* nothing failed half-way */
 }
 
-/* ---- the compute stream ----------------------------------------------------------------------- */
+/* ---- the compute stream ---------------------------------------------------------------------- */
 
 static void test_compute_stream(mt_device *dev) {
     void *stream = (void *)&rng_state;
