@@ -38,7 +38,6 @@ mt_status mt_op_linear_backward(mt_device *dev, const float *d_out, const float 
                                 const float *w, float *d_in, float *d_w, float *d_bias, int batch,
                                 int in_features, int out_features);
 
-
 /* Mean squared error over n values: loss = sum((pred - target)^2) / n; d_pred += 2 (pred -
  * target) / n * scale (scale lets a caller average over more than this call's n). */
 MT_API mt_status mt_op_mse_forward(mt_device *dev, const float *pred, const float *target, size_t n,
@@ -131,15 +130,15 @@ MT_API mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, co
                                           size_t n, int channels, float *d_in, float *d_gamma,
                                           float *d_beta);
 
-
 /* ---- elementwise activations ----------------------------------------------------------------- */
 
 /* Every activation works on n f32 elements: forward writes out[i] = f(in[i]) (overwrite; out may
  * be in, for an in-place forward), backward adds d_in[i] += f'(x[i]) * d_out[i] (accumulate, like
- * every backward). Backward takes what gives f' most cheaply and accurately: the forward output
- * for relu, tanh and sigmoid (their derivatives are functions of it, so an in-place forward keeps
- * all backward needs), the forward input for silu and gelu (theirs are not, so keep the input).
- * Each buffer is read and written element by element, so backward's buffers may alias too. */
+ * every backward). Backward takes what f' is cheapest to get from at no loss of accuracy: the
+ * forward output for relu, tanh and sigmoid (f' is a function of it, 1 - y^2 and y (1 - y): no
+ * exp recomputed, and an in-place forward keeps what backward needs), the forward input for silu
+ * and gelu (f' is no function of their output: keep the input). Each buffer is read and written
+ * element by element, so backward's buffers may alias too. */
 
 /* out = max(in, 0); d_in += d_out where the forward output was positive. */
 MT_API mt_status mt_op_relu_forward(mt_device *dev, const float *in, float *out, size_t n);
@@ -181,10 +180,11 @@ mt_status mt_op_gelu_backward(mt_device *dev, const float *in, const float *d_ou
  * mt_op_accumulate(dev, d_a, d_out, MT_F32, n) (or mt_op_add(dev, d_a, d_out, d_a, n)). */
 MT_API mt_status mt_op_add(mt_device *dev, const float *a, const float *b, float *out, size_t n);
 
-/* out[i] = a[i] * b[i] (overwrite); out may alias a or b. Backward needs both inputs:
- * d_a += d_out * b and d_b += d_out * a (accumulate); either gradient may be NULL (not wanted),
- * and then the input it would need may be NULL too. d_a and d_b may be the same buffer (a * a
- * gets 2 a d_out); every element is read before it is written, so any buffers may alias. */
+/* out[i] = a[i] * b[i] (overwrite); out may alias a or b. Backward: d_a += d_out * b and
+ * d_b += d_out * a (accumulate). Either gradient may be NULL (not wanted), and the input only it
+ * would read may then be NULL too (d_a alone needs b, d_b alone needs a). d_a and d_b may be the
+ * same buffer (a * a gets 2 a d_out); every element is read before it is written, so any buffers
+ * may alias. */
 MT_API mt_status mt_op_mul(mt_device *dev, const float *a, const float *b, float *out, size_t n);
 MT_API
 mt_status mt_op_mul_backward(mt_device *dev, const float *a, const float *b, const float *d_out,
