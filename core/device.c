@@ -451,6 +451,18 @@ mt_status mt_device_synchronize(mt_device *dev) {
 
 /* ---- streams and events ---------------------------------------------------------------------- */
 
+mt_status mt_device_compute_stream(mt_device *dev, void **cuda_stream) {
+    if (!dev || !cuda_stream)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_device_compute_stream: %s must not be NULL",
+                        dev ? "cuda_stream" : "dev");
+    /* NULL on both kinds, and no backend entry for it: the CUDA ops launch without a stream
+     * (MT_CUDA_LAUNCH, core/cuda/ops_cuda.h) and the cuBLAS handles keep their default stream, so
+     * the compute stream is the legacy default one, whose handle is 0. Should the ops move to a
+     * stream of their own, this must return it. */
+    *cuda_stream = NULL;
+    return MT_OK;
+}
+
 mt_status mt_stream_create(mt_device *dev, mt_stream **out) {
     if (!dev || !out)
         return mt_error(MT_ERR_INVALID_ARG, "mt_stream_create: dev and out must not be NULL");

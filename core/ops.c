@@ -214,20 +214,94 @@ mt_status mt_op_scale(mt_device *dev, float *x, float factor, size_t n) {
     return CUDA_OP(dev, op, mt_cuda_op_scale(dev, x, factor, n));
 }
 
-mt_status mt_op_relu_forward(mt_device *dev, const float *in, float *out, size_t n) {
-    static const char *op = "relu_forward";
+/* ---- elementwise activations ---------------------------------------------------------------- */
+
+/* An activation's implementations: forward maps in to out, backward accumulates into d_in from
+ * d_out and what the forward saved (its output or its input, per op). In a build without CUDA
+ * the CUDA entry is NULL and never called (CUDA_OP drops the call). */
+typedef mt_status (*cpu_map_fn)(const float *in, float *out, size_t n);
+typedef mt_status (*cpu_map_grad_fn)(const float *saved, const float *d_out, float *d_in,
+                                     size_t n);
+typedef mt_status (*cuda_map_fn)(mt_device *dev, const float *in, float *out, size_t n);
+typedef mt_status (*cuda_map_grad_fn)(mt_device *dev, const float *saved, const float *d_out,
+                                      float *d_in, size_t n);
+#ifdef MT_HAVE_CUDA
+#define CUDA_IMPL(f) (f)
+#else
+#define CUDA_IMPL(f) NULL
+#endif
+
+static mt_status activation_forward(mt_device *dev, const char *op, const float *in, float *out,
+                                    size_t n, cpu_map_fn cpu, cuda_map_fn cuda) {
     MT_TRY(check_elementwise(dev, op, n, in, "the input", out, "the output", NULL, NULL));
-    if (on_cpu(dev)) return mt_cpu_op_relu_forward(in, out, n);
-    return CUDA_OP(dev, op, mt_cuda_op_relu_forward(dev, in, out, n));
+    if (on_cpu(dev)) return cpu(in, out, n);
+    return CUDA_OP(dev, op, cuda(dev, in, out, n));
+}
+
+/* saved_name says which the op keeps: "the forward output" or "the input". */
+static mt_status activation_backward(mt_device *dev, const char *op, const float *saved,
+                                     const char *saved_name, const float *d_out, float *d_in,
+                                     size_t n, cpu_map_grad_fn cpu, cuda_map_grad_fn cuda) {
+    MT_TRY(check_elementwise(dev, op, n, saved, saved_name, d_out, "the output gradient", d_in,
+                             "the input gradient"));
+    if (on_cpu(dev)) return cpu(saved, d_out, d_in, n);
+    return CUDA_OP(dev, op, cuda(dev, saved, d_out, d_in, n));
+}
+
+mt_status mt_op_relu_forward(mt_device *dev, const float *in, float *out, size_t n) {
+    return activation_forward(dev, "relu_forward", in, out, n, mt_cpu_op_relu_forward,
+                              CUDA_IMPL(mt_cuda_op_relu_forward));
 }
 
 mt_status mt_op_relu_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
                               size_t n) {
-    static const char *op = "relu_backward";
-    MT_TRY(check_elementwise(dev, op, n, out, "the forward output", d_out, "the output gradient",
-                             d_in, "the input gradient"));
-    if (on_cpu(dev)) return mt_cpu_op_relu_backward(out, d_out, d_in, n);
-    return CUDA_OP(dev, op, mt_cuda_op_relu_backward(dev, out, d_out, d_in, n));
+    return activation_backward(dev, "relu_backward", out, "the forward output", d_out, d_in, n,
+                               mt_cpu_op_relu_backward, CUDA_IMPL(mt_cuda_op_relu_backward));
+}
+
+mt_status mt_op_tanh_forward(mt_device *dev, const float *in, float *out, size_t n) {
+    return activation_forward(dev, "tanh_forward", in, out, n, mt_cpu_op_tanh_forward,
+                              CUDA_IMPL(mt_cuda_op_tanh_forward));
+}
+
+mt_status mt_op_tanh_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
+                              size_t n) {
+    return activation_backward(dev, "tanh_backward", out, "the forward output", d_out, d_in, n,
+                               mt_cpu_op_tanh_backward, CUDA_IMPL(mt_cuda_op_tanh_backward));
+}
+
+mt_status mt_op_sigmoid_forward(mt_device *dev, const float *in, float *out, size_t n) {
+    return activation_forward(dev, "sigmoid_forward", in, out, n, mt_cpu_op_sigmoid_forward,
+                              CUDA_IMPL(mt_cuda_op_sigmoid_forward));
+}
+
+mt_status mt_op_sigmoid_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
+                                 size_t n) {
+    return activation_backward(dev, "sigmoid_backward", out, "the forward output", d_out, d_in, n,
+                               mt_cpu_op_sigmoid_backward,
+                               CUDA_IMPL(mt_cuda_op_sigmoid_backward));
+}
+
+mt_status mt_op_silu_forward(mt_device *dev, const float *in, float *out, size_t n) {
+    return activation_forward(dev, "silu_forward", in, out, n, mt_cpu_op_silu_forward,
+                              CUDA_IMPL(mt_cuda_op_silu_forward));
+}
+
+mt_status mt_op_silu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,
+                              size_t n) {
+    return activation_backward(dev, "silu_backward", in, "the input", d_out, d_in, n,
+                               mt_cpu_op_silu_backward, CUDA_IMPL(mt_cuda_op_silu_backward));
+}
+
+mt_status mt_op_gelu_forward(mt_device *dev, const float *in, float *out, size_t n) {
+    return activation_forward(dev, "gelu_forward", in, out, n, mt_cpu_op_gelu_forward,
+                              CUDA_IMPL(mt_cuda_op_gelu_forward));
+}
+
+mt_status mt_op_gelu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,
+                              size_t n) {
+    return activation_backward(dev, "gelu_backward", in, "the input", d_out, d_in, n,
+                               mt_cpu_op_gelu_backward, CUDA_IMPL(mt_cuda_op_gelu_backward));
 }
 
 mt_status mt_op_mse_forward(mt_device *dev, const float *pred, const float *target, size_t n,
@@ -384,28 +458,32 @@ mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, const flo
                                                  d_in, d_gamma, d_beta));
 }
 
-mt_status mt_op_gelu_forward(mt_device *dev, const float *in, float *out, size_t n) {
-    static const char *op = "gelu_forward";
-    MT_TRY(check_elementwise(dev, op, n, in, "the input", out, "the output", NULL, NULL));
-    if (on_cpu(dev)) return mt_cpu_op_gelu_forward(in, out, n);
-    return CUDA_OP(dev, op, mt_cuda_op_gelu_forward(dev, in, out, n));
-}
-
-mt_status mt_op_gelu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,
-                              size_t n) {
-    static const char *op = "gelu_backward";
-    MT_TRY(check_elementwise(dev, op, n, in, "the input", d_out, "the output gradient", d_in,
-                             "the input gradient"));
-    if (on_cpu(dev)) return mt_cpu_op_gelu_backward(in, d_out, d_in, n);
-    return CUDA_OP(dev, op, mt_cuda_op_gelu_backward(dev, in, d_out, d_in, n));
-}
-
 mt_status mt_op_add(mt_device *dev, const float *a, const float *b, float *out, size_t n) {
     static const char *op = "add";
     MT_TRY(check_elementwise(dev, op, n, a, "the first input", b, "the second input", out,
                              "the output"));
     if (on_cpu(dev)) return mt_cpu_op_add(a, b, out, n);
     return CUDA_OP(dev, op, mt_cuda_op_add(dev, a, b, out, n));
+}
+
+mt_status mt_op_mul(mt_device *dev, const float *a, const float *b, float *out, size_t n) {
+    static const char *op = "mul";
+    MT_TRY(check_elementwise(dev, op, n, a, "the first input", b, "the second input", out,
+                             "the output"));
+    if (on_cpu(dev)) return mt_cpu_op_mul(a, b, out, n);
+    return CUDA_OP(dev, op, mt_cuda_op_mul(dev, a, b, out, n));
+}
+
+mt_status mt_op_mul_backward(mt_device *dev, const float *a, const float *b, const float *d_out,
+                             float *d_a, float *d_b, size_t n) {
+    static const char *op = "mul_backward";
+    MT_TRY(check_device(dev, op));
+    MT_TRY(check_ptr(d_out, n, op, "the output gradient"));
+    /* A gradient not wanted (NULL) spares the input only it would read. */
+    if (d_a) MT_TRY(check_ptr(b, n, op, "the second input (the first's gradient reads it)"));
+    if (d_b) MT_TRY(check_ptr(a, n, op, "the first input (the second's gradient reads it)"));
+    if (on_cpu(dev)) return mt_cpu_op_mul_backward(a, b, d_out, d_a, d_b, n);
+    return CUDA_OP(dev, op, mt_cuda_op_mul_backward(dev, a, b, d_out, d_a, d_b, n));
 }
 
 mt_status mt_op_attention_forward(mt_device *dev, const float *qkv, int batch, int seq, int heads,

@@ -63,6 +63,17 @@ mt_status mt_cpu_op_layernorm_backward(const float *d_out, const float *in, cons
 mt_status mt_cpu_op_gelu_forward(const float *in, float *out, size_t n);
 mt_status mt_cpu_op_gelu_backward(const float *in, const float *d_out, float *d_in, size_t n);
 mt_status mt_cpu_op_add(const float *a, const float *b, float *out, size_t n);
+/* core/cpu/ops_elementwise.c */
+mt_status mt_cpu_op_tanh_forward(const float *in, float *out, size_t n);
+mt_status mt_cpu_op_tanh_backward(const float *out, const float *d_out, float *d_in, size_t n);
+mt_status mt_cpu_op_sigmoid_forward(const float *in, float *out, size_t n);
+mt_status mt_cpu_op_sigmoid_backward(const float *out, const float *d_out, float *d_in,
+                                     size_t n);
+mt_status mt_cpu_op_silu_forward(const float *in, float *out, size_t n);
+mt_status mt_cpu_op_silu_backward(const float *in, const float *d_out, float *d_in, size_t n);
+mt_status mt_cpu_op_mul(const float *a, const float *b, float *out, size_t n);
+mt_status mt_cpu_op_mul_backward(const float *a, const float *b, const float *d_out, float *d_a,
+                                 float *d_b, size_t n);
 mt_status mt_cpu_op_attention_forward(const float *qkv, int batch, int seq, int heads,
                                       int head_dim, float *out, float *att);
 mt_status mt_cpu_op_attention_backward(const float *d_out, const float *qkv, const float *att,

@@ -77,6 +77,18 @@ mt_status mt_cuda_op_gelu_forward(mt_device *dev, const float *in, float *out, s
 mt_status mt_cuda_op_gelu_backward(mt_device *dev, const float *in, const float *d_out,
                                    float *d_in, size_t n);
 mt_status mt_cuda_op_add(mt_device *dev, const float *a, const float *b, float *out, size_t n);
+mt_status mt_cuda_op_tanh_forward(mt_device *dev, const float *in, float *out, size_t n);
+mt_status mt_cuda_op_tanh_backward(mt_device *dev, const float *out, const float *d_out,
+                                   float *d_in, size_t n);
+mt_status mt_cuda_op_sigmoid_forward(mt_device *dev, const float *in, float *out, size_t n);
+mt_status mt_cuda_op_sigmoid_backward(mt_device *dev, const float *out, const float *d_out,
+                                      float *d_in, size_t n);
+mt_status mt_cuda_op_silu_forward(mt_device *dev, const float *in, float *out, size_t n);
+mt_status mt_cuda_op_silu_backward(mt_device *dev, const float *in, const float *d_out,
+                                   float *d_in, size_t n);
+mt_status mt_cuda_op_mul(mt_device *dev, const float *a, const float *b, float *out, size_t n);
+mt_status mt_cuda_op_mul_backward(mt_device *dev, const float *a, const float *b,
+                                  const float *d_out, float *d_a, float *d_b, size_t n);
 mt_status mt_cuda_op_attention_forward(mt_device *dev, const float *qkv, int batch, int seq,
                                        int heads, int head_dim, float *out, float *att);
 mt_status mt_cuda_op_attention_backward(mt_device *dev, const float *d_out, const float *qkv,
@@ -115,7 +127,8 @@ extern "C" {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                        \
          i += (size_t)gridDim.x * blockDim.x)
 
-/* Launches a grid-stride kernel over n items on the default stream. */
+/* Launches a grid-stride kernel over n items on the legacy default stream, the stream
+ * mt_device_compute_stream (core/device.c) gives users: change both together. */
 #define MT_CUDA_LAUNCH(kernel, n, ...)                                                             \
     kernel<<<mt_cuda_blocks((n), MT_CUDA_THREADS), MT_CUDA_THREADS>>>(__VA_ARGS__)
 

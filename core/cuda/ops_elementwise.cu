@@ -1,7 +1,10 @@
-/* Elementwise ops on a CUDA device: ReLU, GELU, the residual add, the MSE loss and AdamW. Each is
- * a grid-stride loop over n in the formulas of the CPU versions (core/cpu/ops_cpu.c,
- * core/cpu/ops_gpt.c), so the two agree to float rounding. */
+/* Elementwise ops on a CUDA device: ReLU, GELU, tanh, sigmoid, SiLU, the residual add, the
+ * product, the MSE loss and AdamW. Each is a grid-stride loop over n in the formulas of the CPU
+ * versions (core/cpu/ops_cpu.c, core/cpu/ops_gpt.c; tanh, sigmoid, SiLU and the product share
+ * theirs with core/cpu/ops_elementwise.c through core/ops_elementwise.h), so the two agree to
+ * float rounding. */
 #include "core/cuda/ops_cuda.h"
+#include "core/ops_elementwise.h"
 
 /* ---- ReLU, GELU, add ------------------------------------------------------------------------- */
 
@@ -84,6 +87,89 @@ extern "C" mt_status mt_cuda_op_add(mt_device *dev, const float *a, const float 
     MT_TRY(mt_cuda_ops_select(dev, op));
     MT_CUDA_LAUNCH(add_kernel, n, a, b, out, n);
     return mt_cuda_ops_launched(dev, op);
+}
+
+/* ---- tanh, sigmoid, SiLU, product ------------------------------------------------------------ */
+
+/* Launches kernel over n items with args on dev's GPU (nothing to do for n = 0). */
+template <typename... Params, typename... Args>
+static mt_status launch_elementwise(mt_device *dev, const char *op, size_t n,
+                                    void (*kernel)(Params...), Args... args) {
+    if (n == 0) return MT_OK;
+    MT_TRY(mt_cuda_ops_select(dev, op));
+    MT_CUDA_LAUNCH(kernel, n, args...);
+    return mt_cuda_ops_launched(dev, op);
+}
+
+/* One kernel template per shape, instantiated with each formula of core/ops_elementwise.h (a
+ * function known at compile time: inlined into the kernel, no call through a pointer). */
+
+/* out[i] = F(in[i]); out may be in. */
+template <float (*F)(float)> __global__ void map_kernel(const float *in, float *out, size_t n) {
+    MT_GRID_STRIDE(i, n) out[i] = F(in[i]);
+}
+
+/* d_in[i] += GRAD(saved[i]) * d_out[i], saved being the forward output or input. */
+template <float (*GRAD)(float)>
+__global__ void map_grad_kernel(const float *saved, const float *d_out, float *d_in, size_t n) {
+    MT_GRID_STRIDE(i, n) d_in[i] += GRAD(saved[i]) * d_out[i];
+}
+
+/* out may alias a or b: each element is read before it is written, by the same thread. */
+__global__ void mul_kernel(const float *a, const float *b, float *out, size_t n) {
+    MT_GRID_STRIDE(i, n) out[i] = a[i] * b[i];
+}
+
+__global__ void mul_backward_kernel(const float *a, const float *b, const float *d_out, float *d_a,
+                                    float *d_b, size_t n) {
+    MT_GRID_STRIDE(i, n) mt_mul_backward_at(a, b, d_out, d_a, d_b, i);
+}
+
+extern "C" mt_status mt_cuda_op_tanh_forward(mt_device *dev, const float *in, float *out,
+                                             size_t n) {
+    return launch_elementwise(dev, "tanh_forward", n, map_kernel<mt_tanh_value>, in, out, n);
+}
+
+extern "C" mt_status mt_cuda_op_tanh_backward(mt_device *dev, const float *out, const float *d_out,
+                                              float *d_in, size_t n) {
+    return launch_elementwise(dev, "tanh_backward", n, map_grad_kernel<mt_tanh_grad>, out, d_out,
+                              d_in, n);
+}
+
+extern "C" mt_status mt_cuda_op_sigmoid_forward(mt_device *dev, const float *in, float *out,
+                                                size_t n) {
+    return launch_elementwise(dev, "sigmoid_forward", n, map_kernel<mt_sigmoid_value>, in, out,
+                              n);
+}
+
+extern "C" mt_status mt_cuda_op_sigmoid_backward(mt_device *dev, const float *out,
+                                                 const float *d_out, float *d_in, size_t n) {
+    return launch_elementwise(dev, "sigmoid_backward", n, map_grad_kernel<mt_sigmoid_grad>,
+                              out, d_out, d_in, n);
+}
+
+extern "C" mt_status mt_cuda_op_silu_forward(mt_device *dev, const float *in, float *out,
+                                             size_t n) {
+    return launch_elementwise(dev, "silu_forward", n, map_kernel<mt_silu_value>, in, out, n);
+}
+
+extern "C" mt_status mt_cuda_op_silu_backward(mt_device *dev, const float *in, const float *d_out,
+                                              float *d_in, size_t n) {
+    return launch_elementwise(dev, "silu_backward", n, map_grad_kernel<mt_silu_grad>, in, d_out,
+                              d_in, n);
+}
+
+extern "C" mt_status mt_cuda_op_mul(mt_device *dev, const float *a, const float *b, float *out,
+                                    size_t n) {
+    return launch_elementwise(dev, "mul", n, mul_kernel, a, b, out, n);
+}
+
+extern "C" mt_status mt_cuda_op_mul_backward(mt_device *dev, const float *a, const float *b,
+                                             const float *d_out, float *d_a, float *d_b,
+                                             size_t n) {
+    if (!d_a && !d_b) return MT_OK; /* no gradient wanted: no kernel */
+    return launch_elementwise(dev, "mul_backward", n, mul_backward_kernel, a, b, d_out, d_a, d_b,
+                              n);
 }
 
 /* ---- MSE ------------------------------------------------------------------------------------- */

@@ -93,6 +93,19 @@ MT_API const char *mt_memory_report(const mt_device *dev, char *buf, size_t size
 /* Resets the peaks to the current values (e.g. between benchmark phases). */
 MT_API void mt_device_reset_peaks(mt_device *dev);
 
+/* The stream the compute ops (ops.h) are queued on, for a CUDA kernel of your own that must run
+ * in order with them. On a CUDA device every op, and every copy or memset given no mt_stream, is
+ * queued on the legacy default stream, and *cuda_stream receives NULL: the cudaStream_t 0, which
+ * names that stream unless your code is compiled with --default-stream per-thread (then pass
+ * cudaStreamLegacy). A kernel launched on it, after cudaSetDevice(mt_device_index(dev)), runs after
+ * the ops queued before it and before those queued after it; memory it uses may be given back with
+ * mt_device_free as soon as it is queued, as for an op. A kernel on a stream of your own is
+ * ordered with the ops only through events (cudaEventRecord on one stream, cudaStreamWaitEvent on
+ * the other, both ways), and memory it uses must stay allocated until it has finished (the
+ * allocator cannot see that stream). On the CPU device *cuda_stream receives NULL too: there is no
+ * stream, ops run synchronously and are done when they return. */
+MT_API mt_status mt_device_compute_stream(mt_device *dev, void **cuda_stream);
+
 /* Streams and events order work on one device (CPU: work runs synchronously, so they are
  * ordering no-ops that still validate their use). */
 MT_API mt_status mt_stream_create(mt_device *dev, mt_stream **out);

@@ -1,8 +1,9 @@
 /* Compute ops on device memory, forward and backward, in llm.c's explicit style. The CPU
  * implementations (core/cpu/) use OpenBLAS for matrix products and plain loops otherwise; on a
  * CUDA device (core/cuda/ops_*.cu, cuBLAS for matrix products) pointers are device memory, ops are
- * queued on the default stream and return before the GPU is done, except mse forward (its loss may
- * be host or device memory), which waits. core/ops.c checks the arguments once and dispatches on
+ * queued on the legacy default stream (mt_device_compute_stream: how a kernel of your own orders
+ * with them) and return before the GPU is done, except mse forward (its loss may be host or device
+ * memory), which waits. core/ops.c checks the arguments once and dispatches on
  * the device kind (the vocabulary-parallel cross-entropy's steps, which tp.h's
  * mt_tp_vocab_cross_entropy runs, are internal: core/ops_internal.h). Shapes are row-major; every op
  * returns mt_status. Backward ops accumulate (+=) into gradient outputs. */
@@ -36,12 +37,6 @@ MT_API
 mt_status mt_op_linear_backward(mt_device *dev, const float *d_out, const float *in,
                                 const float *w, float *d_in, float *d_w, float *d_bias, int batch,
                                 int in_features, int out_features);
-
-/* out = max(in, 0); d_in += d_out where the forward output was positive. */
-MT_API mt_status mt_op_relu_forward(mt_device *dev, const float *in, float *out, size_t n);
-MT_API
-mt_status mt_op_relu_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
-                              size_t n);
 
 /* Mean squared error over n values: loss = sum((pred - target)^2) / n; d_pred += 2 (pred -
  * target) / n * scale (scale lets a caller average over more than this call's n). */
@@ -89,7 +84,9 @@ mt_status mt_op_linear_backward_ex(mt_device *dev, const float *d_out, const flo
  * devices; on a GPU the blocks add into acc atomically, so the last bits may differ between runs. */
 MT_API mt_status mt_op_sum_squares(mt_device *dev, const float *x, size_t n, double *acc);
 
-/* x[i] *= factor. */
+/* x[i] *= factor, in place. Out of place: mt_device_copy, then this. Its backward is this
+ * again on the output gradient (d_x = factor * d_out, scaled in place when d_out is not needed
+ * afterwards; to accumulate into an existing d_x, scale then mt_op_accumulate). */
 MT_API mt_status mt_op_scale(mt_device *dev, float *x, float factor, size_t n);
 
 /* ---- casts (FSDP's low-precision copies and gradient reductions) ------------------------------ */
@@ -133,14 +130,67 @@ MT_API mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, co
                                           size_t n, int channels, float *d_in, float *d_gamma,
                                           float *d_beta);
 
-/* GELU, tanh approximation (GPT-2's); backward accumulates into d_in. */
+/* ---- elementwise activations ----------------------------------------------------------------- */
+
+/* Every activation works on n f32 elements: forward writes out[i] = f(in[i]) (overwrite; out may
+ * be in, for an in-place forward), backward adds d_in[i] += f'(x[i]) * d_out[i] (accumulate, like
+ * every backward). Backward takes what f' is cheapest to get from at no loss of accuracy: the
+ * forward output for relu, tanh and sigmoid (f' is a function of it, 1 - y^2 and y (1 - y): no
+ * exp recomputed, and an in-place forward keeps what backward needs), the forward input for silu
+ * and gelu (f' is no function of their output: keep the input). Each buffer is read and written
+ * element by element, so backward's buffers may alias too. */
+
+/* out = max(in, 0); d_in += d_out where the forward output was positive. */
+MT_API mt_status mt_op_relu_forward(mt_device *dev, const float *in, float *out, size_t n);
+MT_API
+mt_status mt_op_relu_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
+                              size_t n);
+
+/* out = tanh(in); d_in += (1 - out^2) * d_out, from the forward output. */
+MT_API mt_status mt_op_tanh_forward(mt_device *dev, const float *in, float *out, size_t n);
+MT_API
+mt_status mt_op_tanh_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
+                              size_t n);
+
+/* out = 1 / (1 + exp(-in)) (0 and 1 at the extremes, never NaN for finite input);
+ * d_in += out * (1 - out) * d_out, from the forward output. */
+MT_API mt_status mt_op_sigmoid_forward(mt_device *dev, const float *in, float *out, size_t n);
+MT_API
+mt_status mt_op_sigmoid_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
+                                 size_t n);
+
+/* SiLU (swish): out = in * sigmoid(in); d_in += s * (1 + in * (1 - s)) * d_out with
+ * s = sigmoid(in), from the forward input (the output alone does not determine it: silu is not
+ * one-to-one). */
+MT_API mt_status mt_op_silu_forward(mt_device *dev, const float *in, float *out, size_t n);
+MT_API
+mt_status mt_op_silu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,
+                              size_t n);
+
+/* GELU, tanh approximation (GPT-2's), the activation convention above; backward from the input. */
 MT_API mt_status mt_op_gelu_forward(mt_device *dev, const float *in, float *out, size_t n);
 MT_API
 mt_status mt_op_gelu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,
                               size_t n);
 
-/* out[i] = a[i] + b[i] (residual); out may alias a or b. */
+/* ---- elementwise arithmetic ------------------------------------------------------------------ */
+
+/* out[i] = a[i] + b[i] (residual; overwrite); out may alias a or b. Its backward has no op of its
+ * own: the gradient passes through unchanged, d_a += d_out and d_b += d_out, which is
+ * mt_op_accumulate(dev, d_a, d_out, MT_F32, n) (or mt_op_add(dev, d_a, d_out, d_a, n)). */
 MT_API mt_status mt_op_add(mt_device *dev, const float *a, const float *b, float *out, size_t n);
+
+/* out[i] = a[i] * b[i] (overwrite); out may alias a or b. Backward: d_a += d_out * b and
+ * d_b += d_out * a (accumulate). Either gradient may be NULL (not wanted), and the input only it
+ * would read may then be NULL too (d_a alone needs b, d_b alone needs a). d_a and d_b may be the
+ * same buffer (a * a gets 2 a d_out); every element is read before it is written, so any buffers
+ * may alias. */
+MT_API mt_status mt_op_mul(mt_device *dev, const float *a, const float *b, float *out, size_t n);
+MT_API
+mt_status mt_op_mul_backward(mt_device *dev, const float *a, const float *b, const float *d_out,
+                             float *d_a, float *d_b, size_t n);
+
+/* ---- attention (GPT; rows = B*T tokens) ------------------------------------------------------ */
 
 /* Causal self-attention of `heads` heads of size head_dim on B sequences of T tokens. qkv is
  * (B*T) x (3 * heads * head_dim): per token all q heads, then all k heads, then all v heads (the

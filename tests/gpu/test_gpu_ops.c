@@ -410,6 +410,61 @@ static void test_gelu_add(void) {
     free(x), free(y), free(dy), free(dx), free(a), free(b);
 }
 
+/* The activations a model author composes, and the product, with saturating inputs mixed in. */
+static void test_activations(size_t n) {
+    typedef mt_status (*fwd_fn)(mt_device *, const float *, float *, size_t);
+    typedef mt_status (*bwd_fn)(mt_device *, const float *, const float *, float *, size_t);
+    static const struct {
+        const char *name;
+        fwd_fn forward;
+        bwd_fn backward;
+        bool backward_from_output;
+    } ops[] = {{"tanh", mt_op_tanh_forward, mt_op_tanh_backward, true},
+               {"sigmoid", mt_op_sigmoid_forward, mt_op_sigmoid_backward, true},
+               {"silu", mt_op_silu_forward, mt_op_silu_backward, false}};
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+        float *x = rand_floats(n, -8, 8), *y = rand_floats(n, -1, 1), *dy = rand_floats(n, -1, 1);
+        float *dx = rand_floats(n, -1, 1);
+        if (n > 4) x[0] = 100.0f, x[1] = -100.0f, x[2] = 20.0f, x[3] = -20.0f;
+        float *gx = upf(x, n), *gy = upf(y, n), *gdy = upf(dy, n), *gdx = upf(dx, n);
+        CHECK_OK(ops[k].forward(cpu, x, y, n));
+        CHECK_OK(ops[k].forward(gpu, gx, gy, n));
+        CHECK_OK(ops[k].backward(cpu, ops[k].backward_from_output ? y : x, dy, dx, n));
+        CHECK_OK(ops[k].backward(gpu, ops[k].backward_from_output ? gy : gx, gdy, gdx, n));
+        char what[64];
+        snprintf(what, sizeof what, "%s_forward", ops[k].name);
+        compare(what, gy, y, n, TOL_ELEM);
+        snprintf(what, sizeof what, "%s_backward", ops[k].name);
+        compare(what, gdx, dx, n, TOL_ELEM);
+        mt_device_free(gpu, gx), mt_device_free(gpu, gdy);
+        free(x), free(y), free(dy), free(dx);
+    }
+
+    float *a = rand_floats(n, -2, 2), *b = rand_floats(n, -2, 2), *dy = rand_floats(n, -1, 1);
+    float *da = rand_floats(n, -1, 1), *db = rand_floats(n, -1, 1), *dsq = rand_floats(n, -1, 1);
+    float *ga = upf(a, n), *gb = upf(b, n), *gdy = upf(dy, n), *gda = upf(da, n);
+    float *gdb = upf(db, n), *gdsq = upf(dsq, n);
+    CHECK_OK(mt_op_mul_backward(cpu, a, b, dy, da, NULL, n)); /* d_b not wanted */
+    CHECK_OK(mt_op_mul_backward(gpu, NULL, gb, gdy, gda, NULL, n));
+    CHECK_OK(mt_op_mul_backward(cpu, a, b, dy, NULL, db, n));
+    CHECK_OK(mt_op_mul_backward(gpu, ga, NULL, gdy, NULL, gdb, n));
+    CHECK_OK(mt_op_mul_backward(cpu, a, a, dy, dsq, dsq, n)); /* a * a: one shared gradient */
+    CHECK_OK(mt_op_mul_backward(gpu, ga, ga, gdy, gdsq, gdsq, n));
+    compare("mul_backward d_a", gda, da, n, TOL_ELEM);
+    compare("mul_backward d_b", gdb, db, n, TOL_ELEM);
+    compare("mul_backward a*a", gdsq, dsq, n, TOL_ELEM);
+    CHECK_OK(mt_op_mul(cpu, a, b, a, n)); /* output aliasing the first input */
+    CHECK_OK(mt_op_mul(gpu, ga, gb, ga, n));
+    compare("mul (aliased)", ga, a, n, TOL_ELEM);
+    mt_device_free(gpu, gb), mt_device_free(gpu, gdy);
+    free(a), free(b), free(dy), free(da), free(db), free(dsq);
+
+    /* Which stream a user's kernel goes on: the legacy default one (NULL) on a GPU as well. */
+    void *stream = &rng;
+    CHECK_OK(mt_device_compute_stream(gpu, &stream));
+    CHECK(stream == NULL);
+}
+
 static void test_attention(int B, int T, int H, int hd) {
     size_t W = (size_t)H * hd, rows = (size_t)B * T, nqkv = rows * 3 * W;
     size_t natt = (size_t)B * H * T * T;
@@ -492,6 +547,8 @@ int main(void) {
     test_layernorm(67);
     test_layernorm(1000);
     test_gelu_add();
+    test_activations(1);
+    test_activations(1003);
     test_attention(2, 9, 3, 8);
     test_attention(2, 300, 2, 16); /* rows longer than a block of threads */
     test_xent();
