@@ -9,7 +9,8 @@
 #    find_package(meshtrain) and with pkg-config, and run; the shared CMake build finds nothing
 #    but meshtrain (no pkg-config, no CUDA toolkit), the static one is a plain C project; the C
 #    consumer also runs under the installed mtrun on 2 ranks;
-#  - the installed examples build out of tree against the package, and fsdp_mlp runs 2 steps.
+#  - the installed examples build out of tree against the package; fsdp_mlp runs 2 steps, and
+#    custom_model gives the same losses on 1, 2 and 4 ranks under the installed mtrun.
 # Usage: run.sh BUILD_DIR SOURCE_DIR [C_COMPILER]
 set -euo pipefail
 
@@ -144,5 +145,26 @@ run_static "$work/consumer-pc-cxx-static"
 step "the installed examples, built out of tree"
 cmake_project examples "$prefix/share/meshtrain/examples"
 "$work/examples/fsdp_mlp" --steps 2 --layers 2 --width 16 --batch 4
+
+# The model-of-your-own example (docs/custom-model.md) under the installed mtrun: the same global
+# batch on 1, 2 and 4 ranks gives the same losses (FSDP averages exactly), and the loss falls.
+for np in 1 2 4; do
+    step "custom_model on $np rank(s)"
+    "$prefix/bin/mtrun" --standalone --nproc_per_node "$np" "$work/examples/custom_model" \
+        --steps 10 > "$work/custom$np.log" 2>&1 || { cat "$work/custom$np.log"; die "custom_model on $np rank(s) failed"; }
+    sed -n 's/^\[rank0\]:step \([0-9]*\) loss \([0-9.]*\)$/\1 \2/p' "$work/custom$np.log" \
+        > "$work/custom$np.loss"
+    cat "$work/custom$np.loss" | tr '\n' ' '
+    echo
+done
+[[ $(wc -l < "$work/custom1.loss") == 10 ]] || die "custom_model printed no 10 losses"
+for np in 2 4; do
+    awk 'NR == FNR { a[$1] = $2; next }
+         { d = a[$1] - $2; if (d < 0) d = -d; if (d > 1e-5 * (a[$1] > 1 ? a[$1] : 1)) bad++ }
+         END { exit bad > 0 }' "$work/custom1.loss" "$work/custom$np.loss" ||
+        die "custom_model's losses on $np ranks differ from 1 rank's (see above)"
+done
+awk 'NR == 1 { first = $2 } { last = $2 } END { exit !(last < 0.8 * first) }' \
+    "$work/custom1.loss" || die "custom_model's loss did not fall by 20% in 10 steps"
 
 step "ok"
