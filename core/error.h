@@ -29,6 +29,11 @@ void mt_failure_note_comm(mt_status status, const char *message);
 /* A root module's forward/backward succeeded: the earlier failure was recovered from (a comm
  * failure stays). */
 void mt_failure_clear(void);
+/* Forgets every record, the collectives' too (mt_init: a new job). */
+void mt_failure_reset(void);
+/* Clears the calling thread's message only (library code that starts a fresh attempt); the
+ * public mt_clear_error also forgets the program's failure record. */
+void mt_error_clear_message(void);
 /* Whether the process is failing; if so, the first failure's status and message. */
 bool mt_failure_pending(mt_status *status, char *message, size_t cap);
 

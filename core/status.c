@@ -43,6 +43,12 @@ void mt_failure_clear(void) {
     pthread_mutex_unlock(&failure_mu);
 }
 
+void mt_failure_reset(void) {
+    pthread_mutex_lock(&failure_mu);
+    failure_pending = comm_failed = false;
+    pthread_mutex_unlock(&failure_mu);
+}
+
 bool mt_failure_pending(mt_status *status, char *message, size_t cap) {
     pthread_mutex_lock(&failure_mu);
     bool pending = failure_pending || comm_failed;
@@ -74,7 +80,13 @@ const char *mt_status_str(mt_status status) {
 
 const char *mt_last_error(void) { return last_error; }
 
-void mt_clear_error(void) { last_error[0] = '\0'; }
+void mt_error_clear_message(void) { last_error[0] = '\0'; }
+
+/* A program that clears its error has dealt with it: mt_finalize need not abort the job. */
+void mt_clear_error(void) {
+    last_error[0] = '\0';
+    mt_failure_clear();
+}
 
 mt_status mt_error_restore(mt_status status, const char *saved) {
     if (!saved) saved = "";

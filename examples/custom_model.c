@@ -343,9 +343,12 @@ int main(int argc, char **argv) {
     mt_runtime *rt = NULL;
     mt_status st = mt_init(&rt, &argc, &argv);
     if (st == MT_OK) st = run(rt, &o);
-    /* On an error: say it, then mt_finalize, which does not wait for the other ranks after an
-     * error (they stop within a second with this rank's message). */
-    if (st != MT_OK) fprintf(stderr, "custom_model: %s\n", mt_last_error());
+    /* On an error this rank cannot recover from: say it, then end the job. mt_abort tells the
+     * other ranks (their waits stop within a second with this message) and exits with st. */
+    if (st != MT_OK) {
+        fprintf(stderr, "custom_model: %s\n", mt_last_error());
+        mt_abort(rt, st);
+    }
     mt_finalize(rt);
-    return st == MT_OK ? 0 : 1;
+    return 0;
 }

@@ -130,9 +130,9 @@ mt_status mt_fsdp_reshard(mt_fsdp_unit *u);
  * malloc'd. */
 mt_status mt_fsdp_units_below(mt_module *module, mt_fsdp_unit ***units, size_t *n);
 
-/* Compares the unit's parameter list (names, global shapes, placements) across the ranks through
- * the store; MT_ERR_MISMATCH names the ranks that differ and the first differing parameter
- * (fsdp_agree.c). Called by every rank's mt_fsdp_shard. */
+/* Compares the unit's parameter list (names, global shapes, placements) within its shard,
+ * replicate and tp groups (collectives on host memory); MT_ERR_MISMATCH names the ranks that
+ * differ and the first differing parameter (fsdp_agree.c). Called by mt_fsdp_shard. */
 mt_status mt_fsdp_check_ranks_agree(mt_fsdp_unit *u);
 
 /* A short description for messages: "unit 'name' (params a, b, c, ...)" into buf. */

@@ -35,7 +35,7 @@ void mt_agree_free_extras(char **extras, int world) {
 }
 
 /* "ranks 0-1 passed A; ranks 2-3 passed B" over the distinct values. */
-static void describe_disagreement(char *const *values, int world, char *buf, size_t size) {
+static void describe_disagreement(char **values, int world, char *buf, size_t size) {
     int *ranks = malloc((size_t)world * sizeof *ranks);
     char *seen = calloc((size_t)world, 1);
     size_t len = 0;
@@ -66,8 +66,7 @@ static void describe_disagreement(char *const *values, int world, char *buf, siz
 
 /* Rank 0: reads every rank's value, splits "mine\nextra", compares, publishes the verdict. */
 static mt_status judge(mt_runtime *rt, mt_store *store, const char *prefix, const char *what,
-                       mt_agree_describe_fn describe, char ***extras_out, char *verdict,
-                       size_t verdict_size) {
+                       char ***extras_out, char *verdict, size_t verdict_size) {
     int world = mt_runtime_world_size(rt);
     char **keys = calloc((size_t)world, sizeof *keys);
     char **values = calloc((size_t)world, sizeof *values);
@@ -105,7 +104,7 @@ static mt_status judge(mt_runtime *rt, mt_store *store, const char *prefix, cons
         if (same)
             snprintf(verdict, verdict_size, VERDICT_OK);
         else
-            describe(values, world, verdict, verdict_size);
+            describe_disagreement(values, world, verdict, verdict_size);
     } else {
         snprintf(verdict, verdict_size, "rank 0 could not check: %s", mt_last_error());
     }
@@ -124,13 +123,7 @@ static mt_status judge(mt_runtime *rt, mt_store *store, const char *prefix, cons
 
 mt_status mt_agree(mt_runtime *rt, const char *what, const char *mine, const char *extra,
                    char ***extras) {
-    return mt_agree_with(rt, what, mine, extra, describe_disagreement, extras);
-}
-
-mt_status mt_agree_with(mt_runtime *rt, const char *what, const char *mine, const char *extra,
-                        mt_agree_describe_fn describe, char ***extras) {
     if (extras) *extras = NULL;
-    if (!describe) describe = describe_disagreement;
     mt_store *store = mt_runtime_store(rt);
     int rank = mt_runtime_rank(rt);
     char counter[160], prefix[192];
@@ -153,8 +146,7 @@ mt_status mt_agree_with(mt_runtime *rt, const char *what, const char *mine, cons
     snprintf(verdict_key, sizeof verdict_key, "%s/verdict", prefix);
     char verdict[2048];
     if (rank == 0) {
-        mt_status jst = judge(rt, store, prefix, what, describe, extras, verdict,
-                              sizeof verdict);
+        mt_status jst = judge(rt, store, prefix, what, extras, verdict, sizeof verdict);
         /* Published even when judging failed, so that the others stop now rather than at the
          * timeout. */
         mt_status pst = mt_store_set(store, verdict_key, verdict, strlen(verdict));

@@ -7,8 +7,6 @@
 #include <meshtrain/runtime.h>
 #include <meshtrain/status.h>
 
-#include <stddef.h>
-
 /* Every rank publishes `mine` (what must agree) and `extra` (free text, e.g. host and device);
  * rank 0 compares and publishes a verdict. On disagreement every rank returns MT_ERR_MISMATCH
  * with a message grouping the ranks by what they passed ("ranks 0-1 passed A; ranks 2-3 passed
@@ -16,12 +14,6 @@
  * receives world malloc'd strings (free with mt_agree_free_extras); elsewhere NULL. */
 mt_status mt_agree(mt_runtime *rt, const char *what, const char *mine, const char *extra,
                    char ***extras);
-
-/* mt_agree with the message of a disagreement written by describe (values: every rank's `mine`;
- * buf gets what follows "the ranks disagree: "), for values too long to quote whole. */
-typedef void (*mt_agree_describe_fn)(char *const *values, int world, char *buf, size_t size);
-mt_status mt_agree_with(mt_runtime *rt, const char *what, const char *mine, const char *extra,
-                        mt_agree_describe_fn describe, char ***extras);
 
 void mt_agree_free_extras(char **extras, int world);
 

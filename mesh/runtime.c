@@ -75,10 +75,13 @@ static bool job_aborted(void *arg, char *why, size_t cap) {
     void *v = NULL;
     bool found = false;
     mt_status st = mt_store_try_get(rt->store, ABORT_KEY, &v, NULL, &found);
-    if (st != MT_OK) {
+    /* A store whose connection is gone took its host with it; any other error (a slow reply)
+     * says nothing about the job. */
+    bool lost = st == MT_ERR_IO || st == MT_ERR_PEER_LOST;
+    if (lost) {
         snprintf(why, cap, "the rendezvous store at %s stopped answering (%s): the process "
                  "hosting it has probably failed", rt->store_addr, mt_last_error());
-    } else if (found) {
+    } else if (st == MT_OK && found) {
         /* "<status> <message>", as mt_store_abort writes it */
         const char *msg = v;
         int code = 0, off = 0;
@@ -87,7 +90,7 @@ static bool job_aborted(void *arg, char *why, size_t cap) {
     }
     free(v);
     mt_error_restore(MT_OK, saved);
-    return st != MT_OK || found;
+    return lost || (st == MT_OK && found);
 }
 
 /* A store host that fails lets the others read why before the store disappears with it. */
@@ -381,7 +384,7 @@ mt_status mt_init(mt_runtime **out, int *argc, char ***argv) {
     log_affinity(rt);
     /* From here on a wait that would sleep for a rank that gave up ends with its message. */
     mt_comm_set_abort_probe(job_aborted, rt);
-    mt_failure_clear();
+    mt_failure_reset();
     *out = rt;
     return MT_OK;
 }

@@ -99,7 +99,7 @@ static mt_status run_user(mt_module *m, void *ctx, bool backward) {
     mt_module_fn fn = backward ? m->ops.backward : m->ops.forward;
     if (!fn) return run_children(m, ctx, backward);
     const char *pass = backward ? "backward" : "forward";
-    mt_clear_error(); /* an older message must not pass for this failure's */
+    mt_error_clear_message(); /* an older message must not pass for this failure's */
     mt_status st = fn(m, ctx);
     if (st == MT_OK) return st;
     if (!mt_last_error()[0])
@@ -124,7 +124,7 @@ static mt_status run_pre(mt_module *m, bool backward, size_t *ran) {
         const mt_module_hook_entry *e = &m->hooks[*ran];
         mt_module_pre_hook fn = backward ? e->hooks.pre_backward : e->hooks.pre_forward;
         if (!fn) continue;
-        mt_clear_error();
+        mt_error_clear_message();
         mt_status st = fn(m, e->user);
         if (st != MT_OK) return hook_failed(m, backward ? "pre-backward" : "pre-forward", st);
     }
@@ -141,7 +141,7 @@ static mt_status run_post(mt_module *m, bool backward, size_t n, mt_status st) {
         mt_module_post_hook fn = backward ? e->hooks.post_backward : e->hooks.post_forward;
         if (!fn) continue;
         if (st != MT_OK) snprintf(saved, sizeof saved, "%s", mt_last_error());
-        mt_clear_error();
+        mt_error_clear_message();
         mt_status out = fn(m, e->user, st);
         if (out != MT_OK && out == st) mt_error_restore(st, saved);
         else if (out != MT_OK) hook_failed(m, backward ? "post-backward" : "post-forward", out);

@@ -448,7 +448,8 @@ static char *cores_attr(const mt_topo *t) {
         if (run > 1) p += sprintf(p, "*%zu", run);
         i += run;
     }
-    mt_clear_error(); /* a core list that does not shift is written plainly, not an error */
+    /* A core list that does not shift is written plainly, not an error. */
+    mt_error_clear_message();
     return s;
 }
 

@@ -152,7 +152,7 @@ mt_status mt_nccl_comm_create(mt_runtime *rt, mt_group *group, mt_nccl_comm **ou
          * joined. */
         if (st == MT_OK && mt_group_rank(group) == 0 &&
             mt_store_delete(mt_runtime_store(rt), key, NULL) != MT_OK)
-            mt_clear_error(); /* a stale key is harmless to this job */
+            mt_error_clear_message(); /* a stale key is harmless to this job */
     }
     if (st == MT_OK && (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) !=
                             cudaSuccess ||
@@ -224,7 +224,7 @@ void mt_nccl_comm_destroy(mt_nccl_comm *c) {
                  "not freed (mt_work_free them before destroying the mesh)", c->name,
                  c->live_ops);
         (void)mt_nccl_break(c, MT_ERR_INVALID_ARG, msg);
-        mt_clear_error();
+        mt_error_clear_message();
         release_resources(c);
         c->orphaned = true;
         return;

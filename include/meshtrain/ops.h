@@ -153,7 +153,9 @@ mt_status mt_op_tanh_backward(mt_device *dev, const float *out, const float *d_o
                               size_t n);
 
 /* out = 1 / (1 + exp(-in)) (0 and 1 at the extremes, never NaN for finite input);
- * d_in += out * (1 - out) * d_out, from the forward output. */
+ * d_in += out * (1 - out) * d_out, from the forward output. Computed from the output, the slopes
+ * of sigmoid and tanh are exactly 0 where the output rounds to its limit (|in| above about 17
+ * and 9): the usual float result, as in PyTorch. */
 MT_API mt_status mt_op_sigmoid_forward(mt_device *dev, const float *in, float *out, size_t n);
 MT_API
 mt_status mt_op_sigmoid_backward(mt_device *dev, const float *out, const float *d_out, float *d_in,
@@ -161,7 +163,8 @@ mt_status mt_op_sigmoid_backward(mt_device *dev, const float *out, const float *
 
 /* SiLU (swish): out = in * sigmoid(in); d_in += s * (1 + in * (1 - s)) * d_out with
  * s = sigmoid(in), from the forward input (the output alone does not determine it: silu is not
- * one-to-one). */
+ * one-to-one). At in = -inf the forward is NaN (-inf * 0), and so is the slope at +-inf, as in
+ * PyTorch: keep inputs finite. */
 MT_API mt_status mt_op_silu_forward(mt_device *dev, const float *in, float *out, size_t n);
 MT_API
 mt_status mt_op_silu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,

@@ -35,7 +35,9 @@ MT_API const char *mt_status_str(mt_status status);
 /* The calling thread's last error message ("" when none). Valid until the thread's next error. */
 MT_API const char *mt_last_error(void);
 
-/* Clears the calling thread's last error. */
+/* Clears the calling thread's last error, and with it the record that the program is failing
+ * (mt_error_set): call it after handling an error, so that mt_finalize waits for the other ranks
+ * as usual. A failed collective stays recorded. */
 MT_API void mt_clear_error(void);
 
 /* Sets the calling thread's last error, for code outside the library (a module's forward, a

@@ -7,3 +7,7 @@ mt_add_test_program(prog_fsdp_mismatch ${CMAKE_CURRENT_LIST_DIR}/prog_fsdp_misma
 mt_add_mp_test(fsdp_ranks_disagree TIMEOUT 60 LABELS fsdp ENV MT_TIMEOUT_S=30 MT_DEVICE=cpu
   COMMAND ${CMAKE_BINARY_DIR}/bin/mtrun --standalone --nproc_per_node 3
           $<TARGET_FILE:prog_fsdp_mismatch>)
+# Only ranks that shard together must agree: two pipeline stages with different models do not.
+mt_add_mp_test(fsdp_stages_differ TIMEOUT 60 LABELS fsdp ENV MT_TIMEOUT_S=30 MT_DEVICE=cpu
+  COMMAND ${CMAKE_BINARY_DIR}/bin/mtrun --standalone --nproc_per_node 4
+          $<TARGET_FILE:prog_fsdp_mismatch> --stages)

@@ -1,7 +1,8 @@
 /* Ranks whose models differ are refused at mt_fsdp_shard, on every rank, with the first
  * difference named (fsdp/fsdp_agree.c): the last rank has an extra parameter, then (second
- * model) a parameter of another shape. Run under mtrun with 2 or more ranks; exits 0 when every
- * check passed. */
+ * model) a parameter of another shape. Ranks of other FSDP groups may hold other models (pipeline
+ * stages): with --stages, a {"stage", "dp"} mesh whose two stages differ shards fine. Run under
+ * mtrun with 2 or more ranks (an even number with --stages); exits 0 when every check passed. */
 #include "check.h"
 
 #include <meshtrain/meshtrain.h>
@@ -34,10 +35,32 @@ static void expect_refused(mt_mesh *mesh, bool differ, bool odd_shape, const cha
     mt_module_destroy(net);
 }
 
+/* Two stages of a pipeline, each its own model, sharded over their own "dp" groups. */
+static void check_stages(mt_runtime *rt) {
+    int world = mt_runtime_world_size(rt);
+    mt_mesh *mesh = NULL;
+    CHECK_OK(mt_mesh_create(rt, 2, (int[]){2, world / 2}, (const char *[]){"stage", "dp"},
+                            &mesh));
+    if (!mesh) return;
+    bool second_stage = mt_mesh_coord(mesh, 0) == 1;
+    mt_module *net = NULL;
+    CHECK_OK(build(mesh, second_stage, false, &net));
+    mt_fsdp_options o = mt_fsdp_defaults(mesh, "dp");
+    if (net) CHECK_OK(mt_fsdp_shard(net, &o));
+    mt_module_destroy(net);
+    mt_mesh_destroy(mesh);
+}
+
 int main(int argc, char **argv) {
+    bool stages = argc > 1 && strcmp(argv[1], "--stages") == 0;
     mt_runtime *rt = NULL;
     CHECK_OK(mt_init(&rt, &argc, &argv));
     if (!rt) return check_report("prog_fsdp_mismatch");
+    if (stages) {
+        check_stages(rt);
+        mt_finalize(rt);
+        return check_report("prog_fsdp_mismatch");
+    }
     int world = mt_runtime_world_size(rt), last = world - 1;
     bool differ = mt_runtime_rank(rt) == last;
     mt_mesh *mesh = NULL;
@@ -45,8 +68,8 @@ int main(int argc, char **argv) {
     if (mesh && world > 1) {
         char want[256];
         snprintf(want, sizeof want, "mt_fsdp_shard('net'): the ranks disagree: the unit's "
-                 "parameters differ on rank %d from rank 0's: at parameter 3, rank 0 has none "
-                 "(its list ends), rank %d has net.extra [4]", last, last);
+                 "parameters differ on rank %d of group 'dp' from rank 0's: at parameter 3, "
+                 "rank 0 has none (its list ends), rank %d has net.extra [4]", last, last);
         expect_refused(mesh, differ, false, want);
         snprintf(want, sizeof want, "at parameter 1, rank 0 has net.w [8x4], rank %d has net.w "
                  "[8x5]", last);

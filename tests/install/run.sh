@@ -41,7 +41,9 @@ cmake_project() {
 
 # run_static PROGRAM [ARGS...]: PROGRAM must not load libmeshtrain.so (it linked the archive).
 run_static() {
-    if ldd "$1" | grep -q libmeshtrain; then
+    local libs
+    libs=$(ldd "$1") || die "ldd $1 failed"
+    if grep -q libmeshtrain <<<"$libs"; then
         die "$1 should hold libmeshtrain.a, yet it loads libmeshtrain.so"
     fi
     "$@"
@@ -157,7 +159,10 @@ for np in 1 2 4; do
     cat "$work/custom$np.loss" | tr '\n' ' '
     echo
 done
-[[ $(wc -l < "$work/custom1.loss") == 10 ]] || die "custom_model printed no 10 losses"
+for np in 1 2 4; do
+    [[ $(wc -l < "$work/custom$np.loss") == 10 ]] ||
+        die "custom_model on $np rank(s) printed no 10 losses"
+done
 for np in 2 4; do
     awk 'NR == FNR { a[$1] = $2; next }
          { d = a[$1] - $2; if (d < 0) d = -d; if (d > 1e-5 * (a[$1] > 1 ? a[$1] : 1)) bad++ }

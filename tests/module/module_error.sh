@@ -79,6 +79,12 @@ check "mt_abort under mtrun: the job ends within $LIMIT s" elapsed_ok abort "$st
 check "mt_abort under mtrun: exit code 1 (got $RC)" test "$RC" = 1
 check "mt_abort: the message is logged" has_text "$TMP/abort.err" "aborting the job: rank 0: forward of module 'fc1': $MESSAGE"
 
+# An error handled with mt_clear_error is no failure: every rank ends normally.
+start_bg recover "$MTRUN" --standalone --nproc_per_node 2 "$PROG" --recover-rank 1
+wait_for recover
+check "a handled error: the job succeeds (exit $RC)" test "$RC" = 0
+check "a handled error: no abort" bash -c "! grep -q 'aborted' '$TMP/recover.err'"
+
 if [ "$FAILURES" -ne 0 ]; then
     for f in "$TMP"/*.out "$TMP"/*.err; do echo "== $f"; head -c 3000 "$f"; done
 fi

@@ -3,14 +3,16 @@
  * On the error the program prints mt_last_error() and, like any program, calls mt_finalize
  * (or, with --abort, mt_abort) and exits 1. Used by module_error.sh, which times how fast the
  * whole job ends.
- *   prog_module_error --fail-rank R [--abort]        (under mtrun or started by hand) */
+ *   prog_module_error --fail-rank R [--abort]        (under mtrun or started by hand)
+ *   prog_module_error --recover-rank R               rank R raises an error, handles it
+ *                                                    (mt_clear_error) and goes on: a normal end */
 #include <meshtrain/meshtrain.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int fail_rank = -1;
+static int fail_rank = -1, recover_rank = -1;
 
 static mt_status fc_forward(mt_module *m, void *ctx) {
     mt_runtime *rt = ctx;
@@ -29,6 +31,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--fail-rank") && i + 1 < argc) fail_rank = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--abort")) use_abort = true;
+        else if (!strcmp(argv[i], "--recover-rank") && i + 1 < argc) recover_rank = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: prog_module_error --fail-rank R [--abort]\n");
             return 2;
@@ -36,6 +39,11 @@ int main(int argc, char **argv) {
     }
     mt_runtime *rt = NULL;
     mt_status st = mt_init(&rt, &argc, &argv);
+    if (st == MT_OK && mt_runtime_rank(rt) == recover_rank) {
+        /* An error the program handles: after mt_clear_error, mt_finalize waits as usual. */
+        mt_error_set(MT_ERR_NOT_FOUND, "an optional file is missing (handled)");
+        mt_clear_error();
+    }
     mt_mesh *mesh = NULL;
     mt_module *net = NULL, *fc1 = NULL;
     static const mt_module_ops fc_ops = {.forward = fc_forward};
