@@ -2,9 +2,12 @@
  * agreements of that kind this rank made (kept in the store, so the library holds no global
  * state). Only rank 0 reads every value; the others wait for its verdict, so the store traffic is
  * linear in the world size. */
+#include "mesh/abort_key.h"
 #include "mesh/agree.h"
 
+#include "core/clock.h"
 #include "core/error.h"
+#include "store/store_internal.h"
 
 #include <meshtrain/store.h>
 
@@ -13,6 +16,30 @@
 #include <string.h>
 
 #define VERDICT_OK "ok"
+
+/* Waits until key exists, or the job's abort does (a rank that gave up will never publish its
+ * part: stop now with its message rather than at MT_TIMEOUT_S). *value (may be NULL) gets the
+ * key's value; the caller frees it. */
+static mt_status wait_key_or_abort(mt_store *store, const char *what, const char *key,
+                                   double timeout_s, void **value) {
+    const char *keys[2] = {key, MT_JOB_ABORT_KEY};
+    int which = 0;
+    void *v = NULL;
+    MT_TRY(mt_store_wait_any(store, keys, 2, timeout_s, &which, &v, NULL));
+    if (which == 0) {
+        if (value) *value = v;
+        else free(v);
+        return MT_OK;
+    }
+    /* "<status> <message>", as mt_store_abort writes it */
+    const char *msg = v;
+    int code = 0, off = 0;
+    if (msg && sscanf(msg, "%d %n", &code, &off) == 1) msg += off;
+    mt_status st = mt_error(MT_ERR_PEER_LOST, "%s: stopped because the job was aborted: %s", what,
+                            msg ? msg : "");
+    free(v);
+    return st;
+}
 
 void mt_format_rank_list(const int *ranks, int n, char *buf, size_t size) {
     size_t len = 0;
@@ -82,9 +109,12 @@ static mt_status judge(mt_runtime *rt, mt_store *store, const char *prefix, cons
         }
         snprintf(keys[r], n, "%s/%d", prefix, r);
     }
-    if (st == MT_OK) {
-        st = mt_store_wait(store, (const char *const *)keys, world, mt_runtime_timeout(rt));
-        if (st != MT_OK) st = mt_error_wrap(st, "%s: not every rank called it", what);
+    /* One key at a time, each wait also ended by the job's abort, within one deadline. */
+    double deadline = mt_clock_now_s() + mt_runtime_timeout(rt);
+    for (int r = 0; r < world && st == MT_OK; r++) {
+        double left = deadline - mt_clock_now_s();
+        st = wait_key_or_abort(store, what, keys[r], left > 0 ? left : 0.001, NULL);
+        if (st == MT_ERR_TIMEOUT) st = mt_error_wrap(st, "%s: not every rank called it", what);
     }
     for (int r = 0; r < world && st == MT_OK; r++) {
         void *v = NULL;
@@ -154,10 +184,11 @@ mt_status mt_agree(mt_runtime *rt, const char *what, const char *mine, const cha
         MT_TRY(pst);
     } else {
         void *v = NULL;
-        size_t vlen = 0;
-        st = mt_store_get(store, verdict_key, mt_runtime_timeout(rt), &v, &vlen);
-        if (st != MT_OK) return mt_error_wrap(st, "%s: waiting for rank 0 to compare the ranks' "
-                                                  "arguments", what);
+        st = wait_key_or_abort(store, what, verdict_key, mt_runtime_timeout(rt), &v);
+        if (st == MT_ERR_TIMEOUT)
+            return mt_error_wrap(st, "%s: waiting for rank 0 to compare the ranks' arguments",
+                                 what);
+        MT_TRY(st);
         snprintf(verdict, sizeof verdict, "%s", (char *)v);
         free(v);
     }

@@ -4,9 +4,10 @@
  * (same world size, no duplicate rank; the job id was checked by the store handshake), then one
  * barrier so that every host identity is published before local ranks are derived from them, and
  * only then the device and the UCX transport, which need the local rank and the peers' identities.
- * A process that fails a join check publishes why under ABORT_KEY, so the others stop at once with
- * its message instead of waiting MT_TIMEOUT_S for a rank that will never arrive.
+ * A process that fails a join check publishes why under MT_JOB_ABORT_KEY, so the others stop at
+ * once with its message instead of waiting MT_TIMEOUT_S for a rank that will never arrive.
  */
+#include "mesh/abort_key.h"
 #include "mesh/netif.h"
 #include "mesh/runtime_env.h"
 #include "mesh/runtime_device.h"
@@ -35,7 +36,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ABORT_KEY "mt/abort"
 #define IDENTITY_MAX (MT_ENV_HOST_MAX + 16)
 /* How long a failing store host waits for the others to read the abort before it exits. */
 #define ABORT_LINGER_S 2.0
@@ -60,7 +60,7 @@ static mt_status publish_failure(mt_runtime *rt, mt_status st) {
     if (!rt->store) return st;
     char saved[2048];
     snprintf(saved, sizeof saved, "%s", mt_last_error());
-    if (mt_store_abort(rt->store, ABORT_KEY, st, saved) != MT_OK)
+    if (mt_store_abort(rt->store, MT_JOB_ABORT_KEY, st, saved) != MT_OK)
         mt_log(MT_LOG_DEBUG, "could not publish the failure: %s", mt_last_error());
     return mt_error_restore(st, saved);
 }
@@ -74,7 +74,7 @@ static bool job_aborted(void *arg, char *why, size_t cap) {
     snprintf(saved, sizeof saved, "%s", mt_last_error());
     void *v = NULL;
     bool found = false;
-    mt_status st = mt_store_try_get(rt->store, ABORT_KEY, &v, NULL, &found);
+    mt_status st = mt_store_try_get(rt->store, MT_JOB_ABORT_KEY, &v, NULL, &found);
     /* A store whose connection is gone took its host with it; any other error (a slow reply)
      * says nothing about the job. */
     bool lost = st == MT_ERR_IO || st == MT_ERR_PEER_LOST;
@@ -226,13 +226,13 @@ static mt_status join(mt_runtime *rt) {
     MT_TRY(check_duplicate_rank(rt));
     MT_TRY(publish_identity(rt));
     MT_TRY(mt_store_barrier_abortable(rt->store, "init", rt->rank, rt->world, rt->timeout,
-                                      ABORT_KEY));
+                                      MT_JOB_ABORT_KEY));
     MT_TRY(fetch_identities(rt));
     MT_TRY(derive_locality(rt));
     /* A locality disagreement on one rank must stop the others before the transport, which
      * would otherwise wait for that rank's address until the timeout. */
     return mt_store_barrier_abortable(rt->store, "init-checked", rt->rank, rt->world,
-                                      rt->timeout, ABORT_KEY);
+                                      rt->timeout, MT_JOB_ABORT_KEY);
 }
 
 /* ---- device and transport ------------------------------------------------------------------ */
@@ -394,7 +394,7 @@ static void publish_abort(mt_runtime *rt, mt_status status, const char *message)
     if (!rt->store) return;
     char saved[2048];
     snprintf(saved, sizeof saved, "%s", mt_last_error());
-    if (mt_store_abort(rt->store, ABORT_KEY, status, message) != MT_OK)
+    if (mt_store_abort(rt->store, MT_JOB_ABORT_KEY, status, message) != MT_OK)
         mt_log(MT_LOG_DEBUG, "could not publish the abort: %s", mt_last_error());
     mt_error_restore(MT_OK, saved);
 }
@@ -415,7 +415,7 @@ void mt_finalize(mt_runtime *rt) {
     /* Every rank is done communicating before endpoints close; bounded by MT_TIMEOUT_S, and
      * ended at once when another rank aborted the job. */
     if (mt_store_barrier_abortable(rt->store, "finalize", rt->rank, rt->world, rt->timeout,
-                                   ABORT_KEY) != MT_OK)
+                                   MT_JOB_ABORT_KEY) != MT_OK)
         mt_log(MT_LOG_WARN, "mt_finalize: %s; closing anyway", mt_last_error());
     teardown(rt, rt->timeout);
 }

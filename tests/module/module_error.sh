@@ -71,6 +71,24 @@ for fail in 1 0; do
         "the job was aborted: rank $fail: forward of module 'fc1': $MESSAGE"
 done
 
+# Failing before mt_mesh_create, where the others wait in the store for every rank's arguments.
+for fail in 1 0; do
+    port=$(free_port)
+    start=$(now_s)
+    for r in 0 1; do
+        start_bg "mesh${fail}_$r" env RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+            MASTER_PORT="$port" "$PROG" --fail-rank "$fail" --before-mesh
+    done
+    other=$((1 - fail))
+    wait_for "mesh${fail}_$other"
+    check "before the mesh, rank $fail failing: rank $other ends within $LIMIT s" \
+        elapsed_ok "mesh${fail}_$other" "$start"
+    check "before the mesh, rank $fail failing: rank $other stops with its message" \
+        has_text "$TMP/mesh${fail}_$other.err" \
+        "mt_mesh_create: stopped because the job was aborted: rank $fail: the configuration is unreadable"
+    wait_for "mesh${fail}_$fail"
+done
+
 # mt_abort: exits with the status as its code (MT_ERR_INVALID_ARG = 1), the others stop too.
 start=$(now_s)
 start_bg abort "$MTRUN" --standalone --nproc_per_node 2 "$PROG" --fail-rank 0 --abort

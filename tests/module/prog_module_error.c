@@ -5,7 +5,9 @@
  * whole job ends.
  *   prog_module_error --fail-rank R [--abort]        (under mtrun or started by hand)
  *   prog_module_error --recover-rank R               rank R raises an error, handles it
- *                                                    (mt_clear_error) and goes on: a normal end */
+ *                                                    (mt_clear_error) and goes on: a normal end
+ *   prog_module_error --fail-rank R --before-mesh    rank R fails before mt_mesh_create, where
+ *                                                    the others wait for it in the store */
 #include <meshtrain/meshtrain.h>
 
 #include <stdio.h>
@@ -27,10 +29,11 @@ static mt_status fc_forward(mt_module *m, void *ctx) {
 }
 
 int main(int argc, char **argv) {
-    bool use_abort = false;
+    bool use_abort = false, before_mesh = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--fail-rank") && i + 1 < argc) fail_rank = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--abort")) use_abort = true;
+        else if (!strcmp(argv[i], "--before-mesh")) before_mesh = true;
         else if (!strcmp(argv[i], "--recover-rank") && i + 1 < argc) recover_rank = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: prog_module_error --fail-rank R [--abort]\n");
@@ -43,6 +46,12 @@ int main(int argc, char **argv) {
         /* An error the program handles: after mt_clear_error, mt_finalize waits as usual. */
         mt_error_set(MT_ERR_NOT_FOUND, "an optional file is missing (handled)");
         mt_clear_error();
+    }
+    if (st == MT_OK && before_mesh && mt_runtime_rank(rt) == fail_rank) {
+        st = mt_error_set(MT_ERR_INVALID_ARG, "the configuration is unreadable (a bug on purpose)");
+        fprintf(stderr, "prog_module_error: %s\n", mt_last_error());
+        mt_finalize(rt);
+        return 1;
     }
     mt_mesh *mesh = NULL;
     mt_module *net = NULL, *fc1 = NULL;
