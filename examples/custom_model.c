@@ -58,12 +58,14 @@ typedef struct pass {
 /* The bias as f32: the ops take an f32 bias, while FSDP hands out parameters in its param_dtype
  * (bf16 with --param-dtype bf16). A weight can stay bf16: the _ex linears multiply bf16 inputs
  * with f32 accumulation. */
-static const float *bias_f32(pass *p, mt_param *b) {
-    if (mt_param_dtype(b) == MT_F32) return mt_param_f32(b);
-    if (mt_op_cast(p->dev, mt_param_data(b), mt_param_dtype(b), p->bias32, MT_F32,
-                   mt_param_numel(b)) != MT_OK)
-        return NULL;
-    return p->bias32;
+static mt_status bias_f32(pass *p, mt_param *b, const float **out) {
+    if (mt_param_dtype(b) == MT_F32) {
+        *out = mt_param_f32(b);
+        return *out ? MT_OK : MT_ERR_INVALID_ARG; /* mt_param_f32 said why */
+    }
+    *out = p->bias32;
+    return mt_op_cast(p->dev, mt_param_data(b), mt_param_dtype(b), p->bias32, MT_F32,
+                      mt_param_numel(b));
 }
 
 static mt_status layer_forward(mt_module *m, void *ctx) {
@@ -72,8 +74,8 @@ static mt_status layer_forward(mt_module *m, void *ctx) {
     if (L->fail_on_rank == p->rank)
         return mt_error_set(MT_ERR_INVALID_ARG, "a deliberate error on rank %d (--fail-on-rank)",
                             p->rank);
-    const float *b = bias_f32(p, L->b);
-    if (!b) return MT_ERR_INVALID_ARG; /* mt_param_f32 / mt_op_cast said why */
+    const float *b = NULL;
+    MT_TRY(bias_f32(p, L->b, &b));
     float *pre = p->pre[L->index], *out = p->act[L->index + 1];
     MT_TRY(mt_op_linear_forward_ex(p->dev, p->act[L->index], mt_param_data(L->w),
                                    mt_param_dtype(L->w), b, pre, p->rows, L->in, L->out));

@@ -101,13 +101,29 @@ static mt_status unshard_for(mt_fsdp_unit *u, bool backward) {
 
 /* Ends a pass of root r: reshards every unit still holding full parameters (a prefetched unit
  * that did not run, or, after backward, those kept from forward). */
-static mt_status reshard_all(mt_fsdp_root *r, bool keep_non_resharding) {
+/* After a pass's backward: a unit whose forward ran in it but whose backward did not gets no
+ * gradient, silently (a backward that forgets to call mt_module_backward on a child gives a
+ * gradient norm of zero for it). Said once per unit. */
+static void warn_if_no_backward(const mt_fsdp_root *r, mt_fsdp_unit *u) {
+    if (u->forward_pass != r->pass || u->backward_pass == r->pass || u->warned_no_backward)
+        return;
+    u->warned_no_backward = true;
+    mt_log(MT_LOG_WARN, "fsdp: module '%s' ran its forward but not its backward in this step, so "
+           "its parameters got no gradient: does the backward of its parent call "
+           "mt_module_backward on it?", u->module->name);
+}
+
+/* The end of a pass at the outermost unit: every unit's full parameters go (those that keep
+ * them after forward stay when keep_non_resharding); after a complete backward
+ * (check_backward) the units it skipped are reported, in the same walk. */
+static mt_status reshard_all(mt_fsdp_root *r, bool keep_non_resharding, bool check_backward) {
     mt_fsdp_unit **units;
     size_t n;
     MT_TRY(mt_fsdp_units_below(r->unit->module, &units, &n));
     mt_status st = MT_OK;
     for (size_t i = 0; i < n; i++) {
         mt_fsdp_unit *u = units[i];
+        if (check_backward) warn_if_no_backward(r, u);
         if (u->state == MT_UNIT_SHARDED) continue;
         if (keep_non_resharding && !reshards_after_forward(u)) continue;
         mt_status s = mt_fsdp_reshard(u);
@@ -139,25 +155,6 @@ static mt_status pre_forward(mt_module *module, void *unit) {
     return pre_hook(u, false);
 }
 
-/* After a pass's backward: a unit whose forward ran in it but whose backward did not gets no
- * gradient, silently (a backward that forgets to call mt_module_backward on a child gives a
- * gradient norm of zero for it). Said once per unit. */
-static void warn_forward_without_backward(mt_fsdp_root *r) {
-    mt_fsdp_unit **units;
-    size_t n;
-    if (mt_fsdp_units_below(r->unit->module, &units, &n) != MT_OK) return;
-    for (size_t i = 0; i < n; i++) {
-        mt_fsdp_unit *u = units[i];
-        if (u->forward_pass != r->pass || u->backward_pass == r->pass || u->warned_no_backward)
-            continue;
-        u->warned_no_backward = true;
-        mt_log(MT_LOG_WARN, "fsdp: module '%s' ran its forward but not its backward in this "
-               "step, so its parameters got no gradient: does the backward of its parent call "
-               "mt_module_backward on it?", u->module->name);
-    }
-    free(units);
-}
-
 static mt_status post_forward(mt_module *module, void *unit, mt_status user_status) {
     (void)module;
     mt_fsdp_unit *u = unit;
@@ -167,7 +164,7 @@ static mt_status post_forward(mt_module *module, void *unit, mt_status user_stat
     mt_status st = MT_OK;
     if (reshards_after_forward(u)) st = mt_fsdp_reshard(u);
     if (u == r->unit) {
-        mt_status s = reshard_all(r, true);
+        mt_status s = reshard_all(r, true, false);
         if (st == MT_OK) st = s;
         if (!r->order[0].recorded && user_status == MT_OK) finish_recording(r, false);
     }
@@ -304,10 +301,9 @@ static mt_status post_backward(mt_module *module, void *unit, mt_status user_sta
     if (u == r->unit) {
         s = finish_pending_rs(r);
         if (st == MT_OK) st = s;
-        s = reshard_all(r, false);
+        s = reshard_all(r, false, user_status == MT_OK);
         if (st == MT_OK) st = s;
         if (!r->order[1].recorded && user_status == MT_OK) finish_recording(r, true);
-        if (user_status == MT_OK) warn_forward_without_backward(r);
     }
     if (st != MT_OK) mark_broken(r, st);
     if (user_status != MT_OK) return mt_error_restore(user_status, saved);

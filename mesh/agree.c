@@ -31,12 +31,9 @@ static mt_status wait_key_or_abort(mt_store *store, const char *what, const char
         else free(v);
         return MT_OK;
     }
-    /* "<status> <message>", as mt_store_abort writes it */
-    const char *msg = v;
-    int code = 0, off = 0;
-    if (msg && sscanf(msg, "%d %n", &code, &off) == 1) msg += off;
+    mt_status code;
     mt_status st = mt_error(MT_ERR_PEER_LOST, "%s: stopped because the job was aborted: %s", what,
-                            msg ? msg : "");
+                            mt_store_abort_parse(v, &code));
     free(v);
     return st;
 }

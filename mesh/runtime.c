@@ -55,14 +55,22 @@ struct mt_runtime {
     mt_topo *topo; /* NULL until mt_runtime_topology loads it */
 };
 
-/* Tells the other processes why this one gives up, keeping this process's own error. */
-static mt_status publish_failure(mt_runtime *rt, mt_status st) {
-    if (!rt->store) return st;
+/* Publishes the failure as the job's abort (the first one published wins: it is the cause),
+ * keeping this process's own error. message may be mt_last_error(): it is copied first. */
+static void publish_abort(mt_runtime *rt, mt_status status, const char *message) {
+    if (!rt->store) return;
     char saved[2048];
     snprintf(saved, sizeof saved, "%s", mt_last_error());
-    if (mt_store_abort(rt->store, MT_JOB_ABORT_KEY, st, saved) != MT_OK)
-        mt_log(MT_LOG_DEBUG, "could not publish the failure: %s", mt_last_error());
-    return mt_error_restore(st, saved);
+    message = message == mt_last_error() ? saved : message;
+    if (mt_store_abort(rt->store, MT_JOB_ABORT_KEY, status, message) != MT_OK)
+        mt_log(MT_LOG_DEBUG, "could not publish the abort: %s", mt_last_error());
+    mt_error_restore(MT_OK, saved);
+}
+
+/* Tells the other processes why this one gives up, keeping this process's own error. */
+static mt_status publish_failure(mt_runtime *rt, mt_status st) {
+    publish_abort(rt, st, mt_last_error());
+    return st;
 }
 
 /* The comm waits' probe (comm/abort_probe.h): has a rank published an abort? A store that no
@@ -82,11 +90,8 @@ static bool job_aborted(void *arg, char *why, size_t cap) {
         snprintf(why, cap, "the rendezvous store at %s stopped answering (%s): the process "
                  "hosting it has probably failed", rt->store_addr, mt_last_error());
     } else if (st == MT_OK && found) {
-        /* "<status> <message>", as mt_store_abort writes it */
-        const char *msg = v;
-        int code = 0, off = 0;
-        if (sscanf(msg, "%d %n", &code, &off) == 1) msg += off;
-        snprintf(why, cap, "%s", msg);
+        mt_status code;
+        snprintf(why, cap, "%s", mt_store_abort_parse(v, &code));
     }
     free(v);
     mt_error_restore(MT_OK, saved);
@@ -373,7 +378,14 @@ mt_status mt_init(mt_runtime **out, int *argc, char ***argv) {
         if (st != MT_OK) st = publish_failure(rt, st);
     }
     if (st == MT_OK) st = open_device(rt);
-    if (st == MT_OK) st = start_transport(rt);
+    if (st == MT_OK) {
+        st = start_transport(rt);
+        char why[1024];
+        if (st != MT_OK && job_aborted(rt, why, sizeof why))
+            /* A rank that gave up (and exited) right after its own start makes the others'
+             * endpoint creation fail: its message is the cause worth reading. */
+            st = mt_error_wrap(MT_ERR_PEER_LOST, "mt_init: the job was aborted: %s; then", why);
+    }
     if (st != MT_OK) {
         char saved[2048];
         snprintf(saved, sizeof saved, "%s", mt_last_error());
@@ -387,16 +399,6 @@ mt_status mt_init(mt_runtime **out, int *argc, char ***argv) {
     mt_failure_reset();
     *out = rt;
     return MT_OK;
-}
-
-/* Publishes the failure as the job's abort (the first one published wins: it is the cause). */
-static void publish_abort(mt_runtime *rt, mt_status status, const char *message) {
-    if (!rt->store) return;
-    char saved[2048];
-    snprintf(saved, sizeof saved, "%s", mt_last_error());
-    if (mt_store_abort(rt->store, MT_JOB_ABORT_KEY, status, message) != MT_OK)
-        mt_log(MT_LOG_DEBUG, "could not publish the abort: %s", mt_last_error());
-    mt_error_restore(MT_OK, saved);
 }
 
 void mt_finalize(mt_runtime *rt) {

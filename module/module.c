@@ -285,16 +285,19 @@ mt_tp_placement mt_param_tp(const mt_param *param) {
 void *mt_param_data(mt_param *param) { return param ? param->data : NULL; }
 mt_dtype mt_param_dtype(const mt_param *param) { return param ? param->dtype : MT_F32; }
 
+/* The values exist: not sharded at the moment. */
+static mt_status check_values_present(const mt_param *param) {
+    if (param->data) return MT_OK;
+    return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s' is sharded: its values exist "
+                    "only inside its unit's forward or backward", param->name, param->owner->name);
+}
+
 float *mt_param_f32(mt_param *param) {
     if (!param) {
         mt_error(MT_ERR_INVALID_ARG, "mt_param_f32: param is NULL");
         return NULL;
     }
-    if (!param->data) {
-        mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s' is sharded: its values exist "
-                 "only inside its unit's forward or backward", param->name, param->owner->name);
-        return NULL;
-    }
+    if (check_values_present(param) != MT_OK) return NULL;
     if (param->dtype != MT_F32) {
         mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s' holds %s values (the unit's "
                  "param_dtype), not f32: use mt_param_data with mt_param_dtype, or copy with "
@@ -307,10 +310,7 @@ float *mt_param_f32(mt_param *param) {
 
 mt_status mt_param_read_f32(mt_param *param, float *dst) {
     if (!param || !dst) return mt_error(MT_ERR_INVALID_ARG, "mt_param_read_f32: NULL argument");
-    if (!param->data)
-        return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s' is sharded: its values "
-                        "exist only inside its unit's forward or backward", param->name,
-                        param->owner->name);
+    MT_TRY(check_values_present(param));
     return mt_op_cast(param->owner->dev, param->data, mt_param_dtype(param), dst, MT_F32,
                       param->numel);
 }

@@ -704,15 +704,9 @@ mt_status mt_store_barrier_abortable(mt_store *s, const char *name, int rank, in
     }
     if (st != MT_OK) return mt_error_wrap(st, "barrier '%s'", name);
     if (which == 1) {
-        /* The abort value is "<status> <message>" as written by mt_store_abort. */
-        int code = (int)MT_ERR_INTERNAL, off = 0;
-        const char *msg = v;
-        if (sscanf(msg, "%d %n", &code, &off) == 1 && code > 0 && code < MT_STATUS_COUNT)
-            msg += off;
-        else
-            code = (int)MT_ERR_INTERNAL;
-        st = mt_error((mt_status)code, "barrier '%s' stopped because another process failed: %s",
-                      name, msg);
+        mt_status code;
+        const char *msg = mt_store_abort_parse(v, &code);
+        st = mt_error(code, "barrier '%s' stopped because another process failed: %s", name, msg);
     }
     free(v);
     return st;
@@ -721,6 +715,17 @@ mt_status mt_store_barrier_abortable(mt_store *s, const char *name, int rank, in
 mt_status mt_store_barrier(mt_store *store, const char *name, int rank, int world,
                            double timeout_s) {
     return mt_store_barrier_abortable(store, name, rank, world, timeout_s, NULL);
+}
+
+/* The abort value is "<status> <message>". */
+const char *mt_store_abort_parse(const char *value, mt_status *status) {
+    int code = 0, off = 0;
+    *status = MT_ERR_INTERNAL;
+    if (!value) return "";
+    if (sscanf(value, "%d %n", &code, &off) != 1 || code <= 0 || code >= MT_STATUS_COUNT)
+        return value;
+    *status = (mt_status)code;
+    return value + off;
 }
 
 mt_status mt_store_abort(mt_store *store, const char *abort_key, mt_status status,

@@ -31,6 +31,10 @@ mt_status mt_store_barrier_abortable(mt_store *store, const char *name, int rank
 mt_status mt_store_abort(mt_store *store, const char *abort_key, mt_status status,
                          const char *message);
 
+/* Reads a value written by mt_store_abort: returns its message (inside value) and sets *status
+ * (MT_ERR_INTERNAL when the value carries no valid status). */
+const char *mt_store_abort_parse(const char *value, mt_status *status);
+
 /* "host:port" of a client's server, for messages. */
 const char *mt_store_address(const mt_store *store);
 

@@ -6,6 +6,16 @@
 #include "core/cuda/ops_cuda.h"
 #include "core/ops_elementwise.h"
 
+/* Launches kernel over n items with args on dev's GPU (nothing to do for n = 0). */
+template <typename... Params, typename... Args>
+static mt_status launch_elementwise(mt_device *dev, const char *op, size_t n,
+                                    void (*kernel)(Params...), Args... args) {
+    if (n == 0) return MT_OK;
+    MT_TRY(mt_cuda_ops_select(dev, op));
+    MT_CUDA_LAUNCH(kernel, n, args...);
+    return mt_cuda_ops_launched(dev, op);
+}
+
 /* ---- ReLU, GELU, add ------------------------------------------------------------------------- */
 
 __global__ void relu_forward_kernel(const float *in, float *out, size_t n) {
@@ -46,60 +56,30 @@ __global__ void add_kernel(const float *a, const float *b, float *out, size_t n)
 
 extern "C" mt_status mt_cuda_op_relu_forward(mt_device *dev, const float *in, float *out,
                                              size_t n) {
-    static const char *op = "relu_forward";
-    if (n == 0) return MT_OK;
-    MT_TRY(mt_cuda_ops_select(dev, op));
-    MT_CUDA_LAUNCH(relu_forward_kernel, n, in, out, n);
-    return mt_cuda_ops_launched(dev, op);
+    return launch_elementwise(dev, "relu_forward", n, relu_forward_kernel, in, out, n);
 }
 
 extern "C" mt_status mt_cuda_op_relu_backward(mt_device *dev, const float *out, const float *d_out,
                                               float *d_in, size_t n) {
-    static const char *op = "relu_backward";
-    if (n == 0) return MT_OK;
-    MT_TRY(mt_cuda_ops_select(dev, op));
-    MT_CUDA_LAUNCH(relu_backward_kernel, n, out, d_out, d_in, n);
-    return mt_cuda_ops_launched(dev, op);
+    return launch_elementwise(dev, "relu_backward", n, relu_backward_kernel, out, d_out, d_in, n);
 }
 
 extern "C" mt_status mt_cuda_op_gelu_forward(mt_device *dev, const float *in, float *out,
                                              size_t n) {
-    static const char *op = "gelu_forward";
-    if (n == 0) return MT_OK;
-    MT_TRY(mt_cuda_ops_select(dev, op));
-    MT_CUDA_LAUNCH(gelu_forward_kernel, n, in, out, n);
-    return mt_cuda_ops_launched(dev, op);
+    return launch_elementwise(dev, "gelu_forward", n, gelu_forward_kernel, in, out, n);
 }
 
 extern "C" mt_status mt_cuda_op_gelu_backward(mt_device *dev, const float *in, const float *d_out,
                                               float *d_in, size_t n) {
-    static const char *op = "gelu_backward";
-    if (n == 0) return MT_OK;
-    MT_TRY(mt_cuda_ops_select(dev, op));
-    MT_CUDA_LAUNCH(gelu_backward_kernel, n, in, d_out, d_in, n);
-    return mt_cuda_ops_launched(dev, op);
+    return launch_elementwise(dev, "gelu_backward", n, gelu_backward_kernel, in, d_out, d_in, n);
 }
 
 extern "C" mt_status mt_cuda_op_add(mt_device *dev, const float *a, const float *b, float *out,
                                     size_t n) {
-    static const char *op = "add";
-    if (n == 0) return MT_OK;
-    MT_TRY(mt_cuda_ops_select(dev, op));
-    MT_CUDA_LAUNCH(add_kernel, n, a, b, out, n);
-    return mt_cuda_ops_launched(dev, op);
+    return launch_elementwise(dev, "add", n, add_kernel, a, b, out, n);
 }
 
 /* ---- tanh, sigmoid, SiLU, product ------------------------------------------------------------ */
-
-/* Launches kernel over n items with args on dev's GPU (nothing to do for n = 0). */
-template <typename... Params, typename... Args>
-static mt_status launch_elementwise(mt_device *dev, const char *op, size_t n,
-                                    void (*kernel)(Params...), Args... args) {
-    if (n == 0) return MT_OK;
-    MT_TRY(mt_cuda_ops_select(dev, op));
-    MT_CUDA_LAUNCH(kernel, n, args...);
-    return mt_cuda_ops_launched(dev, op);
-}
 
 /* One kernel template per shape, instantiated with each formula of core/ops_elementwise.h (a
  * function known at compile time: inlined into the kernel, no call through a pointer). */

@@ -49,21 +49,28 @@ for np in 2 4; do
     check "mtrun $np ranks: mtrun names rank 1" has_text "$TMP/$name.err" "mtrun: rank 1"
 done
 
-# By hand: the failing rank publishes its error; the other rank's all-reduce stops with it.
-for fail in 1 0; do
+# by_hand NAME FAIL ARGS...: ranks 0 and 1 started by hand (rank 0 hosts the store), rank FAIL
+# failing; both must end within LIMIT seconds with exit code 1. Output in $TMP/NAME_<rank>.err.
+by_hand() {
+    local name=$1 fail=$2 port start r
+    shift 2
     port=$(free_port)
     start=$(now_s)
     for r in 0 1; do
-        start_bg "hand${fail}_$r" env RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
-            MASTER_PORT="$port" "$PROG" --fail-rank "$fail"
+        start_bg "${name}_$r" env RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+            MASTER_PORT="$port" "$PROG" --fail-rank "$fail" "$@"
     done
     for r in 0 1; do
-        wait_for "hand${fail}_$r"
-        check "by hand, rank $fail failing: rank $r ends within $LIMIT s" \
-            elapsed_ok "hand${fail}_$r" "$start"
-        check "by hand, rank $fail failing: rank $r exits 1 (got $RC)" test "$RC" = 1
+        wait_for "${name}_$r"
+        check "$name: rank $r ends within $LIMIT s" elapsed_ok "${name}_$r" "$start"
+        check "$name: rank $r exits 1 (got $RC)" test "$RC" = 1
     done
+}
+
+# By hand: the failing rank publishes its error; the other rank's all-reduce stops with it.
+for fail in 1 0; do
     other=$((1 - fail))
+    by_hand "hand$fail" "$fail"
     check "by hand, rank $fail failing: its own message" has_text "$TMP/hand${fail}_$fail.err" \
         "rank $fail: forward of module 'fc1': $MESSAGE"
     check "by hand, rank $fail failing: rank $other stops with rank $fail's message" \
@@ -73,20 +80,11 @@ done
 
 # Failing before mt_mesh_create, where the others wait in the store for every rank's arguments.
 for fail in 1 0; do
-    port=$(free_port)
-    start=$(now_s)
-    for r in 0 1; do
-        start_bg "mesh${fail}_$r" env RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
-            MASTER_PORT="$port" "$PROG" --fail-rank "$fail" --before-mesh
-    done
     other=$((1 - fail))
-    wait_for "mesh${fail}_$other"
-    check "before the mesh, rank $fail failing: rank $other ends within $LIMIT s" \
-        elapsed_ok "mesh${fail}_$other" "$start"
+    by_hand "mesh$fail" "$fail" --before-mesh
     check "before the mesh, rank $fail failing: rank $other stops with its message" \
-        has_text "$TMP/mesh${fail}_$other.err" \
-        "mt_mesh_create: stopped because the job was aborted: rank $fail: the configuration is unreadable"
-    wait_for "mesh${fail}_$fail"
+        has_text "$TMP/mesh${fail}_$other.err" "mt_mesh_create: stopped because the job was \
+aborted: rank $fail: the configuration is unreadable"
 done
 
 # mt_abort: exits with the status as its code (MT_ERR_INVALID_ARG = 1), the others stop too.

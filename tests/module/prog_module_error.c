@@ -47,6 +47,9 @@ int main(int argc, char **argv) {
         mt_error_set(MT_ERR_NOT_FOUND, "an optional file is missing (handled)");
         mt_clear_error();
     }
+    /* Every rank is past mt_init (its endpoints made) before the failing one gives up: what is
+     * tested is the others waiting in mt_mesh_create, not in their own start. */
+    if (st == MT_OK && before_mesh) st = mt_barrier(mt_runtime_world(rt), NULL);
     if (st == MT_OK && before_mesh && mt_runtime_rank(rt) == fail_rank) {
         st = mt_error_set(MT_ERR_INVALID_ARG, "the configuration is unreadable (a bug on purpose)");
         fprintf(stderr, "prog_module_error: %s\n", mt_last_error());
