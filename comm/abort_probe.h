@@ -8,18 +8,21 @@
 #ifndef MT_COMM_ABORT_PROBE_H
 #define MT_COMM_ABORT_PROBE_H
 
+#include <meshtrain/status.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Fills why and returns true when the job was aborted. */
-typedef bool (*mt_abort_probe_fn)(void *arg, char *why, size_t cap);
+/* Returns true when the job was aborted, with the aborting rank's status (the cause: a wait that
+ * ends because of it reports that status) and message. */
+typedef bool (*mt_abort_probe_fn)(void *arg, mt_status *status, char *why, size_t cap);
 
 /* Registers (fn non-NULL) or removes (fn NULL) the process's probe. */
 void mt_comm_set_abort_probe(mt_abort_probe_fn fn, void *arg);
 
 /* Asks the probe, at most every MT_ABORT_PROBE_INTERVAL_S per process (a wait calls it on every
  * wake-up); false without a probe. */
-bool mt_comm_job_aborted(char *why, size_t cap);
+bool mt_comm_job_aborted(mt_status *status, char *why, size_t cap);
 
 /* How often a wait looks (seconds): a job whose rank aborted ends within about this long. */
 #define MT_ABORT_PROBE_INTERVAL_S 0.5

@@ -18,22 +18,24 @@
 #define VERDICT_OK "ok"
 
 /* Waits until key exists, or the job's abort does (a rank that gave up will never publish its
- * part: stop now with its message rather than at MT_TIMEOUT_S). *value (may be NULL) gets the
- * key's value; the caller frees it. */
-static mt_status wait_key_or_abort(mt_store *store, const char *what, const char *key,
-                                   double timeout_s, void **value) {
+ * part: stop now with its status and message rather than at MT_TIMEOUT_S). waiting_for says,
+ * on a timeout, what did not come. *value (may be NULL) gets the key's value; the caller frees
+ * it. */
+static mt_status wait_key_or_abort(mt_store *store, const char *what, const char *waiting_for,
+                                   const char *key, double timeout_s, void **value) {
     const char *keys[2] = {key, MT_JOB_ABORT_KEY};
     int which = 0;
     void *v = NULL;
-    MT_TRY(mt_store_wait_any(store, keys, 2, timeout_s, &which, &v, NULL));
+    mt_status wst = mt_store_wait_any(store, keys, 2, timeout_s, &which, &v, NULL);
+    if (wst != MT_OK) return mt_error_wrap(wst, "%s: %s", what, waiting_for);
     if (which == 0) {
         if (value) *value = v;
         else free(v);
         return MT_OK;
     }
-    mt_status code;
-    mt_status st = mt_error(MT_ERR_PEER_LOST, "%s: stopped because the job was aborted: %s", what,
-                            mt_store_abort_parse(v, &code));
+    mt_status cause;
+    const char *why = mt_store_abort_parse(v, &cause);
+    mt_status st = mt_error(cause, "%s: stopped because the job was aborted: %s", what, why);
     free(v);
     return st;
 }
@@ -110,8 +112,8 @@ static mt_status judge(mt_runtime *rt, mt_store *store, const char *prefix, cons
     double deadline = mt_clock_now_s() + mt_runtime_timeout(rt);
     for (int r = 0; r < world && st == MT_OK; r++) {
         double left = deadline - mt_clock_now_s();
-        st = wait_key_or_abort(store, what, keys[r], left > 0 ? left : 0.001, NULL);
-        if (st == MT_ERR_TIMEOUT) st = mt_error_wrap(st, "%s: not every rank called it", what);
+        st = wait_key_or_abort(store, what, "not every rank called it", keys[r],
+                               left > 0 ? left : 0.001, NULL);
     }
     for (int r = 0; r < world && st == MT_OK; r++) {
         void *v = NULL;
@@ -181,11 +183,9 @@ mt_status mt_agree(mt_runtime *rt, const char *what, const char *mine, const cha
         MT_TRY(pst);
     } else {
         void *v = NULL;
-        st = wait_key_or_abort(store, what, verdict_key, mt_runtime_timeout(rt), &v);
-        if (st == MT_ERR_TIMEOUT)
-            return mt_error_wrap(st, "%s: waiting for rank 0 to compare the ranks' arguments",
-                                 what);
-        MT_TRY(st);
+        MT_TRY(wait_key_or_abort(store, what,
+                                 "waiting for rank 0 to compare the ranks' arguments",
+                                 verdict_key, mt_runtime_timeout(rt), &v));
         snprintf(verdict, sizeof verdict, "%s", (char *)v);
         free(v);
     }

@@ -76,7 +76,7 @@ static mt_status publish_failure(mt_runtime *rt, mt_status st) {
 /* The comm waits' probe (comm/abort_probe.h): has a rank published an abort? A store that no
  * longer answers counts too: its host has gone, and the job with it. The caller's last error
  * is kept. */
-static bool job_aborted(void *arg, char *why, size_t cap) {
+static bool job_aborted(void *arg, mt_status *status, char *why, size_t cap) {
     mt_runtime *rt = arg;
     char saved[2048];
     snprintf(saved, sizeof saved, "%s", mt_last_error());
@@ -87,11 +87,11 @@ static bool job_aborted(void *arg, char *why, size_t cap) {
      * says nothing about the job. */
     bool lost = st == MT_ERR_IO || st == MT_ERR_PEER_LOST;
     if (lost) {
+        *status = MT_ERR_PEER_LOST;
         snprintf(why, cap, "the rendezvous store at %s stopped answering (%s): the process "
                  "hosting it has probably failed", rt->store_addr, mt_last_error());
     } else if (st == MT_OK && found) {
-        mt_status code;
-        snprintf(why, cap, "%s", mt_store_abort_parse(v, &code));
+        snprintf(why, cap, "%s", mt_store_abort_parse(v, status));
     }
     free(v);
     mt_error_restore(MT_OK, saved);
@@ -381,10 +381,11 @@ mt_status mt_init(mt_runtime **out, int *argc, char ***argv) {
     if (st == MT_OK) {
         st = start_transport(rt);
         char why[1024];
-        if (st != MT_OK && job_aborted(rt, why, sizeof why))
+        mt_status cause;
+        if (st != MT_OK && job_aborted(rt, &cause, why, sizeof why))
             /* A rank that gave up (and exited) right after its own start makes the others'
              * endpoint creation fail: its message is the cause worth reading. */
-            st = mt_error_wrap(MT_ERR_PEER_LOST, "mt_init: the job was aborted: %s; then", why);
+            st = mt_error_wrap(cause, "mt_init: the job was aborted: %s; then", why);
     }
     if (st != MT_OK) {
         char saved[2048];

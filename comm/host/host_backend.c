@@ -64,8 +64,8 @@ static void fail_group_locked(mt_group *g, const char *msg) {
 }
 
 /* Another rank aborted the job (comm/abort_probe.h): the peers this work waits for may never
- * come, so it is abandoned like a timed-out one, with the aborting rank's message. */
-static mt_status abandon_after_abort(mt_work *w, const char *why) {
+ * come, so it is abandoned like a timed-out one, with the aborting rank's status and message. */
+static mt_status abandon_after_abort(mt_work *w, mt_status cause, const char *why) {
     mt_transport *tr = w->tr;
     char prefix[160], msg[MT_ERRMSG_CAP];
     mt_work_describe(w, prefix, sizeof prefix);
@@ -73,13 +73,13 @@ static mt_status abandon_after_abort(mt_work *w, const char *why) {
     pthread_mutex_lock(&tr->mu);
     bool done = w->done;
     if (!done) fail_group_locked(w->group, msg);
-    mt_status st = done ? finished_status(w) : MT_ERR_PEER_LOST;
+    mt_status st = done ? finished_status(w) : cause;
     pthread_mutex_unlock(&tr->mu);
     if (done) return st;
     atomic_store(&w->abort_requested, true);
     ucp_worker_signal(tr->worker);
-    mt_failure_note_comm(MT_ERR_PEER_LOST, msg);
-    return mt_error(MT_ERR_PEER_LOST, "%s", msg);
+    mt_failure_note_comm(cause, msg);
+    return mt_error(cause, "%s", msg);
 }
 
 /* On a timeout, names what the work waited for and makes the group unusable: its members are
@@ -99,8 +99,8 @@ static mt_status host_wait(mt_work *w, double timeout_s) {
         int rc = pthread_cond_timedwait(&tr->done_cv, &tr->mu, &step);
         if (rc != ETIMEDOUT || w->done) continue;
         pthread_mutex_unlock(&tr->mu);
-        bool aborted = mt_comm_job_aborted(why, sizeof why);
-        if (aborted) return abandon_after_abort(w, why);
+        mt_status cause;
+        if (mt_comm_job_aborted(&cause, why, sizeof why)) return abandon_after_abort(w, cause, why);
         pthread_mutex_lock(&tr->mu);
     }
     if (w->done) {
@@ -121,6 +121,9 @@ static mt_status host_wait(mt_work *w, double timeout_s) {
     snprintf(msg, sizeof msg, "%s: timed out after %g s waiting for %s", prefix, timeout_s, who);
     fail_group_locked(g, msg);
     pthread_mutex_unlock(&tr->mu);
+    /* The cause, recorded before the abandoned work's own failure ("abandoned after its waiter
+     * timed out"): what mt_finalize tells the other ranks. */
+    mt_failure_note_comm(MT_ERR_TIMEOUT, msg);
     return mt_error(MT_ERR_TIMEOUT, "%s", msg);
 }
 

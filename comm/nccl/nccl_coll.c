@@ -198,10 +198,11 @@ static mt_status nccl_wait(mt_work *w, double timeout_s) {
         if (poll_once(w, &st) != 0) return st;
         if (mt_clock_now_s() > deadline) break;
         /* A rank that aborted the job will never join: stop waiting for it. */
-        if (polls > 2000 && mt_comm_job_aborted(why, sizeof why)) {
+        mt_status cause;
+        if (polls > 2000 && mt_comm_job_aborted(&cause, why, sizeof why)) {
             snprintf(msg, sizeof msg, "%s: stopped because the job was aborted: %s; the "
                      "communicator was aborted", op->what, why);
-            return finish(op, mt_nccl_break(op->comm, MT_ERR_PEER_LOST, msg), msg);
+            return finish(op, mt_nccl_break(op->comm, cause, msg), msg);
         }
         /* Spin briefly (a collective often ends within microseconds of the wait), then sleep in
          * short steps so that a long wait does not burn a core. */

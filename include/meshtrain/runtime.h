@@ -33,8 +33,8 @@ MT_API mt_status mt_init(mt_runtime **out, int *argc, char ***argv);
  * from (a failed collective, a failed forward/backward of a root module, mt_error_set) it does
  * not wait: it publishes the error as the job's abort and closes at once. The other ranks then
  * end within about a second: their waits for collectives (and their own mt_finalize) stop with
- * "... the job was aborted: <this rank's message>"; under mtrun, this rank's non-zero exit stops
- * the job anyway. */
+ * this rank's status and "... the job was aborted: <this rank's message>"; under mtrun, this
+ * rank's non-zero exit stops the job anyway. */
 MT_API void mt_finalize(mt_runtime *rt);
 
 /* Ends the job now, like MPI_Abort: logs mt_last_error() (or the status's name), publishes it as
