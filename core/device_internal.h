@@ -38,6 +38,10 @@ typedef struct mt_device_ops {
     mt_status (*event_query)(mt_event *event, bool *done);
     /* Releases the backend state (after every block was freed). */
     void (*close)(mt_device *dev);
+    /* Host memory that copies to and from the device are fastest with (page-locked on a GPU);
+     * NULL: ordinary host memory (mt_host_alloc). */
+    mt_status (*staging_alloc)(size_t bytes, void **out);
+    void (*staging_free)(void *ptr);
 } mt_device_ops;
 
 /* One live allocation in the accounting table. ptr == NULL marks an empty slot. */

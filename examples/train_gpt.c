@@ -30,14 +30,25 @@
 
 typedef struct options {
     int dp, tp; /* dp 0: world / tp */
-    int layers, d_model, heads, seq, batch, grad_accum, steps, warmup, eval_every;
+    int layers, d_model, heads, seq, vocab, batch, grad_accum, steps, warmup, eval_every;
     float lr, weight_decay, clip;
     uint64_t seed;
     mt_dtype param_dtype, reduce_dtype;
     bool prefetch;
     const char *device, *data, *metrics; /* device NULL: MT_DEVICE or auto */
     float peak_tflops; /* per device, for MFU; 0 = from the GPU model */
+    /* Checkpoints: where to save, how often, how many to keep, and what to resume from. */
+    const char *ckpt_dir, *resume; /* resume: NULL, "auto" or a path */
+    int save_every, keep;
+    unsigned model_given; /* MODEL_* bits of the model options given on the command line */
+    char resume_path[4096]; /* the checkpoint to resume from ("" to start fresh) */
+    bool resume_optimizer;  /* it was saved by train_gpt (with the optimizer), not imported */
 } options;
+
+/* The model's shape options: a resumed run takes them from the checkpoint. */
+enum { MODEL_LAYERS = 1, MODEL_D_MODEL = 2, MODEL_HEADS = 4, MODEL_SEQ = 8, MODEL_VOCAB = 16 };
+#define CONFIG_EXTRA "model_config" /* JSON text: the GPT-2 configuration (docs/checkpoint.md) */
+#define STEP_EXTRA "train_gpt.step" /* int64: optimizer steps taken */
 
 /* The data: the file's bytes are the token ids; the last 10% is held out for evaluation. */
 typedef struct dataset {
@@ -63,6 +74,9 @@ typedef struct trainer {
     char peak_source[128];  /* where the peak came from, for the summary */
     double timed_ms;        /* steps after the first: time and tokens, for the throughput */
     double timed_tokens;
+    int first_step;         /* 0, or the step a resumed run starts at */
+    char config_json[256];  /* the model configuration saved with every checkpoint */
+    int64_t steps_done;     /* saved with every checkpoint */
 } trainer;
 
 static const char usage[] =
@@ -89,7 +103,13 @@ static const char usage[] =
     "  --eval-every N      held-out loss every N steps and at the end; 0 = never (0)\n"
     "  --metrics FILE      JSON lines: one per step and one per evaluation (rank 0 writes)\n"
     "  --peak-tflops X     bf16 dense peak per GPU for MFU (default from the GPU model:\n"
-    "                      H100/H200 SXM 989, H100 PCIe 756, A100 312; none on a CPU)\n";
+    "                      H100/H200 SXM 989, H100 PCIe 756, A100 312; none on a CPU)\n"
+    "  --checkpoint-dir D  save checkpoints into D (step-N folders and D/latest)\n"
+    "  --save-every N      save after every N steps and after the last; 0 = never (0)\n"
+    "  --keep K            keep the newest K checkpoints; 0 = all (3)\n"
+    "  --resume auto|PATH  continue from D's latest checkpoint (auto: if there is one) or from\n"
+    "                      PATH (a step-N folder or a checkpoint directory); --steps stays the\n"
+    "                      total, so a run resumed at step 6 with --steps 12 runs steps 6-11\n";
 
 /* ---- options ------------------------------------------------------------------------------- */
 
@@ -133,10 +153,10 @@ static int parse_dtype(const char *name, const char *val, mt_dtype *out, char *e
 /* Returns 0 (options in *o), 1 (--help) or -1 (message in err). */
 static int parse_args(int argc, char **argv, options *o, char *err) {
     *o = (options){.dp = 0, .tp = 1, .layers = 2, .d_model = 64, .heads = 4, .seq = 64,
-                   .batch = 8, .grad_accum = 1, .steps = 300, .warmup = 0, .eval_every = 0,
+                   .vocab = 256, .batch = 8, .grad_accum = 1, .steps = 300, .warmup = 0, .eval_every = 0,
                    .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .seed = 1,
                    .param_dtype = MT_F32, .reduce_dtype = MT_F32, .prefetch = true,
-                   .device = NULL, .data = DEFAULT_DATA, .metrics = NULL};
+                   .device = NULL, .data = DEFAULT_DATA, .metrics = NULL, .keep = 3};
     for (int i = 1; i < argc; i++) {
         char name[64];
         const char *arg = argv[i], *eq = strchr(arg, '=');
@@ -158,6 +178,11 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         int rc;
         uint64_t seed;
         char *end;
+        static const struct { const char *name; unsigned bit; } model_opts[] = {
+            {"--layers", MODEL_LAYERS}, {"--d-model", MODEL_D_MODEL}, {"--heads", MODEL_HEADS},
+            {"--seq", MODEL_SEQ}, {"--vocab", MODEL_VOCAB}};
+        for (size_t k = 0; k < sizeof model_opts / sizeof *model_opts; k++)
+            if (!strcmp(name, model_opts[k].name)) o->model_given |= model_opts[k].bit;
         if (!strcmp(name, "--dp")) rc = parse_int(name, val, 1, &o->dp, err);
         else if (!strcmp(name, "--tp")) rc = parse_int(name, val, 1, &o->tp, err);
         else if (!strcmp(name, "--layers")) rc = parse_int(name, val, 1, &o->layers, err);
@@ -169,6 +194,8 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         else if (!strcmp(name, "--steps")) rc = parse_int(name, val, 0, &o->steps, err);
         else if (!strcmp(name, "--warmup")) rc = parse_int(name, val, 0, &o->warmup, err);
         else if (!strcmp(name, "--eval-every")) rc = parse_int(name, val, 0, &o->eval_every, err);
+        else if (!strcmp(name, "--save-every")) rc = parse_int(name, val, 0, &o->save_every, err);
+        else if (!strcmp(name, "--keep")) rc = parse_int(name, val, 0, &o->keep, err);
         else if (!strcmp(name, "--lr")) rc = parse_float(name, val, 0.0f, &o->lr, err);
         else if (!strcmp(name, "--weight-decay"))
             rc = parse_float(name, val, 0.0f, &o->weight_decay, err);
@@ -193,6 +220,12 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         } else if (!strcmp(name, "--data")) {
             rc = *val ? 0 : fail_msg(err, "--data needs a file name");
             o->data = val;
+        } else if (!strcmp(name, "--checkpoint-dir")) {
+            rc = *val ? 0 : fail_msg(err, "--checkpoint-dir needs a folder name");
+            o->ckpt_dir = val;
+        } else if (!strcmp(name, "--resume")) {
+            rc = *val ? 0 : fail_msg(err, "--resume needs 'auto' or a checkpoint path");
+            o->resume = val;
         } else if (!strcmp(name, "--metrics")) {
             rc = *val ? 0 : fail_msg(err, "--metrics needs a file name");
             o->metrics = val;
@@ -202,6 +235,10 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         if (rc) return rc;
     }
     if (o->lr <= 0.0f) return fail_msg(err, "--lr %g must be > 0", (double)o->lr);
+    if (o->save_every > 0 && !o->ckpt_dir)
+        return fail_msg(err, "--save-every %d needs --checkpoint-dir", o->save_every);
+    if (o->resume && !strcmp(o->resume, "auto") && !o->ckpt_dir)
+        return fail_msg(err, "--resume auto needs --checkpoint-dir (the folder to look in)");
     return 0;
 }
 
@@ -219,6 +256,64 @@ static int check_shape(options *o, int world, char *err) {
         return fail_msg(err, "heads %d not divisible by tp %d", o->heads, o->tp);
     if (o->d_model % o->heads != 0)
         return fail_msg(err, "d-model %d not divisible by heads %d", o->d_model, o->heads);
+    return 0;
+}
+
+/* ---- checkpoints: what a resumed run starts from --------------------------------------------- */
+
+/* The model configuration saved with each checkpoint (and written by mt-ckpt import). */
+#define CONFIG_FORMAT \
+    "{\"model\": \"gpt2\", \"layers\": %d, \"d_model\": %d, \"heads\": %d, \"seq\": %d, " \
+    "\"vocab\": %d}"
+
+/* With --resume: finds the checkpoint, and takes the model's shape from it (a shape option given
+ * on the command line must agree). Every rank reads the same files, so every rank decides alike;
+ * 0, or -1 with the message in err. */
+static int resolve_resume(options *o, char *err) {
+    if (!o->resume) return 0;
+    bool automatic = !strcmp(o->resume, "auto"), found = false;
+    const char *where = automatic ? o->ckpt_dir : o->resume;
+    if (mt_checkpoint_resolve(where, o->resume_path, sizeof o->resume_path, &found) != MT_OK) {
+        fail_msg(err, "--resume %s: %s", o->resume, mt_last_error());
+        mt_clear_error();
+        return -1;
+    }
+    if (!found) {
+        o->resume_path[0] = '\0';
+        if (automatic) return 0; /* nothing saved yet: start at step 0 */
+        return fail_msg(err, "--resume '%s': no checkpoint there (neither metadata.json nor a "
+                        "'latest' file)", where);
+    }
+    void *text = NULL;
+    size_t len = 0;
+    if (mt_checkpoint_read_extra(o->resume_path, CONFIG_EXTRA, &text, &len) != MT_OK) {
+        fail_msg(err, "--resume: %s", mt_last_error());
+        mt_clear_error();
+        return -1;
+    }
+    int v[5];
+    int n = sscanf(text, CONFIG_FORMAT, &v[0], &v[1], &v[2], &v[3], &v[4]);
+    free(text);
+    if (n != 5)
+        return fail_msg(err, "--resume: the model configuration in '%s' is not a GPT-2 "
+                        "configuration of train_gpt", o->resume_path);
+    static const char *const names[5] = {"--layers", "--d-model", "--heads", "--seq", "--vocab"};
+    int *fields[5] = {&o->layers, &o->d_model, &o->heads, &o->seq, &o->vocab};
+    for (int i = 0; i < 5; i++) {
+        if ((o->model_given & (1u << i)) && *fields[i] != v[i])
+            return fail_msg(err, "%s %d differs from the checkpoint's %d ('%s'): a resumed run "
+                            "takes the model's shape from its checkpoint", names[i], *fields[i],
+                            v[i], o->resume_path);
+        *fields[i] = v[i];
+    }
+    /* A checkpoint of train_gpt carries its step; an imported model (mt-ckpt import) does not,
+     * and starts at step 0 with a fresh optimizer. */
+    if (mt_checkpoint_read_extra(o->resume_path, STEP_EXTRA, &text, &len) == MT_OK) {
+        o->resume_optimizer = true;
+        free(text);
+    } else {
+        mt_clear_error();
+    }
     return 0;
 }
 
@@ -445,9 +540,9 @@ static mt_status print_summary(trainer *t) {
     }
     free(all);
     long tokens = (long)o->dp * o->batch * o->grad_accum * o->seq;
-    printf(PROG ": GPT %d layers, d_model %d, %d heads, seq %d, vocab 256: %zu parameters; "
+    printf(PROG ": GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %zu parameters; "
            "params %s, gradients reduced in %s, prefetch %s\n",
-           o->layers, o->d_model, o->heads, o->seq, mt_gpt_param_count(t->gpt),
+           o->layers, o->d_model, o->heads, o->seq, o->vocab, mt_gpt_param_count(t->gpt),
            mt_dtype_name(o->param_dtype), mt_dtype_name(o->reduce_dtype),
            o->prefetch ? "on" : "off");
     if (t->peak_flops > 0.0)
@@ -479,7 +574,9 @@ static mt_status build(trainer *t) {
     t->dp_rank = mt_mesh_coord(t->mesh, 0);
 
     mt_gpt_config cfg = {.layers = o->layers, .d_model = o->d_model, .heads = o->heads,
-                         .seq = o->seq, .vocab = 256, .seed = o->seed};
+                         .seq = o->seq, .vocab = o->vocab, .seed = o->seed};
+    snprintf(t->config_json, sizeof t->config_json, CONFIG_FORMAT, o->layers, o->d_model,
+             o->heads, o->seq, o->vocab);
     MT_TRY(mt_gpt_create(t->mesh, &cfg, &t->gpt));
 
     /* fully_shard each block, then the root (embeddings, final LayerNorm) over "dp". */
@@ -499,6 +596,54 @@ static mt_status build(trainer *t) {
     if (t->rank == 0) t->step_losses = malloc(((size_t)o->steps + 1) * sizeof *t->step_losses);
     if (!t->tokens || (t->rank == 0 && !t->step_losses))
         return fail_here(t, MT_ERR_OUT_OF_MEMORY, "no memory for the token batch");
+    return MT_OK;
+}
+
+/* Loads the checkpoint resolve_resume found: model, optimizer (when it has one) and step. */
+static mt_status resume(trainer *t) {
+    const options *o = t->opt;
+    int64_t steps_done = 0;
+    mt_checkpoint_extra ex = {STEP_EXTRA, &steps_done, sizeof steps_done, false};
+    mt_checkpoint_info info;
+    MT_TRY(mt_checkpoint_load(mt_gpt_root(t->gpt), t->adam, o->resume_path,
+                              o->resume_optimizer ? &ex : NULL, o->resume_optimizer ? 1 : 0,
+                              &info));
+    if (steps_done > o->steps) {
+        char msg[4300];
+        snprintf(msg, sizeof msg, "checkpoint '%s' is at step %lld, beyond --steps %d (the total "
+                 "number of steps)", info.path, (long long)steps_done, o->steps);
+        return fail_here(t, MT_ERR_INVALID_ARG, msg);
+    }
+    t->first_step = (int)steps_done;
+    if (t->rank == 0) {
+        printf(PROG ": resumed from %s at step %d (%s)\n", info.path, t->first_step,
+               info.has_optimizer ? "model and optimizer state"
+                                  : "model only: a fresh optimizer");
+        fflush(stdout);
+    }
+    return MT_OK;
+}
+
+/* Saves after `steps_done` steps; the shards are copied before this returns and written in the
+ * background while training goes on. */
+static mt_status save_checkpoint(trainer *t, int steps_done) {
+    const options *o = t->opt;
+    t->steps_done = steps_done;
+    mt_checkpoint_extra ex[2] = {
+        {CONFIG_EXTRA, t->config_json, strlen(t->config_json), false},
+        {STEP_EXTRA, &t->steps_done, sizeof t->steps_done, false}};
+    mt_checkpoint_options co = mt_checkpoint_defaults();
+    co.step = steps_done;
+    co.keep = o->keep;
+    co.extras = ex;
+    co.n_extras = 2;
+    double t0 = now_ms();
+    MT_TRY(mt_checkpoint_save(mt_gpt_root(t->gpt), t->adam, o->ckpt_dir, &co));
+    if (t->rank == 0) {
+        printf(PROG ": checkpoint step-%08d: writing in the background (training stalled "
+               "%.1f ms)\n", steps_done, now_ms() - t0);
+        fflush(stdout);
+    }
     return MT_OK;
 }
 
@@ -559,7 +704,7 @@ static mt_status train_step(trainer *t, int step) {
     double tokens = (double)o->dp * o->batch * o->grad_accum * o->seq;
     double tps = tokens / (ms / 1e3);
     double mfu = t->peak_flops > 0.0 ? tps * t->flops_per_token / t->peak_flops : NAN;
-    if (step > 0) { /* the first step pays for warm-up (caches, cuBLAS, NCCL connections) */
+    if (step > t->first_step) { /* the first step pays for warm-up (caches, NCCL, ...) */
         t->timed_ms += ms;
         t->timed_tokens += tokens;
     }
@@ -579,15 +724,15 @@ static mt_status train_step(trainer *t, int step) {
  * (up to) CURVE_WINDOW steps ending there, since one step's loss is one batch's and noisy. */
 #define CURVE_WINDOW 10
 static void print_loss_curve(const trainer *t) {
-    int n = t->opt->steps;
-    if (n == 0) return;
+    int n = t->opt->steps, first = t->first_step;
+    if (n <= first) return;
     printf("loss curve (mean of the %d steps up to each):", CURVE_WINDOW);
     int last_shown = -1;
     for (int q = 0; q <= 4; q++) {
-        int s = (int)((long)(n - 1) * q / 4);
+        int s = first + (int)((long)(n - 1 - first) * q / 4);
         if (s == last_shown) continue;
         last_shown = s;
-        int from = s + 1 > CURVE_WINDOW ? s + 1 - CURVE_WINDOW : 0;
+        int from = s + 1 - first > CURVE_WINDOW ? s + 1 - CURVE_WINDOW : first;
         double sum = 0.0;
         for (int i = from; i <= s; i++) sum += t->step_losses[i];
         printf("%s step %d %.4f", q ? " |" : "", s, sum / (s + 1 - from));
@@ -600,10 +745,26 @@ static mt_status train(trainer *t) {
     MT_TRY(build(t));
     setup_mfu(t);
     MT_TRY(print_summary(t));
-    for (int step = 0; step <= o->steps; step++) {
+    if (o->resume_path[0]) MT_TRY(resume(t));
+    mt_module *root = mt_gpt_root(t->gpt);
+    for (int step = t->first_step; step <= o->steps; step++) {
         bool eval_now = o->eval_every > 0 && (step % o->eval_every == 0 || step == o->steps);
         if (eval_now) MT_TRY(evaluate(t, step));
-        if (step < o->steps) MT_TRY(train_step(t, step));
+        if (step == o->steps) break;
+        MT_TRY(train_step(t, step));
+        if (o->save_every > 0 && ((step + 1) % o->save_every == 0 || step + 1 == o->steps))
+            MT_TRY(save_checkpoint(t, step + 1));
+    }
+    if (o->save_every > 0 && o->steps > t->first_step) {
+        /* The last save must be on disk before the program ends. */
+        mt_checkpoint_stats cs;
+        MT_TRY(mt_checkpoint_stats_get(root, &cs));
+        if (t->rank == 0) {
+            printf(PROG ": last checkpoint step-%08ld committed: rank 0 wrote %.1f MB in %.3f s "
+                   "(stall %.1f ms)\n", cs.step, (double)cs.bytes / 1e6, cs.write_s,
+                   cs.stall_s * 1e3);
+            fflush(stdout);
+        }
     }
     if (t->rank == 0) {
         char report[1024];
@@ -669,6 +830,7 @@ int main(int argc, char **argv) {
     t.rank = mt_runtime_rank(t.rt);
     t.world_size = mt_runtime_world_size(t.rt);
     t.world = mt_runtime_world(t.rt);
+    if (!err[0]) resolve_resume(&opt, err);
     if (!err[0]) check_shape(&opt, t.world_size, err);
     if (!err[0]) load_data(&opt, &t.data, err);
     if (!err[0] && t.rank == 0 && opt.metrics && !(t.metrics = fopen(opt.metrics, "w")))

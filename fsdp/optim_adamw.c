@@ -134,6 +134,30 @@ void mt_adamw_set_lr(mt_adamw *opt, float lr) {
 
 long mt_adamw_steps(const mt_adamw *opt) { return opt ? opt->steps : 0; }
 
+void mt_adamw_set_steps(mt_adamw *opt, long steps) {
+    if (opt && steps >= 0) opt->steps = steps;
+}
+
+mt_adamw_options mt_adamw_get_options(const mt_adamw *opt) {
+    return opt ? opt->o : (mt_adamw_options){0};
+}
+
+mt_module *mt_adamw_root(const mt_adamw *opt) { return opt ? opt->root : NULL; }
+
+size_t mt_adamw_unit_count(const mt_adamw *opt) { return opt ? opt->n_units : 0; }
+
+mt_status mt_adamw_state(mt_adamw *opt, size_t unit, float **exp_avg, float **exp_avg_sq,
+                         size_t *n) {
+    if (!opt) return mt_error(MT_ERR_INVALID_ARG, "mt_adamw_state: NULL optimizer");
+    if (unit >= opt->n_units)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_adamw_state: unit %zu of %zu", unit,
+                        opt->n_units);
+    if (exp_avg) *exp_avg = opt->state[unit];
+    if (exp_avg_sq) *exp_avg_sq = opt->state[unit] + opt->shard_n[unit];
+    if (n) *n = opt->shard_n[unit];
+    return MT_OK;
+}
+
 void mt_adamw_destroy(mt_adamw *opt) {
     if (!opt) return;
     if (opt->state)

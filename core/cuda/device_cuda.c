@@ -185,6 +185,8 @@ static const mt_device_ops cuda_ops = {
     .event_synchronize = cuda_event_synchronize,
     .event_query = cuda_event_query,
     .close = cuda_close,
+    .staging_alloc = mt_cuda_host_alloc,
+    .staging_free = mt_cuda_host_free,
 };
 
 void mt_cuda_device_count(int *count, char *why, size_t why_cap) {

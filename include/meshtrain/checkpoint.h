@@ -77,6 +77,17 @@ MT_API mt_status mt_checkpoint_save(mt_module *root, mt_adamw *opt, const char *
  * Call it before mt_finalize; mt_module_destroy on root also waits. */
 MT_API mt_status mt_checkpoint_wait(mt_module *root);
 
+/* Figures of root's last save on this rank (waits for it first; returns its failure). */
+typedef struct mt_checkpoint_stats {
+    long step;
+    unsigned long long bytes; /* this rank's data file */
+    double stall_s;  /* inside mt_checkpoint_save: planning and the copy to host memory */
+    double write_s;  /* the writer thread: checksums, write and fsync of the data file */
+    double commit_s; /* from the call to the checkpoint being committed (or failing) */
+} mt_checkpoint_stats;
+
+MT_API mt_status mt_checkpoint_stats_get(mt_module *root, mt_checkpoint_stats *out);
+
 /* What a load found. */
 typedef struct mt_checkpoint_info {
     long step;          /* the step the checkpoint was saved at */

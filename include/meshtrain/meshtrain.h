@@ -3,6 +3,7 @@
 #ifndef MESHTRAIN_MESHTRAIN_H
 #define MESHTRAIN_MESHTRAIN_H
 
+#include <meshtrain/checkpoint.h>
 #include <meshtrain/comm.h>
 #include <meshtrain/device.h>
 #include <meshtrain/dtype.h>

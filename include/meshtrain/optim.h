@@ -30,6 +30,21 @@ MT_API mt_status mt_adamw_step(mt_adamw *opt);
 MT_API void mt_adamw_set_lr(mt_adamw *opt, float lr);
 /* Steps taken so far. */
 MT_API long mt_adamw_steps(const mt_adamw *opt);
+/* Sets the steps taken (bias correction continues from there): after restoring the state. */
+MT_API void mt_adamw_set_steps(mt_adamw *opt, long steps);
+/* The options in effect (defaults filled in). */
+MT_API mt_adamw_options mt_adamw_get_options(const mt_adamw *opt);
+/* The module the optimizer was created on. */
+MT_API mt_module *mt_adamw_root(const mt_adamw *opt);
+
+/* The state, for checkpoints (checkpoint.h) and inspection: one block per FSDP unit at or below
+ * the root, in a fixed order (the units below a module before its own). Unit i's first and
+ * second moments (m, v) are n f32 values each, in the device's memory (copy them with
+ * mt_device_copy), element for element beside the unit's local master shard, padding
+ * included. */
+MT_API size_t mt_adamw_unit_count(const mt_adamw *opt);
+MT_API mt_status mt_adamw_state(mt_adamw *opt, size_t unit, float **exp_avg, float **exp_avg_sq,
+                                size_t *n);
 MT_API void mt_adamw_destroy(mt_adamw *opt);
 
 #ifdef __cplusplus

@@ -1,0 +1,786 @@
+/* Asynchronous, crash-safe save (include/meshtrain/checkpoint.h).
+ *
+ * On the calling thread: wait for the previous save, copy this rank's chunks (the boxes of its
+ * shards that it is responsible for: see ckpt_plan.h) and extras into one staging buffer laid out
+ * exactly as its data file will be, and start the writer thread. That copy is the training
+ * stall. The writer thread checksums and writes the file into step-N.tmp/, fsyncs it and
+ * publishes its chunk list in the rendezvous store; rank 0's writer then merges every rank's list
+ * into metadata.json, fsyncs it and the folder, renames step-N.tmp to step-N, replaces `latest`,
+ * removes old checkpoints and publishes the verdict, which every rank's writer waits for. The
+ * threads use the store only with short requests (polling), never a blocking wait, so that the
+ * training thread's store use is not held up. */
+
+
+#include "checkpoint/ckpt_save.h"
+
+#include "checkpoint/ckpt_fs.h"
+#include "checkpoint/ckpt_meta.h"
+#include "checkpoint/ckpt_plan.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/staging.h"
+#include "mesh/abort_key.h"
+#include "store/store_internal.h"
+
+#include <meshtrain/checkpoint.h>
+#include <meshtrain/log.h>
+#include <meshtrain/memory.h>
+#include <meshtrain/mesh.h>
+#include <meshtrain/runtime.h>
+#include <meshtrain/store.h>
+#include <meshtrain/version.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char saver_owner = 0; /* our hook registration on the root */
+
+/* One piece of the staging buffer: a box of a tensor, or an extra. */
+typedef struct piece {
+    char *name;       /* tensor name ("model/...") or extra name */
+    bool is_extra, per_rank;
+    int ndim;
+    int64_t offsets[MT_PARAM_MAX_DIMS], extents[MT_PARAM_MAX_DIMS];
+    uint64_t offset, bytes; /* in the staging buffer = in the data file */
+} piece;
+
+typedef struct saver {
+    mt_module *root;
+    mt_runtime *rt;
+    mt_store *store;
+    mt_device *dev;
+    int rank, world;
+    long seq; /* saves started on this root: names the store keys */
+    pthread_t thread;
+    bool thread_live;
+
+    /* The save in flight (read by the thread). */
+    long step;
+    int keep;
+    char dir[PATH_MAX], name[64], tmp[PATH_MAX], final[PATH_MAX], file[64];
+    piece *pieces;
+    size_t n_pieces;
+    void *staging;
+    size_t staging_cap, staging_len;
+    json_t *meta; /* rank 0: metadata.json without chunks, files and extras */
+    double started_s;
+
+    /* The outcome, set by the thread. */
+    mt_status result;
+    char *message;
+    mt_checkpoint_stats stats;
+} saver;
+
+/* ---- test hook ----------------------------------------------------------------------------- */
+
+void mt_ckpt_crash_point(const char *point, int rank, long step) {
+    const char *spec = getenv("MT_TEST_CKPT_CRASH");
+    if (!spec || !*spec) return;
+    char p[64];
+    int r = -1;
+    long s = -1;
+    if (sscanf(spec, "%63[^:]:%d:%ld", p, &r, &s) != 3) return;
+    if (strcmp(p, point) != 0 || r != rank || s != step) return;
+    fprintf(stderr, "rank %d: MT_TEST_CKPT_CRASH: killed at %s of step %ld\n", rank, point, step);
+    fflush(stderr);
+    raise(SIGKILL);
+}
+
+/* ---- the store: short requests only -------------------------------------------------------- */
+
+/* Waits until key exists (polling), or until the job is aborted or the deadline passes. */
+static mt_status poll_key(saver *s, const char *key, double deadline, const char *what,
+                          char **value) {
+    double delay = 0.002;
+    for (;;) {
+        void *v = NULL;
+        size_t len = 0;
+        bool found = false;
+        MT_TRY(mt_store_try_get(s->store, key, &v, &len, &found));
+        if (found) {
+            *value = v;
+            return MT_OK;
+        }
+        MT_TRY(mt_store_try_get(s->store, MT_JOB_ABORT_KEY, &v, &len, &found));
+        if (found) {
+            mt_status ast;
+            const char *msg = mt_store_abort_parse(v, &ast);
+            mt_status st = mt_error(ast, "checkpoint %s: the job was aborted while waiting for "
+                                    "%s: %s", s->name, what, msg);
+            free(v);
+            return st;
+        }
+        if (mt_clock_now_s() >= deadline)
+            return mt_error(MT_ERR_TIMEOUT, "checkpoint %s: timed out waiting for %s", s->name,
+                            what);
+        struct timespec ts = {0, (long)(delay * 1e9)};
+        nanosleep(&ts, NULL);
+        if (delay < 0.05) delay *= 2;
+    }
+}
+
+static void key_of(const saver *s, char *buf, size_t cap, const char *what, int rank) {
+    if (rank >= 0)
+        snprintf(buf, cap, "mt/ckpt/%s/%ld/%s/%d", mt_module_name(s->root), s->seq, what, rank);
+    else
+        snprintf(buf, cap, "mt/ckpt/%s/%ld/%s", mt_module_name(s->root), s->seq, what);
+}
+
+/* ---- writing this rank's file --------------------------------------------------------------- */
+
+/* This rank's record for rank 0: its file and the pieces in it, with checksums. */
+static json_t *rank_record(saver *s, mt_status st, const uint64_t *hashes) {
+    json_t *rec = json_object();
+    if (!rec) return NULL;
+    if (st != MT_OK) {
+        json_object_set_new(rec, "error", json_string(mt_last_error()));
+        return rec;
+    }
+    json_object_set_new(rec, "file", s->staging_len ? json_string(s->file) : json_null());
+    json_object_set_new(rec, "bytes", json_integer((json_int_t)s->staging_len));
+    json_t *chunks = json_array(), *extras = json_array();
+    for (size_t i = 0; i < s->n_pieces; i++) {
+        const piece *p = &s->pieces[i];
+        char hex[17];
+        mt_ckpt_hash_hex(hashes[i], hex);
+        json_t *o = json_object();
+        json_object_set_new(o, p->is_extra ? "name" : "tensor", json_string(p->name));
+        json_object_set_new(o, "offset", json_integer((json_int_t)p->offset));
+        json_object_set_new(o, "bytes", json_integer((json_int_t)p->bytes));
+        if (p->is_extra) {
+            json_object_set_new(o, "per_rank", json_boolean(p->per_rank));
+        } else {
+            json_t *off = json_array(), *ext = json_array();
+            for (int d = 0; d < p->ndim; d++) {
+                json_array_append_new(off, json_integer(p->offsets[d]));
+                json_array_append_new(ext, json_integer(p->extents[d]));
+            }
+            json_object_set_new(o, "offsets", off);
+            json_object_set_new(o, "extents", ext);
+        }
+        json_object_set_new(o, "xxh3", json_string(hex));
+        json_array_append_new(p->is_extra ? extras : chunks, o);
+    }
+    json_object_set_new(rec, "chunks", chunks);
+    json_object_set_new(rec, "extras", extras);
+    return rec;
+}
+
+static mt_status write_rank_file(saver *s, uint64_t *hashes) {
+    for (size_t i = 0; i < s->n_pieces; i++)
+        hashes[i] = mt_ckpt_hash((const char *)s->staging + s->pieces[i].offset,
+                                 s->pieces[i].bytes);
+    if (s->staging_len == 0) return MT_OK; /* nothing of ours to write (an HSDP replica) */
+    char path[PATH_MAX];
+    MT_TRY(mt_ckpt_join(path, sizeof path, s->tmp, s->file));
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot create '%s'", path);
+    mt_status st = mt_ckpt_write_all(fd, s->staging, s->staging_len, path);
+    if (st == MT_OK && fsync(fd) != 0)
+        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: fsync of '%s'", path);
+    if (close(fd) != 0 && st == MT_OK)
+        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot close '%s'", path);
+    return st;
+}
+
+/* ---- rank 0: metadata, rename, latest, keep ------------------------------------------------ */
+
+static mt_status merge_record(saver *s, json_t *meta, int rank, json_t *rec) {
+    const char *err = json_string_value(json_object_get(rec, "error"));
+    if (err) return mt_error(MT_ERR_IO, "checkpoint %s: rank %d could not write its part: %s",
+                             s->name, rank, err);
+    const char *file = json_string_value(json_object_get(rec, "file"));
+    if (!file) return MT_OK;
+    json_object_set_new(json_object_get(meta, "files"), file,
+                        json_pack("{s:O}", "bytes", json_object_get(rec, "bytes")));
+    json_t *tensors = json_object_get(meta, "tensors"), *extras = json_object_get(meta, "extras");
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(rec, "chunks"), i, c) {
+        const char *name = json_string_value(json_object_get(c, "tensor"));
+        json_t *t = json_object_get(tensors, name ? name : "");
+        if (!t)
+            return mt_error(MT_ERR_MISMATCH, "checkpoint %s: rank %d saved tensor '%s', which "
+                            "rank 0's model does not have (different models on the ranks?)",
+                            s->name, rank, name ? name : "?");
+        json_t *chunk = json_deep_copy(c);
+        json_object_del(chunk, "tensor");
+        json_object_set_new(chunk, "file", json_string(file));
+        json_array_append_new(json_object_get(t, "chunks"), chunk);
+    }
+    json_array_foreach(json_object_get(rec, "extras"), i, c) {
+        const char *name = json_string_value(json_object_get(c, "name"));
+        json_t *e = json_object_get(extras, name);
+        if (!e) {
+            e = json_pack("{s:O,s:O,s:[]}", "bytes", json_object_get(c, "bytes"), "per_rank",
+                          json_object_get(c, "per_rank"), "chunks");
+            json_object_set_new(extras, name, e);
+        }
+        json_t *chunk = json_pack("{s:i,s:s,s:O,s:O,s:O}", "rank", rank, "file", file, "offset",
+                                  json_object_get(c, "offset"), "bytes",
+                                  json_object_get(c, "bytes"), "xxh3", json_object_get(c, "xxh3"));
+        json_array_append_new(json_object_get(e, "chunks"), chunk);
+    }
+    return MT_OK;
+}
+
+/* step-NNNNNNNN exactly: its step, else -1. */
+static long step_of(const char *name) {
+    long step;
+    int used = 0;
+    if (strncmp(name, "step-", 5) != 0 || strlen(name) != 13) return -1;
+    if (sscanf(name + 5, "%8ld%n", &step, &used) != 1 || used != 8) return -1;
+    for (int i = 5; i < 13; i++)
+        if (name[i] < '0' || name[i] > '9') return -1;
+    return step;
+}
+
+static int cmp_long_desc(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Removes leftovers of interrupted saves (step-*.tmp, *.replaced) and, with keep > 0, all but
+ * the newest keep - 1 checkpoints besides the one just committed. */
+static mt_status prune(saver *s) {
+    DIR *d = opendir(s->dir);
+    if (!d) return mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot list '%s'", s->dir);
+    long *steps = NULL;
+    size_t n = 0, cap = 0;
+    mt_status st = MT_OK;
+    struct dirent *e;
+    while (st == MT_OK && (e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        char path[PATH_MAX];
+        bool leftover = strncmp(e->d_name, "step-", 5) == 0 &&
+                        ((len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0) ||
+                         (len > 9 && strcmp(e->d_name + len - 9, ".replaced") == 0));
+        if (leftover) {
+            st = mt_ckpt_join(path, sizeof path, s->dir, e->d_name);
+            if (st == MT_OK) st = mt_ckpt_remove_tree(path);
+            continue;
+        }
+        long step = step_of(e->d_name);
+        if (step < 0 || step == s->step) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            long *grown = realloc(steps, cap * sizeof *steps);
+            if (!grown) {
+                st = mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
+                break;
+            }
+            steps = grown;
+        }
+        steps[n++] = step;
+    }
+    closedir(d);
+    if (st == MT_OK && s->keep > 0) {
+        qsort(steps, n, sizeof *steps, cmp_long_desc);
+        for (size_t i = (size_t)s->keep - 1; i < n && st == MT_OK; i++) {
+            char name[32], path[PATH_MAX];
+            snprintf(name, sizeof name, "step-%08ld", steps[i]);
+            st = mt_ckpt_join(path, sizeof path, s->dir, name);
+            if (st == MT_OK) st = mt_ckpt_remove_tree(path);
+        }
+    }
+    free(steps);
+    if (st == MT_OK) st = mt_ckpt_fsync_path(s->dir);
+    return st;
+}
+
+/* step-N.tmp -> step-N. A step saved again (a run resumed from an older checkpoint) replaces
+ * the old folder, which is moved aside first: a rename cannot replace a non-empty folder. */
+static mt_status publish_folder(saver *s) {
+    if (mt_ckpt_is_dir(s->final)) {
+        char aside[PATH_MAX];
+        if (snprintf(aside, sizeof aside, "%s.replaced", s->final) >= (int)sizeof aside)
+            return mt_error(MT_ERR_INVALID_ARG, "checkpoint: path too long");
+        MT_TRY(mt_ckpt_remove_tree(aside));
+        if (rename(s->final, aside) != 0)
+            return mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot move '%s' aside",
+                                  s->final);
+    }
+    if (rename(s->tmp, s->final) != 0)
+        return mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot rename '%s' to '%s'", s->tmp,
+                              s->final);
+    return mt_ckpt_fsync_path(s->dir);
+}
+
+static mt_status commit(saver *s, double deadline) {
+    json_t *meta = s->meta;
+    for (int r = 0; r < s->world; r++) {
+        char key[256], what[64];
+        key_of(s, key, sizeof key, "rank", r);
+        snprintf(what, sizeof what, "rank %d's data file", r);
+        char *value = NULL;
+        MT_TRY(poll_key(s, key, deadline, what, &value));
+        json_error_t jerr;
+        json_t *rec = json_loads(value, 0, &jerr);
+        free(value);
+        mt_store_delete(s->store, key, NULL);
+        if (!rec)
+            return mt_error(MT_ERR_PROTOCOL, "checkpoint %s: rank %d's record is not JSON: %s",
+                            s->name, r, jerr.text);
+        mt_status st = merge_record(s, meta, r, rec);
+        json_decref(rec);
+        MT_TRY(st);
+    }
+    mt_ckpt_crash_point("before-metadata", s->rank, s->step);
+    char *text = json_dumps(meta, JSON_INDENT(1) | JSON_SORT_KEYS);
+    if (!text) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: cannot format metadata");
+    char path[PATH_MAX];
+    mt_status st = mt_ckpt_join(path, sizeof path, s->tmp, MT_CKPT_META_FILE);
+    int fd = st == MT_OK ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+    if (st == MT_OK && fd < 0)
+        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot create '%s'", path);
+    if (st == MT_OK) st = mt_ckpt_write_all(fd, text, strlen(text), path);
+    if (st == MT_OK && fsync(fd) != 0)
+        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: fsync of '%s'", path);
+    if (fd >= 0) close(fd);
+    free(text);
+    MT_TRY(st);
+    MT_TRY(mt_ckpt_fsync_path(s->tmp));
+    mt_ckpt_crash_point("before-rename", s->rank, s->step);
+    MT_TRY(publish_folder(s));
+    mt_ckpt_crash_point("before-latest", s->rank, s->step);
+    char line[80];
+    int n = snprintf(line, sizeof line, "%s\n", s->name);
+    MT_TRY(mt_ckpt_replace_file(s->dir, MT_CKPT_LATEST_FILE, line, (size_t)n));
+    return prune(s);
+}
+
+/* ---- the writer thread ---------------------------------------------------------------------- */
+
+static mt_status prepare_folder(saver *s) {
+    /* A folder of this name left by an interrupted save is stale. */
+    MT_TRY(mt_ckpt_mkdirs(s->dir));
+    MT_TRY(mt_ckpt_remove_tree(s->tmp));
+    MT_TRY(mt_ckpt_mkdirs(s->tmp));
+    return mt_ckpt_fsync_path(s->dir);
+}
+
+/* Rank 0 publishes a verdict for every save it starts, so that no rank waits for one that
+ * never comes. */
+static void publish(saver *s, const char *what, mt_status st) {
+    char key[256];
+    key_of(s, key, sizeof key, what, -1);
+    const char *v = st == MT_OK ? "ok" : mt_last_error();
+    mt_store_set(s->store, key, v, strlen(v));
+}
+
+/* Waits for rank 0's verdict on what: MT_OK for "ok", else its message. */
+static mt_status await(saver *s, const char *what, double deadline, const char *desc) {
+    char key[256];
+    char *value = NULL;
+    key_of(s, key, sizeof key, what, -1);
+    MT_TRY(poll_key(s, key, deadline, desc, &value));
+    mt_status st = strcmp(value, "ok") == 0
+                       ? MT_OK
+                       : mt_error(MT_ERR_IO, "checkpoint %s failed on rank 0: %s", s->name, value);
+    free(value);
+    return st;
+}
+
+static mt_status run_save(saver *s) {
+    double timeout = mt_runtime_timeout(s->rt);
+    if (s->rank == 0) {
+        mt_status st = prepare_folder(s);
+        publish(s, "ready", st);
+        if (st != MT_OK) {
+            publish(s, "commit", st);
+            return st;
+        }
+    } else {
+        MT_TRY(await(s, "ready", mt_clock_now_s() + timeout, "rank 0 to create the folder"));
+    }
+    uint64_t *hashes = calloc(s->n_pieces + 1, sizeof *hashes);
+    mt_status wst = hashes ? MT_OK : mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+    double t0 = mt_clock_now_s();
+    if (wst == MT_OK) wst = write_rank_file(s, hashes);
+    s->stats.write_s = mt_clock_now_s() - t0;
+    if (wst == MT_OK) mt_ckpt_crash_point("after-file", s->rank, s->step);
+    json_t *rec = rank_record(s, wst, hashes);
+    free(hashes);
+    char *text = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+    json_decref(rec);
+    char key[256];
+    key_of(s, key, sizeof key, "rank", s->rank);
+    mt_status st = text ? mt_store_set(s->store, key, text, strlen(text))
+                        : mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: cannot format the record");
+    free(text);
+    if (wst != MT_OK) st = wst;
+    /* The others write about as much as this rank: their files may take as long again. */
+    double deadline = mt_clock_now_s() + timeout + 2.0 * s->stats.write_s;
+    if (s->rank == 0) {
+        if (st == MT_OK) st = commit(s, deadline);
+        publish(s, "commit", st);
+        return st;
+    }
+    MT_TRY(st);
+    return await(s, "commit", deadline, "rank 0 to commit");
+}
+
+static void *writer_main(void *arg) {
+    saver *s = arg;
+    mt_status st = run_save(s);
+    s->result = st;
+    s->stats.commit_s = mt_clock_now_s() - s->started_s;
+    if (st != MT_OK) {
+        s->message = strdup(mt_last_error());
+        mt_log(MT_LOG_ERROR, "checkpoint %s failed: %s", s->name, mt_last_error());
+    } else if (s->rank == 0) {
+        char bytes[32];
+        mt_log(MT_LOG_INFO, "checkpoint %s committed in %s: rank 0 wrote %s in %.3f s (stall "
+               "%.3f s, %.2f s after the save began)", s->name, s->dir,
+               mt_format_bytes(s->staging_len, bytes, sizeof bytes), s->stats.write_s,
+               s->stats.stall_s, s->stats.commit_s);
+    }
+    return NULL;
+}
+
+/* ---- the saver on the root ------------------------------------------------------------------ */
+
+/* Frees what one save held besides the staging buffer (kept for the next save). */
+static void release_job(saver *s) {
+    json_decref(s->meta);
+    s->meta = NULL;
+    for (size_t i = 0; i < s->n_pieces; i++) free(s->pieces[i].name);
+    free(s->pieces);
+    s->pieces = NULL;
+    s->n_pieces = 0;
+}
+
+/* The outcome of the save that ran, as the caller's error. */
+static mt_status take_result(saver *s) {
+    if (s->result == MT_OK) return MT_OK;
+    mt_status st = mt_error_restore(s->result, s->message ? s->message : "checkpoint failed");
+    free(s->message);
+    s->message = NULL;
+    s->result = MT_OK;
+    return st;
+}
+
+static mt_status join_writer(saver *s) {
+    if (!s->thread_live) return MT_OK;
+    pthread_join(s->thread, NULL);
+    s->thread_live = false;
+    release_job(s);
+    return take_result(s);
+}
+
+static void saver_release(mt_module *module, void *user) {
+    (void)module;
+    saver *s = user;
+    if (join_writer(s) != MT_OK)
+        mt_log(MT_LOG_ERROR, "checkpoint: the last save of '%s' failed: %s",
+               mt_module_name(s->root), mt_last_error());
+    mt_staging_free(s->dev, s->staging);
+    free(s);
+}
+
+static saver *saver_of(mt_module *root) { return mt_module_hooks_user(root, &saver_owner); }
+
+static mt_status saver_get(mt_module *root, mt_device *dev, saver **out) {
+    saver *s = saver_of(root);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
+        s->root = root;
+        s->rt = mt_mesh_runtime(mt_module_mesh(root));
+        s->store = mt_runtime_store(s->rt);
+        s->dev = dev;
+        s->rank = mt_runtime_rank(s->rt);
+        s->world = mt_runtime_world_size(s->rt);
+        static const mt_module_hooks hooks = {.release = saver_release};
+        mt_status st = mt_module_add_hooks(root, &saver_owner, &hooks, s);
+        if (st != MT_OK) {
+            free(s);
+            return st;
+        }
+    }
+    *out = s;
+    return MT_OK;
+}
+
+mt_status mt_ckpt_save_wait(mt_module *root) {
+    saver *s = root ? saver_of(root) : NULL;
+    return s ? join_writer(s) : MT_OK;
+}
+
+mt_status mt_checkpoint_wait(mt_module *root) {
+    if (!root) return mt_error(MT_ERR_INVALID_ARG, "mt_checkpoint_wait: root must not be NULL");
+    return mt_ckpt_save_wait(root);
+}
+
+mt_status mt_checkpoint_stats_get(mt_module *root, mt_checkpoint_stats *out) {
+    if (!root || !out)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_checkpoint_stats_get: NULL argument");
+    saver *s = saver_of(root);
+    if (!s) return mt_error(MT_ERR_NOT_FOUND, "checkpoint: module '%s' has not been saved",
+                            mt_module_name(root));
+    MT_TRY(join_writer(s));
+    *out = s->stats;
+    return MT_OK;
+}
+
+/* ---- building the pieces -------------------------------------------------------------------- */
+
+typedef struct box_ctx {
+    saver *s;
+    mt_ckpt_plan *plan;
+    size_t unit;
+    mt_ckpt_kind kind;
+    size_t cap;
+    mt_status st;
+} box_ctx;
+
+static mt_status add_piece(saver *s, size_t *cap, piece **out) {
+    if (s->n_pieces == *cap) {
+        size_t ncap = *cap ? 2 * *cap : 64;
+        piece *grown = realloc(s->pieces, ncap * sizeof *grown);
+        if (!grown) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
+        s->pieces = grown;
+        *cap = ncap;
+    }
+    piece *p = &s->pieces[s->n_pieces++];
+    memset(p, 0, sizeof *p);
+    p->offset = s->staging_len;
+    *out = p;
+    return MT_OK;
+}
+
+static mt_status on_box(const mt_ckpt_box *box, void *arg) {
+    box_ctx *c = arg;
+    const mt_ckpt_unit *cu = &c->plan->units[c->unit];
+    size_t param = cu->first + box->param;
+    if (!mt_ckpt_plan_writes(c->plan, param)) return MT_OK;
+    piece *p;
+    MT_TRY(add_piece(c->s, &c->cap, &p));
+    char name[1024];
+    p->name = strdup(mt_ckpt_tensor_name(c->plan, param, c->kind, name, sizeof name));
+    if (!p->name) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
+    p->ndim = box->ndim;
+    memcpy(p->offsets, box->offset, sizeof p->offsets);
+    memcpy(p->extents, box->extent, sizeof p->extents);
+    p->bytes = box->count * sizeof(float);
+    c->s->staging_len += p->bytes;
+    return MT_OK;
+}
+
+static bool valid_extra_name(const char *n) {
+    if (!n || !*n || strlen(n) > 200) return false;
+    for (const char *c = n; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '_' || *c == '-' || *c == '.'))
+            return false;
+    return true;
+}
+
+mt_status mt_ckpt_check_extras(const mt_checkpoint_extra *ex, int n) {
+    if (n < 0 || (n > 0 && !ex))
+        return mt_error(MT_ERR_INVALID_ARG, "checkpoint: %d extras given without an array", n);
+    for (int i = 0; i < n; i++) {
+        if (!valid_extra_name(ex[i].name))
+            return mt_error(MT_ERR_INVALID_ARG, "checkpoint: extra %d's name '%s' must be 1-200 "
+                            "letters, digits, '_', '-' or '.'", i, ex[i].name ? ex[i].name : "");
+        if (ex[i].bytes > 0 && !ex[i].data)
+            return mt_error(MT_ERR_INVALID_ARG, "checkpoint: extra '%s' has %zu bytes and no "
+                            "data", ex[i].name, ex[i].bytes);
+        for (int j = 0; j < i; j++)
+            if (strcmp(ex[i].name, ex[j].name) == 0)
+                return mt_error(MT_ERR_INVALID_ARG, "checkpoint: extra '%s' is given twice",
+                                ex[i].name);
+    }
+    return MT_OK;
+}
+
+/* The device-to-host copies: every box of this rank's shards that it writes, in the order the
+ * pieces were made, then the extras. */
+typedef struct copy_ctx {
+    saver *s;
+    mt_ckpt_plan *plan;
+    size_t unit;
+    mt_ckpt_kind kind;
+    uint64_t at; /* next staging offset */
+} copy_ctx;
+
+static mt_status copy_box(const mt_ckpt_box *box, void *arg) {
+    copy_ctx *c = arg;
+    const mt_ckpt_unit *cu = &c->plan->units[c->unit];
+    if (!mt_ckpt_plan_writes(c->plan, cu->first + box->param)) return MT_OK;
+    size_t bytes = box->count * sizeof(float);
+    const float *src = cu->buf[c->kind] + (box->flat - cu->lo);
+    MT_TRY(mt_device_copy(c->plan->dev, (char *)c->s->staging + c->at, src, bytes,
+                          MT_COPY_DEVICE_TO_HOST, NULL));
+    c->at += bytes;
+    return MT_OK;
+}
+
+static json_t *tensor_defs(const mt_ckpt_plan *plan) {
+    json_t *tensors = json_object();
+    for (size_t i = 0; i < plan->n_params; i++) {
+        const mt_ckpt_param_layout *l = &plan->params[i].layout;
+        json_t *shape = json_array();
+        for (int d = 0; d < l->ndim; d++) json_array_append_new(shape, json_integer(l->global_shape[d]));
+        json_t *tp = l->tp_dim >= 0 ? json_pack("{s:s,s:i}", "placement", "shard", "dim", l->tp_dim)
+                                    : json_pack("{s:s}", "placement", "replicate");
+        for (int k = 0; k < (plan->has_optimizer ? MT_CKPT_KINDS : 1); k++) {
+            char name[1024];
+            mt_ckpt_tensor_name(plan, i, (mt_ckpt_kind)k, name, sizeof name);
+            json_object_set_new(tensors, name,
+                                json_pack("{s:s,s:O,s:O,s:[]}", "dtype", "f32", "shape", shape,
+                                          "tp", tp, "chunks"));
+        }
+        json_decref(shape);
+        json_decref(tp);
+    }
+    return tensors;
+}
+
+static json_t *base_metadata(saver *s, const mt_ckpt_plan *plan, mt_adamw *opt) {
+    mt_mesh *mesh = mt_module_mesh(s->root);
+    json_t *dims = json_object();
+    for (int d = 0; d < mt_mesh_ndim(mesh); d++)
+        json_object_set_new(dims, mt_mesh_dim_name(mesh, d),
+                            json_integer(mt_mesh_dim_size(mesh, d)));
+    time_t now = time(NULL);
+    char when[64];
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    json_t *meta = json_pack("{s:s,s:i,s:s,s:s,s:I,s:i,s:o,s:{},s:o,s:{}}", "format",
+                             MT_CKPT_FORMAT_NAME, "version", MT_CHECKPOINT_FORMAT_VERSION,
+                             "meshtrain_version", mt_version(), "created", when, "step",
+                             (json_int_t)s->step, "world_size", s->world, "mesh", dims, "files",
+                             "tensors", tensor_defs(plan), "extras");
+    if (meta && opt) {
+        mt_adamw_options o = mt_adamw_get_options(opt);
+        json_object_set_new(meta, "optimizer",
+                            json_pack("{s:s,s:I,s:f,s:f,s:f,s:f,s:f}", "type", "adamw", "step",
+                                      (json_int_t)mt_adamw_steps(opt), "lr", (double)o.lr,
+                                      "beta1", (double)o.beta1, "beta2", (double)o.beta2, "eps",
+                                      (double)o.eps, "weight_decay", (double)o.weight_decay));
+    }
+    return meta;
+}
+
+static mt_status prepare(saver *s, mt_ckpt_plan *plan, mt_adamw *opt, const char *dir,
+                         const mt_checkpoint_options *o) {
+    s->step = o->step >= 0 ? o->step : opt ? mt_adamw_steps(opt) : 0;
+    if (s->step > 99999999)
+        return mt_error(MT_ERR_INVALID_ARG, "checkpoint: step %ld has more than 8 digits",
+                        s->step);
+    s->keep = o->keep;
+    snprintf(s->name, sizeof s->name, "step-%08ld", s->step);
+    snprintf(s->file, sizeof s->file, "rank-%05d.bin", s->rank);
+    if (snprintf(s->dir, sizeof s->dir, "%s", dir) >= (int)sizeof s->dir)
+        return mt_error(MT_ERR_INVALID_ARG, "checkpoint: folder name too long");
+    MT_TRY(mt_ckpt_join(s->final, sizeof s->final, dir, s->name));
+    if (snprintf(s->tmp, sizeof s->tmp, "%s.tmp", s->final) >= (int)sizeof s->tmp)
+        return mt_error(MT_ERR_INVALID_ARG, "checkpoint: folder name too long");
+    s->staging_len = 0;
+    size_t cap = 0;
+    int kinds = opt ? MT_CKPT_KINDS : 1;
+    for (size_t u = 0; u < plan->n_units; u++)
+        for (int k = 0; k < kinds; k++) {
+            box_ctx c = {s, plan, u, (mt_ckpt_kind)k, 0, MT_OK};
+            c.cap = cap;
+            const mt_ckpt_unit *cu = &plan->units[u];
+            MT_TRY(mt_ckpt_boxes(cu->layouts, cu->count, cu->lo, cu->hi, on_box, &c));
+            cap = c.cap;
+        }
+    for (int i = 0; i < o->n_extras; i++) {
+        const mt_checkpoint_extra *e = &o->extras[i];
+        if (!e->per_rank && s->rank != 0) continue;
+        piece *p;
+        MT_TRY(add_piece(s, &cap, &p));
+        p->name = strdup(e->name);
+        if (!p->name) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
+        p->is_extra = true;
+        p->per_rank = e->per_rank;
+        p->bytes = e->bytes;
+        s->staging_len += e->bytes;
+    }
+    if (s->staging_len > s->staging_cap || !s->staging) {
+        mt_staging_free(s->dev, s->staging);
+        s->staging = NULL;
+        s->staging_cap = 0;
+        MT_TRY(mt_staging_alloc(s->dev, s->staging_len, &s->staging));
+        s->staging_cap = s->staging_len;
+    }
+    copy_ctx cc = {s, plan, 0, MT_CKPT_MODEL, 0};
+    for (size_t u = 0; u < plan->n_units; u++)
+        for (int k = 0; k < kinds; k++) {
+            cc.unit = u;
+            cc.kind = (mt_ckpt_kind)k;
+            const mt_ckpt_unit *cu = &plan->units[u];
+            MT_TRY(mt_ckpt_boxes(cu->layouts, cu->count, cu->lo, cu->hi, copy_box, &cc));
+        }
+    for (int i = 0; i < o->n_extras; i++) {
+        const mt_checkpoint_extra *e = &o->extras[i];
+        if (!e->per_rank && s->rank != 0) continue;
+        if (e->bytes) memcpy((char *)s->staging + cc.at, e->data, e->bytes);
+        cc.at += e->bytes;
+    }
+    if (cc.at != s->staging_len)
+        return mt_error(MT_ERR_INTERNAL, "checkpoint: staged %" PRIu64 " bytes, planned %zu",
+                        cc.at, s->staging_len);
+    if (s->rank == 0) {
+        s->meta = base_metadata(s, plan, opt);
+        if (!s->meta) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: cannot build metadata");
+    }
+    return MT_OK;
+}
+
+mt_checkpoint_options mt_checkpoint_defaults(void) {
+    return (mt_checkpoint_options){.step = -1, .keep = 0, .sync = false};
+}
+
+mt_status mt_checkpoint_save(mt_module *root, mt_adamw *opt, const char *dir,
+                             const mt_checkpoint_options *options) {
+    if (!root || !dir || !*dir)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_checkpoint_save: root and dir must be given");
+    mt_checkpoint_options o = options ? *options : mt_checkpoint_defaults();
+    if (o.keep < 0) return mt_error(MT_ERR_INVALID_ARG, "checkpoint: keep %d < 0", o.keep);
+    MT_TRY(mt_ckpt_check_extras(o.extras, o.n_extras));
+    double t0 = mt_clock_now_s();
+    mt_ckpt_plan plan;
+    MT_TRY(mt_ckpt_plan_build(root, opt, &plan));
+    saver *s = NULL;
+    mt_status st = saver_get(root, plan.dev, &s);
+    if (st == MT_OK) st = join_writer(s); /* the previous save's outcome */
+    if (st == MT_OK) {
+        s->started_s = t0;
+        st = prepare(s, &plan, opt, dir, &o);
+    }
+    mt_ckpt_plan_free(&plan);
+    if (st != MT_OK) {
+        if (s) release_job(s);
+        return st;
+    }
+    s->seq++;
+    memset(&s->stats, 0, sizeof s->stats);
+    s->stats.bytes = s->staging_len;
+    s->stats.step = s->step;
+    s->stats.stall_s = mt_clock_now_s() - t0;
+    int rc = pthread_create(&s->thread, NULL, writer_main, s);
+    if (rc != 0) {
+        /* Without a thread, write here: slower for the caller, but nothing is lost. */
+        mt_log(MT_LOG_WARN, "checkpoint: no writer thread (%s); writing synchronously",
+               strerror(rc));
+        writer_main(s);
+        release_job(s);
+        return take_result(s);
+    }
+    s->thread_live = true;
+    return o.sync ? join_writer(s) : MT_OK;
+}

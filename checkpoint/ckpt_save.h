@@ -1,0 +1,22 @@
+/* Internal: the asynchronous save's state on a root module (checkpoint/ckpt_save.c), shared with
+ * load (which waits for a save in flight first). */
+#ifndef MT_CHECKPOINT_CKPT_SAVE_H
+#define MT_CHECKPOINT_CKPT_SAVE_H
+
+#include <meshtrain/checkpoint.h>
+#include <meshtrain/module.h>
+#include <meshtrain/status.h>
+
+/* Waits for root's save in flight, if any; returns its outcome (MT_OK when none). */
+mt_status mt_ckpt_save_wait(mt_module *root);
+
+/* Checks the extras given to save or load: names valid and unique, data given. */
+mt_status mt_ckpt_check_extras(const mt_checkpoint_extra *extras, int n);
+
+/* Test hook: MT_TEST_CKPT_CRASH="<point>:<rank>:<step>" kills this process (SIGKILL) at point
+ * while saving step on rank. Points, in the order a save passes them: after-file (this rank's
+ * data file written and fsynced, not yet reported), before-metadata, before-rename,
+ * before-latest (rank 0's commit). */
+void mt_ckpt_crash_point(const char *point, int rank, long step);
+
+#endif
