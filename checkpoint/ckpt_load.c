@@ -75,12 +75,13 @@ static mt_status check_tensors(loader *l) {
             if (!t)
                 return mt_error(MT_ERR_MISMATCH, "checkpoint '%s' has no tensor '%s', which the "
                                 "model has (a checkpoint of another model?)", m->dir, name);
+            const int64_t *shape = l->plan.params[i].shape;
             bool same = t->ndim == p->ndim;
-            for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->global_shape[d];
+            for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == shape[d];
             if (!same) {
                 char a[128], b[128];
                 dims_text(t->shape, t->ndim, a, sizeof a);
-                dims_text(p->global_shape, p->ndim, b, sizeof b);
+                dims_text(shape, p->ndim, b, sizeof b);
                 return mt_error(MT_ERR_MISMATCH, "checkpoint '%s': tensor '%s' has shape %s in "
                                 "the checkpoint and %s in the model", m->dir, name, a, b);
             }
@@ -178,6 +179,9 @@ static mt_status fill_box(const mt_ckpt_box *box, void *arg) {
     fill_ctx *c = arg;
     loader *l = c->l;
     const mt_ckpt_unit *cu = &l->plan.units[c->unit];
+    /* Padding rows are not in the checkpoint: they stay 0. */
+    mt_ckpt_box real = *box;
+    if (!mt_ckpt_clip_box(&l->plan, cu->first + box->param, &real)) return MT_OK;
     char name[1024];
     mt_ckpt_tensor_name(&l->plan, cu->first + box->param, c->kind, name, sizeof name);
     const mt_ckpt_tensor_meta *t = mt_ckpt_meta_tensor(&l->meta, name);
@@ -194,10 +198,10 @@ static mt_status fill_box(const mt_ckpt_box *box, void *arg) {
         MT_TRY(chunk_data(l, ch, name, &data));
         filled += mt_ckpt_copy_intersection(t->ndim, ch, data, box->offset, box->extent, dst);
     }
-    if (filled != box->count)
+    if (filled != real.count)
         return mt_error(MT_ERR_IO, "checkpoint '%s': tensor '%s': the chunks cover %" PRIu64
                         " of the %zu elements this rank needs", l->meta.dir, name, filled,
-                        box->count);
+                        real.count);
     return MT_OK;
 }
 

@@ -76,6 +76,8 @@ static mt_status fill_unit(mt_ckpt_plan *plan, const mt_module *root, size_t ui,
         l->tp_rank = u->tp_rank;
         l->offset = u->offsets[i];
         cu->layouts[i] = *l;
+        memcpy(cp->shape, p->global_shape, sizeof cp->shape);
+        if (p->ndim > 0) cp->shape[0] = p->real_rows;
     }
     return MT_OK;
 }
@@ -129,6 +131,16 @@ mt_status mt_ckpt_plan_build(mt_module *root, mt_adamw *opt, mt_ckpt_plan *out) 
 bool mt_ckpt_plan_writes(const mt_ckpt_plan *plan, size_t i) {
     if (!plan->replica_writer) return false;
     return plan->params[i].layout.tp_dim >= 0 || plan->params[i].layout.tp_rank == 0;
+}
+
+bool mt_ckpt_clip_box(const mt_ckpt_plan *plan, size_t i, mt_ckpt_box *box) {
+    int64_t real = plan->params[i].shape[0];
+    if (box->ndim < 1 || box->offset[0] + box->extent[0] <= real) return true;
+    if (box->offset[0] >= real) return false;
+    size_t row = box->count / (size_t)box->extent[0];
+    box->extent[0] = real - box->offset[0];
+    box->count = row * (size_t)box->extent[0];
+    return true;
 }
 
 const char *mt_ckpt_tensor_name(const mt_ckpt_plan *plan, size_t param, mt_ckpt_kind kind,

@@ -13,6 +13,7 @@
 
 #include "checkpoint/ckpt_save.h"
 
+#include "checkpoint/ckpt_commit.h"
 #include "checkpoint/ckpt_fs.h"
 #include "checkpoint/ckpt_meta.h"
 #include "checkpoint/ckpt_plan.h"
@@ -30,7 +31,6 @@
 #include <meshtrain/store.h>
 #include <meshtrain/version.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -235,88 +235,6 @@ static mt_status merge_record(saver *s, json_t *meta, int rank, json_t *rec) {
     return MT_OK;
 }
 
-/* step-NNNNNNNN exactly: its step, else -1. */
-static long step_of(const char *name) {
-    long step;
-    int used = 0;
-    if (strncmp(name, "step-", 5) != 0 || strlen(name) != 13) return -1;
-    if (sscanf(name + 5, "%8ld%n", &step, &used) != 1 || used != 8) return -1;
-    for (int i = 5; i < 13; i++)
-        if (name[i] < '0' || name[i] > '9') return -1;
-    return step;
-}
-
-static int cmp_long_desc(const void *a, const void *b) {
-    long x = *(const long *)a, y = *(const long *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/* Removes leftovers of interrupted saves (step-*.tmp, *.replaced) and, with keep > 0, all but
- * the newest keep - 1 checkpoints besides the one just committed. */
-static mt_status prune(saver *s) {
-    DIR *d = opendir(s->dir);
-    if (!d) return mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot list '%s'", s->dir);
-    long *steps = NULL;
-    size_t n = 0, cap = 0;
-    mt_status st = MT_OK;
-    struct dirent *e;
-    while (st == MT_OK && (e = readdir(d)) != NULL) {
-        size_t len = strlen(e->d_name);
-        char path[PATH_MAX];
-        bool leftover = strncmp(e->d_name, "step-", 5) == 0 &&
-                        ((len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0) ||
-                         (len > 9 && strcmp(e->d_name + len - 9, ".replaced") == 0));
-        if (leftover) {
-            st = mt_ckpt_join(path, sizeof path, s->dir, e->d_name);
-            if (st == MT_OK) st = mt_ckpt_remove_tree(path);
-            continue;
-        }
-        long step = step_of(e->d_name);
-        if (step < 0 || step == s->step) continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            long *grown = realloc(steps, cap * sizeof *steps);
-            if (!grown) {
-                st = mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
-                break;
-            }
-            steps = grown;
-        }
-        steps[n++] = step;
-    }
-    closedir(d);
-    if (st == MT_OK && s->keep > 0) {
-        qsort(steps, n, sizeof *steps, cmp_long_desc);
-        for (size_t i = (size_t)s->keep - 1; i < n && st == MT_OK; i++) {
-            char name[32], path[PATH_MAX];
-            snprintf(name, sizeof name, "step-%08ld", steps[i]);
-            st = mt_ckpt_join(path, sizeof path, s->dir, name);
-            if (st == MT_OK) st = mt_ckpt_remove_tree(path);
-        }
-    }
-    free(steps);
-    if (st == MT_OK) st = mt_ckpt_fsync_path(s->dir);
-    return st;
-}
-
-/* step-N.tmp -> step-N. A step saved again (a run resumed from an older checkpoint) replaces
- * the old folder, which is moved aside first: a rename cannot replace a non-empty folder. */
-static mt_status publish_folder(saver *s) {
-    if (mt_ckpt_is_dir(s->final)) {
-        char aside[PATH_MAX];
-        if (snprintf(aside, sizeof aside, "%s.replaced", s->final) >= (int)sizeof aside)
-            return mt_error(MT_ERR_INVALID_ARG, "checkpoint: path too long");
-        MT_TRY(mt_ckpt_remove_tree(aside));
-        if (rename(s->final, aside) != 0)
-            return mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot move '%s' aside",
-                                  s->final);
-    }
-    if (rename(s->tmp, s->final) != 0)
-        return mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot rename '%s' to '%s'", s->tmp,
-                              s->final);
-    return mt_ckpt_fsync_path(s->dir);
-}
-
 static mt_status commit(saver *s, double deadline) {
     json_t *meta = s->meta;
     for (int r = 0; r < s->world; r++) {
@@ -337,27 +255,8 @@ static mt_status commit(saver *s, double deadline) {
         MT_TRY(st);
     }
     mt_ckpt_crash_point("before-metadata", s->rank, s->step);
-    char *text = json_dumps(meta, JSON_INDENT(1) | JSON_SORT_KEYS);
-    if (!text) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: cannot format metadata");
-    char path[PATH_MAX];
-    mt_status st = mt_ckpt_join(path, sizeof path, s->tmp, MT_CKPT_META_FILE);
-    int fd = st == MT_OK ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
-    if (st == MT_OK && fd < 0)
-        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot create '%s'", path);
-    if (st == MT_OK) st = mt_ckpt_write_all(fd, text, strlen(text), path);
-    if (st == MT_OK && fsync(fd) != 0)
-        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: fsync of '%s'", path);
-    if (fd >= 0) close(fd);
-    free(text);
-    MT_TRY(st);
-    MT_TRY(mt_ckpt_fsync_path(s->tmp));
-    mt_ckpt_crash_point("before-rename", s->rank, s->step);
-    MT_TRY(publish_folder(s));
-    mt_ckpt_crash_point("before-latest", s->rank, s->step);
-    char line[80];
-    int n = snprintf(line, sizeof line, "%s\n", s->name);
-    MT_TRY(mt_ckpt_replace_file(s->dir, MT_CKPT_LATEST_FILE, line, (size_t)n));
-    return prune(s);
+    MT_TRY(mt_ckpt_commit(s->dir, s->name, meta, s->step, s->rank));
+    return mt_ckpt_prune(s->dir, s->keep, s->step);
 }
 
 /* ---- the writer thread ---------------------------------------------------------------------- */
@@ -560,11 +459,13 @@ static mt_status add_piece(saver *s, size_t *cap, piece **out) {
     return MT_OK;
 }
 
-static mt_status on_box(const mt_ckpt_box *box, void *arg) {
+static mt_status on_box(const mt_ckpt_box *whole, void *arg) {
     box_ctx *c = arg;
     const mt_ckpt_unit *cu = &c->plan->units[c->unit];
-    size_t param = cu->first + box->param;
-    if (!mt_ckpt_plan_writes(c->plan, param)) return MT_OK;
+    size_t param = cu->first + whole->param;
+    mt_ckpt_box clipped = *whole, *box = &clipped;
+    if (!mt_ckpt_plan_writes(c->plan, param) || !mt_ckpt_clip_box(c->plan, param, box))
+        return MT_OK;
     piece *p;
     MT_TRY(add_piece(c->s, &c->cap, &p));
     char name[1024];
@@ -615,10 +516,13 @@ typedef struct copy_ctx {
     uint64_t at; /* next staging offset */
 } copy_ctx;
 
-static mt_status copy_box(const mt_ckpt_box *box, void *arg) {
+static mt_status copy_box(const mt_ckpt_box *whole, void *arg) {
     copy_ctx *c = arg;
     const mt_ckpt_unit *cu = &c->plan->units[c->unit];
-    if (!mt_ckpt_plan_writes(c->plan, cu->first + box->param)) return MT_OK;
+    size_t param = cu->first + whole->param;
+    mt_ckpt_box clipped = *whole, *box = &clipped;
+    if (!mt_ckpt_plan_writes(c->plan, param) || !mt_ckpt_clip_box(c->plan, param, box))
+        return MT_OK;
     size_t bytes = box->count * sizeof(float);
     const float *src = cu->buf[c->kind] + (box->flat - cu->lo);
     MT_TRY(mt_device_copy(c->plan->dev, (char *)c->s->staging + c->at, src, bytes,
@@ -632,7 +536,8 @@ static json_t *tensor_defs(const mt_ckpt_plan *plan) {
     for (size_t i = 0; i < plan->n_params; i++) {
         const mt_ckpt_param_layout *l = &plan->params[i].layout;
         json_t *shape = json_array();
-        for (int d = 0; d < l->ndim; d++) json_array_append_new(shape, json_integer(l->global_shape[d]));
+        for (int d = 0; d < l->ndim; d++)
+            json_array_append_new(shape, json_integer(plan->params[i].shape[d]));
         json_t *tp = l->tp_dim >= 0 ? json_pack("{s:s,s:i}", "placement", "shard", "dim", l->tp_dim)
                                     : json_pack("{s:s}", "placement", "replicate");
         for (int k = 0; k < (plan->has_optimizer ? MT_CKPT_KINDS : 1); k++) {
