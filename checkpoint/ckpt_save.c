@@ -507,14 +507,26 @@ mt_status mt_ckpt_check_extras(const mt_checkpoint_extra *ex, int n) {
 }
 
 /* The device-to-host copies: every box of this rank's shards that it writes, in the order the
- * pieces were made, then the extras. */
+ * pieces were made, then the extras. Boxes that follow each other in the shard and in the
+ * staging buffer (most of them: a parameter's boxes, and parameters one after the other) are
+ * copied together, so that a GPU pays one copy per run rather than per box. */
 typedef struct copy_ctx {
     saver *s;
     mt_ckpt_plan *plan;
     size_t unit;
     mt_ckpt_kind kind;
     uint64_t at; /* next staging offset */
+    const char *run_src; /* the run not yet copied: run_bytes from run_src to staging + run_at */
+    uint64_t run_at, run_bytes;
 } copy_ctx;
+
+static mt_status flush_run(copy_ctx *c) {
+    if (c->run_bytes == 0) return MT_OK;
+    mt_status st = mt_device_copy(c->plan->dev, (char *)c->s->staging + c->run_at, c->run_src,
+                                  c->run_bytes, MT_COPY_DEVICE_TO_HOST, NULL);
+    c->run_bytes = 0;
+    return st;
+}
 
 static mt_status copy_box(const mt_ckpt_box *whole, void *arg) {
     copy_ctx *c = arg;
@@ -524,9 +536,15 @@ static mt_status copy_box(const mt_ckpt_box *whole, void *arg) {
     if (!mt_ckpt_plan_writes(c->plan, param) || !mt_ckpt_clip_box(c->plan, param, box))
         return MT_OK;
     size_t bytes = box->count * sizeof(float);
-    const float *src = cu->buf[c->kind] + (box->flat - cu->lo);
-    MT_TRY(mt_device_copy(c->plan->dev, (char *)c->s->staging + c->at, src, bytes,
-                          MT_COPY_DEVICE_TO_HOST, NULL));
+    const char *src = (const char *)(cu->buf[c->kind] + (box->flat - cu->lo));
+    if (c->run_bytes && src == c->run_src + c->run_bytes && c->at == c->run_at + c->run_bytes) {
+        c->run_bytes += bytes;
+    } else {
+        MT_TRY(flush_run(c));
+        c->run_src = src;
+        c->run_at = c->at;
+        c->run_bytes = bytes;
+    }
     c->at += bytes;
     return MT_OK;
 }
@@ -622,7 +640,7 @@ static mt_status prepare(saver *s, mt_ckpt_plan *plan, mt_adamw *opt, const char
         MT_TRY(mt_staging_alloc(s->dev, s->staging_len, &s->staging));
         s->staging_cap = s->staging_len;
     }
-    copy_ctx cc = {s, plan, 0, MT_CKPT_MODEL, 0};
+    copy_ctx cc = {s, plan, 0, MT_CKPT_MODEL, 0, NULL, 0, 0};
     for (size_t u = 0; u < plan->n_units; u++)
         for (int k = 0; k < kinds; k++) {
             cc.unit = u;
@@ -630,6 +648,7 @@ static mt_status prepare(saver *s, mt_ckpt_plan *plan, mt_adamw *opt, const char
             const mt_ckpt_unit *cu = &plan->units[u];
             MT_TRY(mt_ckpt_boxes(cu->layouts, cu->count, cu->lo, cu->hi, copy_box, &cc));
         }
+    MT_TRY(flush_run(&cc));
     for (int i = 0; i < o->n_extras; i++) {
         const mt_checkpoint_extra *e = &o->extras[i];
         if (!e->per_rank && s->rank != 0) continue;
