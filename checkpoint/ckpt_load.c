@@ -284,6 +284,10 @@ static mt_status agree(mt_runtime *rt, mt_status mine) {
 static mt_status apply(loader *l, mt_module *root, mt_adamw *opt, const mt_checkpoint_extra *ex,
                        int n_ex) {
     int kinds = l->load_optimizer ? MT_CKPT_KINDS : 1;
+    /* A unit still gathered from a forward-only pass would keep serving the old values. */
+    for (size_t u = 0; u < l->plan.n_units; u++)
+        if (l->plan.units[u].unit->state != MT_UNIT_SHARDED)
+            MT_TRY(mt_fsdp_reshard(l->plan.units[u].unit));
     for (int k = 0; k < kinds; k++)
         for (size_t u = 0; u < l->plan.n_units; u++) {
             const mt_ckpt_unit *cu = &l->plan.units[u];

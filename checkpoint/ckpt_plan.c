@@ -116,10 +116,12 @@ mt_status mt_ckpt_plan_build(mt_module *root, mt_adamw *opt, mt_ckpt_plan *out) 
     out->replica_writer = !ru->replicate || mt_group_rank(ru->replicate) == 0;
     for (size_t i = 0; i < n && st == MT_OK; i++) {
         out->units[i].unit = units[i];
-        if (units[i]->state != MT_UNIT_SHARDED)
-            st = mt_error(MT_ERR_INVALID_ARG, "checkpoint: unit '%s' is unsharded (inside a "
-                          "forward or backward?): save and load between steps",
-                          units[i]->module->name);
+        /* Between steps a unit may still be unsharded (the root after a forward-only pass
+         * keeps its parameters gathered): the master shard is what counts, and a load reshards
+         * first. Inside a forward or backward the shards are in use. */
+        if (units[i]->module->running || units[i]->in_backward)
+            st = mt_error(MT_ERR_INVALID_ARG, "checkpoint: unit '%s' is inside its forward or "
+                          "backward: save and load between steps", units[i]->module->name);
         else
             st = fill_unit(out, root, i, opt);
     }

@@ -12,3 +12,8 @@ foreach(variant export import)
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/ckpt_export.sh $<TARGET_FILE:mtrun>
             $<TARGET_FILE:train_gpt> $<TARGET_FILE:mt-ckpt> ${MT_TEST_PYTHON} ${variant})
 endforeach()
+
+# HSDP: only replicate rank 0 writes; the checkpoint loads into FSDP over 4 and into HSDP.
+mt_add_test_program(prog_ckpt_hsdp ${CMAKE_CURRENT_LIST_DIR}/prog_ckpt_hsdp.c)
+mt_add_mp_test(ckpt_hsdp TIMEOUT 120 LABELS checkpoint ENV MT_TIMEOUT_S=60 MT_DEVICE=cpu
+  COMMAND bash -c "d=$(mktemp -d) && $<TARGET_FILE:mtrun> --standalone --nproc_per_node 4 $<TARGET_FILE:prog_ckpt_hsdp> $d; rc=$?; rm -rf $d; exit $rc")
