@@ -170,14 +170,15 @@ static int read_config(const mt_ckpt_meta *m, mt_ckpt_reader *r, gpt_config *c) 
     return 0;
 }
 
+/* No bos/eos: the vocabulary is the program's (transformers would assume GPT-2's 50256). */
 static int write_config_json(const char *dir, const gpt_config *c) {
     json_t *j = json_pack(
-        "{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:n,s:s,s:f,s:f,s:f,s:f,s:f,s:b,s:s}",
+        "{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:n,s:s,s:f,s:f,s:f,s:f,s:f,s:b,s:n,s:n,s:s}",
         "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", c->vocab,
         "n_positions", c->seq, "n_ctx", c->seq, "n_embd", c->d_model, "n_layer", c->layers,
         "n_head", c->heads, "n_inner", "activation_function", "gelu_new", "layer_norm_epsilon",
         1e-5, "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0, "initializer_range", 0.02,
-        "tie_word_embeddings", 1, "torch_dtype", "float32");
+        "tie_word_embeddings", 1, "bos_token_id", "eos_token_id", "torch_dtype", "float32");
     char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
     if (!text) {
