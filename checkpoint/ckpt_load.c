@@ -87,9 +87,18 @@ static mt_status check_tensors(loader *l) {
             }
             expected[k]++;
         }
-    /* Every checkpoint tensor of a kind loaded must be one of the model's. */
+    /* Every checkpoint tensor of a kind loaded must be one of the model's, and every tensor
+     * one of the kinds this build knows. */
     for (size_t i = 0; i < m->n_tensors; i++) {
         const char *name = m->tensors[i].name;
+        bool kind_known = false;
+        for (int k = 0; k < MT_CKPT_KINDS; k++)
+            kind_known |= strncmp(name, mt_ckpt_kind_prefix[k],
+                                  strlen(mt_ckpt_kind_prefix[k])) == 0;
+        if (!kind_known)
+            return mt_error(MT_ERR_MISMATCH, "checkpoint '%s' has tensor '%s', which is neither "
+                            "a model value (model/...) nor AdamW state (optim/exp_avg/..., "
+                            "optim/exp_avg_sq/...)", m->dir, name);
         for (int k = 0; k < kinds; k++) {
             size_t pl = strlen(mt_ckpt_kind_prefix[k]);
             if (strncmp(name, mt_ckpt_kind_prefix[k], pl) != 0) continue;
@@ -276,7 +285,12 @@ static mt_status agree(mt_runtime *rt, mt_status mine) {
     if (st != MT_OK)
         return mt_error(first_st, "checkpoint load failed on rank %d (its message could not be "
                         "read)", first);
-    st = mt_error_restore(first_st, msg);
+    /* Its message starts with its own "rank R: "; say here that it is another rank's. */
+    const char *text = msg;
+    char prefix[32];
+    int n = snprintf(prefix, sizeof prefix, "rank %d: ", first);
+    if (strncmp(text, prefix, (size_t)n) == 0) text += n;
+    st = mt_error(first_st, "checkpoint load failed on rank %d: %s", first, text);
     free(msg);
     return st;
 }
