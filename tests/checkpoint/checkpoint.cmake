@@ -2,11 +2,7 @@
 mt_add_unit_test(test_ckpt_layout SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_layout.c
                  TIMEOUT 60 LABELS checkpoint)
 
-# safetensors both ways through mt-ckpt and train_gpt, checked from Python (numpy + safetensors
-# from the venv scripts/setup makes; no torch).
-if(NOT DEFINED MT_TEST_PYTHON)
-  set(MT_TEST_PYTHON ${CMAKE_SOURCE_DIR}/.venv/bin/python3)
-endif()
+# safetensors both ways through mt-ckpt and train_gpt, checked from Python (MT_TEST_PYTHON).
 foreach(variant export import)
   mt_add_mp_test(ckpt_safetensors_${variant} TIMEOUT 300 LABELS checkpoint ENV MT_TIMEOUT_S=60
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/ckpt_export.sh $<TARGET_FILE:mtrun>

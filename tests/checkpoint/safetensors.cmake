@@ -3,8 +3,6 @@
 # writer, F16/BF16; safetensors_python: files exchanged with the Python safetensors package in
 # the virtual environment scripts/setup creates (MT_TEST_PYTHON).
 set(MT_SAFETENSORS_SRC ${CMAKE_SOURCE_DIR}/tools/mt-ckpt/safetensors.c)
-set(MT_TEST_PYTHON ${CMAKE_SOURCE_DIR}/.venv/bin/python3 CACHE FILEPATH
-    "Python with numpy and safetensors for the cross-checks (scripts/setup makes it)")
 mt_add_unit_test(test_safetensors SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_safetensors.c
                  ${MT_SAFETENSORS_SRC} TIMEOUT 60 LABELS checkpoint)
 mt_add_test_program(st_convert ${CMAKE_CURRENT_LIST_DIR}/st_convert.c ${MT_SAFETENSORS_SRC})
