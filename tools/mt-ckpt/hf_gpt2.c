@@ -194,58 +194,80 @@ static int write_config_json(const char *dir, const gpt_config *c) {
     return 0;
 }
 
+/* The export is written tensor by tensor (mt_st_write_filled): only the tensor being written is
+ * in memory, converted to GPT-2's layout, so a model larger than memory exports. */
 typedef struct export_state {
+    const mt_ckpt_meta *meta;
+    mt_ckpt_reader *reader;
+    gpt_config cfg;
     mt_st_entry *entries;
     char **names;
-    float **data;
+    const tensor_map **maps;
+    int *blocks;
     size_t n;
+    size_t cached; /* the entry whose values are in `values` (n: none) */
+    float *values;
 } export_state;
 
-static int export_one(const mt_ckpt_meta *m, mt_ckpt_reader *r, const gpt_config *c,
-                      const tensor_map *tm, int block, export_state *x) {
+/* Plans one tensor of the export: its GPT-2 name and shape, after checking the checkpoint's. */
+static int plan_one(export_state *x, const tensor_map *tm, int block) {
     char ours[256], full[300], theirs[256];
     snprintf(ours, sizeof ours, tm->ours, block);
     snprintf(full, sizeof full, "model/%s", ours);
     snprintf(theirs, sizeof theirs, "transformer.");
     snprintf(theirs + strlen(theirs), sizeof theirs - strlen(theirs), tm->theirs, block);
-    const mt_ckpt_tensor_meta *t = mt_ckpt_meta_tensor(m, full);
+    const mt_ckpt_tensor_meta *t = mt_ckpt_meta_tensor(x->meta, full);
     int64_t want[4];
-    int nd = our_shape(c, ours, want);
+    int nd = our_shape(&x->cfg, ours, want);
     bool same = t && t->ndim == nd;
     for (int d = 0; same && d < nd; d++) same = t->shape[d] == want[d];
     if (!same) {
-        fprintf(stderr, "mt-ckpt: '%s': tensor '%s' %s\n", m->dir, full,
+        fprintf(stderr, "mt-ckpt: '%s': tensor '%s' %s\n", x->meta->dir, full,
                 t ? "has another shape than the configuration gives" : "is missing");
         return -1;
     }
-    uint64_t n = numel_of(want, nd);
-    float *ours_data = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
-    if (!ours_data || !out) {
-        free(ours_data);
-        free(out);
-        fprintf(stderr, "mt-ckpt: no memory for tensor '%s' (%" PRIu64 " values)\n", full, n);
-        return -1;
-    }
-    if (mt_ckpt_read_tensor(r, t, ours_data) != MT_OK) {
-        mt_ckpt_tool_error();
-        free(ours_data);
-        free(out);
-        return -1;
-    }
-    if (tm->how == SAME) {
-        memcpy(out, ours_data, n * sizeof(float));
-    } else {
-        convert(tm->how, want, ours_data, out, true);
-    }
-    free(ours_data);
     mt_st_entry *e = &x->entries[x->n];
     x->names[x->n] = strdup(theirs);
-    x->data[x->n] = out;
+    if (!x->names[x->n]) return -1;
     e->name = x->names[x->n];
-    e->ndim = their_shape(c, tm, want, nd, e->shape);
-    e->data = out;
+    e->ndim = their_shape(&x->cfg, tm, want, nd, e->shape);
+    x->maps[x->n] = tm;
+    x->blocks[x->n] = block;
     x->n++;
     return 0;
+}
+
+/* Reads entry i's tensor from the checkpoint and converts it into x->values. */
+static mt_status load_entry(export_state *x, size_t i) {
+    char ours[256], full[300];
+    snprintf(ours, sizeof ours, x->maps[i]->ours, x->blocks[i]);
+    snprintf(full, sizeof full, "model/%s", ours);
+    const mt_ckpt_tensor_meta *t = mt_ckpt_meta_tensor(x->meta, full);
+    int64_t shape[4];
+    int nd = our_shape(&x->cfg, ours, shape);
+    uint64_t n = numel_of(shape, nd);
+    free(x->values);
+    x->cached = x->n;
+    x->values = malloc(n * sizeof(float));
+    float *raw = malloc(n * sizeof(float));
+    mt_status st = x->values && raw ? MT_OK
+                                    : mt_error_set(MT_ERR_OUT_OF_MEMORY, "no memory for tensor "
+                                                   "'%s' (%" PRIu64 " values)", full, n);
+    if (st == MT_OK) st = mt_ckpt_read_tensor(x->reader, t, raw);
+    if (st == MT_OK) {
+        if (x->maps[i]->how == SAME) memcpy(x->values, raw, n * sizeof(float));
+        else convert(x->maps[i]->how, shape, raw, x->values, true);
+        x->cached = i;
+    }
+    free(raw);
+    return st;
+}
+
+static mt_status fill_entry(void *user, size_t index, uint64_t first, float *buf, size_t count) {
+    export_state *x = user;
+    if (x->cached != index) MT_TRY(load_entry(x, index));
+    memcpy(buf, x->values + first, count * sizeof(float));
+    return MT_OK;
 }
 
 int mt_ckpt_cmd_export(int argc, char **argv) {
@@ -256,54 +278,51 @@ int mt_ckpt_cmd_export(int argc, char **argv) {
     mt_ckpt_meta m;
     int rc = mt_ckpt_tool_open(argv[0], &m);
     if (rc) return rc;
-    mt_ckpt_reader *r = NULL;
-    gpt_config c;
-    export_state x = {0};
+    export_state x = {.meta = &m};
     rc = MT_CKPT_EXIT_FAIL;
-    if (mt_ckpt_reader_open(&m, &r) != MT_OK) {
+    if (mt_ckpt_reader_open(&m, &x.reader) != MT_OK) {
         mt_ckpt_tool_error();
         goto done;
     }
-    if (read_config(&m, r, &c) != 0) goto done;
-    size_t total = ROOT_N + BLOCK_N * (size_t)c.layers;
+    if (read_config(&m, x.reader, &x.cfg) != 0) goto done;
+    size_t total = ROOT_N + BLOCK_N * (size_t)x.cfg.layers;
     x.entries = calloc(total, sizeof *x.entries);
     x.names = calloc(total, sizeof *x.names);
-    x.data = calloc(total, sizeof *x.data);
-    if (!x.entries || !x.names || !x.data) {
+    x.maps = calloc(total, sizeof *x.maps);
+    x.blocks = calloc(total, sizeof *x.blocks);
+    if (!x.entries || !x.names || !x.maps || !x.blocks) {
         fprintf(stderr, "mt-ckpt: out of memory\n");
         goto done;
     }
     /* GPT-2's order: embeddings, the blocks, the final LayerNorm. */
-    if (export_one(&m, r, &c, &root_map[0], 0, &x) || export_one(&m, r, &c, &root_map[1], 0, &x))
-        goto done;
-    for (int l = 0; l < c.layers; l++)
+    if (plan_one(&x, &root_map[0], 0) || plan_one(&x, &root_map[1], 0)) goto done;
+    for (int l = 0; l < x.cfg.layers; l++)
         for (size_t i = 0; i < BLOCK_N; i++)
-            if (export_one(&m, r, &c, &block_map[i], l, &x)) goto done;
-    if (export_one(&m, r, &c, &root_map[2], 0, &x) || export_one(&m, r, &c, &root_map[3], 0, &x))
-        goto done;
+            if (plan_one(&x, &block_map[i], l)) goto done;
+    if (plan_one(&x, &root_map[2], 0) || plan_one(&x, &root_map[3], 0)) goto done;
+    x.cached = x.n;
     char path[PATH_MAX];
     /* transformers reads safetensors files whose metadata says "pt". */
     const char *meta_kv[] = {"format", "pt"};
     if (mt_ckpt_mkdirs(argv[1]) != MT_OK ||
         mt_ckpt_join(path, sizeof path, argv[1], "model.safetensors") != MT_OK ||
-        mt_st_write(path, x.entries, x.n, meta_kv, 1) != MT_OK) {
+        mt_st_write_filled(path, x.entries, x.n, meta_kv, 1, fill_entry, &x) != MT_OK) {
         mt_ckpt_tool_error();
         goto done;
     }
-    if (write_config_json(argv[1], &c) != 0) goto done;
+    if (write_config_json(argv[1], &x.cfg) != 0) goto done;
     printf("exported %s (step %ld): GPT-2 with %d layers, d_model %d, %d heads, %d positions, "
-           "vocab %d: %zu tensors -> %s and config.json\n", m.dir, m.step, c.layers, c.d_model,
-           c.heads, c.seq, c.vocab, x.n, path);
+           "vocab %d: %zu tensors -> %s and config.json\n", m.dir, m.step, x.cfg.layers,
+           x.cfg.d_model, x.cfg.heads, x.cfg.seq, x.cfg.vocab, x.n, path);
     rc = MT_CKPT_EXIT_OK;
 done:
-    for (size_t i = 0; i < x.n; i++) {
-        free(x.names[i]);
-        free(x.data[i]);
-    }
+    for (size_t i = 0; i < x.n; i++) free(x.names[i]);
     free(x.entries);
     free(x.names);
-    free(x.data);
-    mt_ckpt_reader_close(r);
+    free(x.maps);
+    free(x.blocks);
+    free(x.values);
+    mt_ckpt_reader_close(x.reader);
     mt_ckpt_meta_free(&m);
     return rc;
 }
