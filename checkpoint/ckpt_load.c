@@ -285,12 +285,8 @@ static mt_status agree(mt_runtime *rt, mt_status mine) {
     if (st != MT_OK)
         return mt_error(first_st, "checkpoint load failed on rank %d (its message could not be "
                         "read)", first);
-    /* Its message starts with its own "rank R: "; say here that it is another rank's. */
-    const char *text = msg;
-    char prefix[32];
-    int n = snprintf(prefix, sizeof prefix, "rank %d: ", first);
-    if (strncmp(text, prefix, (size_t)n) == 0) text += n;
-    st = mt_error(first_st, "checkpoint load failed on rank %d: %s", first, text);
+    st = mt_error(first_st, "checkpoint load failed on rank %d: %s", first,
+                  mt_ckpt_without_rank(msg, first));
     free(msg);
     return st;
 }

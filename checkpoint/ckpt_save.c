@@ -84,14 +84,29 @@ typedef struct saver {
 
 /* ---- test hook ----------------------------------------------------------------------------- */
 
-void mt_ckpt_crash_point(const char *point, int rank, long step) {
-    const char *spec = getenv("MT_TEST_CKPT_CRASH");
-    if (!spec || !*spec) return;
+/* Whether the test hook in variable var names point, rank and step. */
+static bool hook_matches(const char *var, const char *point, int rank, long step) {
+    const char *spec = getenv(var);
+    if (!spec || !*spec) return false;
     char p[64];
     int r = -1;
     long s = -1;
-    if (sscanf(spec, "%63[^:]:%d:%ld", p, &r, &s) != 3) return;
-    if (strcmp(p, point) != 0 || r != rank || s != step) return;
+    if (sscanf(spec, "%63[^:]:%d:%ld", p, &r, &s) != 3) return false;
+    return strcmp(p, point) == 0 && r == rank && s == step;
+}
+
+const char *mt_ckpt_without_rank(const char *msg, int rank) {
+    char prefix[32];
+    int n = snprintf(prefix, sizeof prefix, "rank %d: ", rank);
+    return strncmp(msg, prefix, (size_t)n) == 0 ? msg + n : msg;
+}
+
+bool mt_ckpt_fail_point(const char *point, int rank, long step) {
+    return hook_matches("MT_TEST_CKPT_FAIL", point, rank, step);
+}
+
+void mt_ckpt_crash_point(const char *point, int rank, long step) {
+    if (!hook_matches("MT_TEST_CKPT_CRASH", point, rank, step)) return;
     fprintf(stderr, "rank %d: MT_TEST_CKPT_CRASH: killed at %s of step %ld\n", rank, point, step);
     fflush(stderr);
     raise(SIGKILL);
@@ -182,6 +197,9 @@ static mt_status write_rank_file(saver *s, uint64_t *hashes) {
         hashes[i] = mt_ckpt_hash((const char *)s->staging + s->pieces[i].offset,
                                  s->pieces[i].bytes);
     if (s->staging_len == 0) return MT_OK; /* nothing of ours to write (an HSDP replica) */
+    if (mt_ckpt_fail_point("write", s->rank, s->step))
+        return mt_error(MT_ERR_IO, "checkpoint: cannot write '%s/%s': injected by "
+                        "MT_TEST_CKPT_FAIL", s->tmp, s->file);
     char path[PATH_MAX];
     MT_TRY(mt_ckpt_join(path, sizeof path, s->tmp, s->file));
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -199,7 +217,7 @@ static mt_status write_rank_file(saver *s, uint64_t *hashes) {
 static mt_status merge_record(saver *s, json_t *meta, int rank, json_t *rec) {
     const char *err = json_string_value(json_object_get(rec, "error"));
     if (err) return mt_error(MT_ERR_IO, "checkpoint %s: rank %d could not write its part: %s",
-                             s->name, rank, err);
+                             s->name, rank, mt_ckpt_without_rank(err, rank));
     const char *file = json_string_value(json_object_get(rec, "file"));
     if (!file) return MT_OK;
     json_object_set_new(json_object_get(meta, "files"), file,
@@ -286,7 +304,8 @@ static mt_status await(saver *s, const char *what, double deadline, const char *
     MT_TRY(poll_key(s, key, deadline, desc, &value));
     mt_status st = strcmp(value, "ok") == 0
                        ? MT_OK
-                       : mt_error(MT_ERR_IO, "checkpoint %s failed on rank 0: %s", s->name, value);
+                       : mt_error(MT_ERR_IO, "checkpoint %s failed on rank 0: %s", s->name,
+                                  mt_ckpt_without_rank(value, 0));
     free(value);
     return st;
 }
@@ -328,6 +347,29 @@ static mt_status run_save(saver *s) {
     }
     MT_TRY(st);
     return await(s, "commit", deadline, "rank 0 to commit");
+}
+
+/* This rank could not stage its part: its record says why; rank 0 also ends the save for the
+ * others (they wait for its folder and its verdict), and the failure is recorded as the
+ * program's, which a later successful step clears. */
+static void publish_local_failure(saver *s, mt_status st) {
+    char key[256];
+    char *msg = strdup(mt_last_error());
+    json_t *rec = json_pack("{s:s}", "error", msg ? msg : "out of memory");
+    char *text = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+    key_of(s, key, sizeof key, "rank", s->rank);
+    if (text) mt_store_set(s->store, key, text, strlen(text));
+    if (s->rank == 0) {
+        publish(s, "ready", st);
+        publish(s, "commit", st);
+    }
+    free(text);
+    json_decref(rec);
+    mt_error_restore(st, msg ? msg : "checkpoint: out of memory");
+    /* The other ranks go on training until their next save: if this program gives up now, its
+     * mt_finalize must not wait for them but abort the job (as after a failed forward). */
+    mt_failure_note(st, mt_last_error());
+    free(msg);
 }
 
 static void *writer_main(void *arg) {
@@ -611,6 +653,9 @@ static mt_status prepare(saver *s, mt_ckpt_plan *plan, mt_adamw *opt, const char
     if (snprintf(s->tmp, sizeof s->tmp, "%s.tmp", s->final) >= (int)sizeof s->tmp)
         return mt_error(MT_ERR_INVALID_ARG, "checkpoint: folder name too long");
     s->staging_len = 0;
+    if (mt_ckpt_fail_point("stage", s->rank, s->step))
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: cannot stage step %ld: injected by "
+                        "MT_TEST_CKPT_FAIL", s->step);
     size_t cap = 0;
     int kinds = opt ? MT_CKPT_KINDS : 1;
     for (size_t u = 0; u < plan->n_units; u++)
@@ -681,17 +726,23 @@ mt_status mt_checkpoint_save(mt_module *root, mt_adamw *opt, const char *dir,
     MT_TRY(mt_ckpt_plan_build(root, opt, &plan));
     saver *s = NULL;
     mt_status st = saver_get(root, plan.dev, &s);
-    if (st == MT_OK) st = join_writer(s); /* the previous save's outcome */
-    if (st == MT_OK) {
-        s->started_s = t0;
-        st = prepare(s, &plan, opt, dir, &o);
-    }
-    mt_ckpt_plan_free(&plan);
+    if (st == MT_OK) st = join_writer(s); /* the previous save's outcome, the same everywhere */
     if (st != MT_OK) {
-        if (s) release_job(s);
+        mt_ckpt_plan_free(&plan);
         return st;
     }
+    /* From here a failure may be this rank's alone (host memory, a device copy): the others'
+     * writers are told through the store, so that they fail with its message instead of
+     * waiting, and the next save's keys stay in step. */
     s->seq++;
+    s->started_s = t0;
+    st = prepare(s, &plan, opt, dir, &o);
+    mt_ckpt_plan_free(&plan);
+    if (st != MT_OK) {
+        publish_local_failure(s, st);
+        release_job(s);
+        return st;
+    }
     memset(&s->stats, 0, sizeof s->stats);
     s->stats.bytes = s->staging_len;
     s->stats.step = s->step;

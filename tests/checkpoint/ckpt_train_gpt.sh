@@ -12,6 +12,11 @@
 #                  (after-file on rank 1, the others on rank 0): `latest` still names the
 #                  complete step-2 checkpoint, --resume auto finishes with the uninterrupted
 #                  run's losses and final checkpoint, and the next save removes the leftovers
+#   fail_POINT_RANK  MT_TEST_CKPT_FAIL makes step 4's save fail on one rank at POINT (stage: its
+#                  copy to host memory, inside mt_checkpoint_save; write: its data file, in the
+#                  writer thread): every rank stops within seconds (no collective waits for the
+#                  failed rank until MT_TIMEOUT_S), with the failing rank's message; `latest`
+#                  still names step 2, and --resume auto finishes like the uninterrupted run
 #   keep           --keep 2 leaves the 2 newest checkpoints; --keep 0 all of them; --keep 2 in a
 #                  run resumed from an older step keeps the one it just saved and the newest other
 set -u
@@ -167,6 +172,26 @@ crash_*)
     else
         steps_are "$TMP/ck" step-00000002 step-00000003 step-00000006
     fi
+    ;;
+fail_*)
+    spec=${VARIANT#fail_}
+    point=${spec%_*}
+    rank=${spec##*_}
+    common=(--dp 2 --batch 2 --steps 6 --save-every 2 --checkpoint-dir)
+    run ref 2 "${common[@]}" "$TMP/ref"
+    SECONDS=0
+    start_bg failing env MT_TEST_CKPT_FAIL="$point:$rank:4" MT_TIMEOUT_S=60 "$MTRUN" --standalone \
+        --nproc_per_node 2 "$PROG" "${TINY[@]}" "${common[@]}" "$TMP/ck"
+    expect_rc failing nonzero "$RUN_LIMIT"
+    # A collective waiting for the failed rank would end only after MT_TIMEOUT_S (60 s).
+    check "every rank stopped within 30 s (took $SECONDS s)" test "$SECONDS" -lt 30
+    expect_text failing err "injected by MT_TEST_CKPT_FAIL"
+    check "the failure names rank $rank" grep -q "rank $rank: checkpoint: cannot" "$TMP/failing.err"
+    tool "after the failed save, latest names the complete step 2" committed "$TMP/ck" 2
+    run resume 2 "${common[@]}" "$TMP/ck" --resume auto
+    resumed resume 2
+    tool "steps 2-5 after the failed save equal the uninterrupted run's to the bit" \
+        compare "$TMP/ref.jsonl" "$TMP/resume.jsonl" 2 5 exact
     ;;
 keep)
     run keep2 2 --dp 2 --batch 2 --steps 5 --save-every 1 --keep 2 --checkpoint-dir "$TMP/k2"
