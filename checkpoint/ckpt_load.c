@@ -75,20 +75,30 @@ static mt_status check_tensors(loader *l) {
             if (!t)
                 return mt_error(MT_ERR_MISMATCH, "checkpoint '%s' has no tensor '%s', which the "
                                 "model has (a checkpoint of another model?)", m->dir, name);
+            const int64_t *shape = l->plan.params[i].shape;
             bool same = t->ndim == p->ndim;
-            for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->global_shape[d];
+            for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == shape[d];
             if (!same) {
                 char a[128], b[128];
                 dims_text(t->shape, t->ndim, a, sizeof a);
-                dims_text(p->global_shape, p->ndim, b, sizeof b);
+                dims_text(shape, p->ndim, b, sizeof b);
                 return mt_error(MT_ERR_MISMATCH, "checkpoint '%s': tensor '%s' has shape %s in "
                                 "the checkpoint and %s in the model", m->dir, name, a, b);
             }
             expected[k]++;
         }
-    /* Every checkpoint tensor of a kind loaded must be one of the model's. */
+    /* Every checkpoint tensor of a kind loaded must be one of the model's, and every tensor
+     * one of the kinds this build knows. */
     for (size_t i = 0; i < m->n_tensors; i++) {
         const char *name = m->tensors[i].name;
+        bool kind_known = false;
+        for (int k = 0; k < MT_CKPT_KINDS; k++)
+            kind_known |= strncmp(name, mt_ckpt_kind_prefix[k],
+                                  strlen(mt_ckpt_kind_prefix[k])) == 0;
+        if (!kind_known)
+            return mt_error(MT_ERR_MISMATCH, "checkpoint '%s' has tensor '%s', which is neither "
+                            "a model value (model/...) nor AdamW state (optim/exp_avg/..., "
+                            "optim/exp_avg_sq/...)", m->dir, name);
         for (int k = 0; k < kinds; k++) {
             size_t pl = strlen(mt_ckpt_kind_prefix[k]);
             if (strncmp(name, mt_ckpt_kind_prefix[k], pl) != 0) continue;
@@ -178,6 +188,9 @@ static mt_status fill_box(const mt_ckpt_box *box, void *arg) {
     fill_ctx *c = arg;
     loader *l = c->l;
     const mt_ckpt_unit *cu = &l->plan.units[c->unit];
+    /* Padding rows are not in the checkpoint: they stay 0. */
+    mt_ckpt_box real = *box;
+    if (!mt_ckpt_clip_box(&l->plan, cu->first + box->param, &real)) return MT_OK;
     char name[1024];
     mt_ckpt_tensor_name(&l->plan, cu->first + box->param, c->kind, name, sizeof name);
     const mt_ckpt_tensor_meta *t = mt_ckpt_meta_tensor(&l->meta, name);
@@ -194,10 +207,10 @@ static mt_status fill_box(const mt_ckpt_box *box, void *arg) {
         MT_TRY(chunk_data(l, ch, name, &data));
         filled += mt_ckpt_copy_intersection(t->ndim, ch, data, box->offset, box->extent, dst);
     }
-    if (filled != box->count)
+    if (filled != real.count)
         return mt_error(MT_ERR_IO, "checkpoint '%s': tensor '%s': the chunks cover %" PRIu64
                         " of the %zu elements this rank needs", l->meta.dir, name, filled,
-                        box->count);
+                        real.count);
     return MT_OK;
 }
 
@@ -272,7 +285,8 @@ static mt_status agree(mt_runtime *rt, mt_status mine) {
     if (st != MT_OK)
         return mt_error(first_st, "checkpoint load failed on rank %d (its message could not be "
                         "read)", first);
-    st = mt_error_restore(first_st, msg);
+    st = mt_error(first_st, "checkpoint load failed on rank %d: %s", first,
+                  mt_ckpt_without_rank(msg, first));
     free(msg);
     return st;
 }
@@ -280,6 +294,10 @@ static mt_status agree(mt_runtime *rt, mt_status mine) {
 static mt_status apply(loader *l, mt_module *root, mt_adamw *opt, const mt_checkpoint_extra *ex,
                        int n_ex) {
     int kinds = l->load_optimizer ? MT_CKPT_KINDS : 1;
+    /* A unit still gathered from a forward-only pass would keep serving the old values. */
+    for (size_t u = 0; u < l->plan.n_units; u++)
+        if (l->plan.units[u].unit->state != MT_UNIT_SHARDED)
+            MT_TRY(mt_fsdp_reshard(l->plan.units[u].unit));
     for (int k = 0; k < kinds; k++)
         for (size_t u = 0; u < l->plan.n_units; u++) {
             const mt_ckpt_unit *cu = &l->plan.units[u];

@@ -76,6 +76,8 @@ static mt_status fill_unit(mt_ckpt_plan *plan, const mt_module *root, size_t ui,
         l->tp_rank = u->tp_rank;
         l->offset = u->offsets[i];
         cu->layouts[i] = *l;
+        memcpy(cp->shape, p->global_shape, sizeof cp->shape);
+        if (p->ndim > 0) cp->shape[0] = p->real_rows;
     }
     return MT_OK;
 }
@@ -114,10 +116,12 @@ mt_status mt_ckpt_plan_build(mt_module *root, mt_adamw *opt, mt_ckpt_plan *out) 
     out->replica_writer = !ru->replicate || mt_group_rank(ru->replicate) == 0;
     for (size_t i = 0; i < n && st == MT_OK; i++) {
         out->units[i].unit = units[i];
-        if (units[i]->state != MT_UNIT_SHARDED)
-            st = mt_error(MT_ERR_INVALID_ARG, "checkpoint: unit '%s' is unsharded (inside a "
-                          "forward or backward?): save and load between steps",
-                          units[i]->module->name);
+        /* Between steps a unit may still be unsharded (the root after a forward-only pass
+         * keeps its parameters gathered): the master shard is what counts, and a load reshards
+         * first. Inside a forward or backward the shards are in use. */
+        if (units[i]->module->running || units[i]->in_backward)
+            st = mt_error(MT_ERR_INVALID_ARG, "checkpoint: unit '%s' is inside its forward or "
+                          "backward: save and load between steps", units[i]->module->name);
         else
             st = fill_unit(out, root, i, opt);
     }
@@ -129,6 +133,16 @@ mt_status mt_ckpt_plan_build(mt_module *root, mt_adamw *opt, mt_ckpt_plan *out) 
 bool mt_ckpt_plan_writes(const mt_ckpt_plan *plan, size_t i) {
     if (!plan->replica_writer) return false;
     return plan->params[i].layout.tp_dim >= 0 || plan->params[i].layout.tp_rank == 0;
+}
+
+bool mt_ckpt_clip_box(const mt_ckpt_plan *plan, size_t i, mt_ckpt_box *box) {
+    int64_t real = plan->params[i].shape[0];
+    if (box->ndim < 1 || box->offset[0] + box->extent[0] <= real) return true;
+    if (box->offset[0] >= real) return false;
+    size_t row = box->count / (size_t)box->extent[0];
+    box->extent[0] = real - box->offset[0];
+    box->count = row * (size_t)box->extent[0];
+    return true;
 }
 
 const char *mt_ckpt_tensor_name(const mt_ckpt_plan *plan, size_t param, mt_ckpt_kind kind,

@@ -31,6 +31,8 @@ typedef struct mt_ckpt_param {
     mt_param *param;
     size_t unit;
     mt_ckpt_param_layout layout; /* offset: in its unit's flat buffer */
+    int64_t shape[MT_PARAM_MAX_DIMS]; /* the global shape a checkpoint stores: without padding
+                                         rows (mt_param_set_padding) */
 } mt_ckpt_param;
 
 typedef struct mt_ckpt_plan {
@@ -53,6 +55,11 @@ void mt_ckpt_plan_free(mt_ckpt_plan *plan);
 
 /* Whether this rank writes the values of parameter i (see replica_writer). */
 bool mt_ckpt_plan_writes(const mt_ckpt_plan *plan, size_t i);
+
+/* Cuts a box of parameter i to its real rows (padding rows are no state). A box from
+ * mt_ckpt_boxes stays contiguous in the flat buffer: either dimension 0 has extent 1 or every
+ * dimension below it is whole, so what is cut is a suffix. false when nothing remains. */
+bool mt_ckpt_clip_box(const mt_ckpt_plan *plan, size_t i, mt_ckpt_box *box);
 
 /* "model/<path>" etc. into buf. */
 const char *mt_ckpt_tensor_name(const mt_ckpt_plan *plan, size_t param, mt_ckpt_kind kind,

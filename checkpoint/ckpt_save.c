@@ -13,6 +13,7 @@
 
 #include "checkpoint/ckpt_save.h"
 
+#include "checkpoint/ckpt_commit.h"
 #include "checkpoint/ckpt_fs.h"
 #include "checkpoint/ckpt_meta.h"
 #include "checkpoint/ckpt_plan.h"
@@ -30,7 +31,6 @@
 #include <meshtrain/store.h>
 #include <meshtrain/version.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -84,14 +84,29 @@ typedef struct saver {
 
 /* ---- test hook ----------------------------------------------------------------------------- */
 
-void mt_ckpt_crash_point(const char *point, int rank, long step) {
-    const char *spec = getenv("MT_TEST_CKPT_CRASH");
-    if (!spec || !*spec) return;
+/* Whether the test hook in variable var names point, rank and step. */
+static bool hook_matches(const char *var, const char *point, int rank, long step) {
+    const char *spec = getenv(var);
+    if (!spec || !*spec) return false;
     char p[64];
     int r = -1;
     long s = -1;
-    if (sscanf(spec, "%63[^:]:%d:%ld", p, &r, &s) != 3) return;
-    if (strcmp(p, point) != 0 || r != rank || s != step) return;
+    if (sscanf(spec, "%63[^:]:%d:%ld", p, &r, &s) != 3) return false;
+    return strcmp(p, point) == 0 && r == rank && s == step;
+}
+
+const char *mt_ckpt_without_rank(const char *msg, int rank) {
+    char prefix[32];
+    int n = snprintf(prefix, sizeof prefix, "rank %d: ", rank);
+    return strncmp(msg, prefix, (size_t)n) == 0 ? msg + n : msg;
+}
+
+bool mt_ckpt_fail_point(const char *point, int rank, long step) {
+    return hook_matches("MT_TEST_CKPT_FAIL", point, rank, step);
+}
+
+void mt_ckpt_crash_point(const char *point, int rank, long step) {
+    if (!hook_matches("MT_TEST_CKPT_CRASH", point, rank, step)) return;
     fprintf(stderr, "rank %d: MT_TEST_CKPT_CRASH: killed at %s of step %ld\n", rank, point, step);
     fflush(stderr);
     raise(SIGKILL);
@@ -182,6 +197,9 @@ static mt_status write_rank_file(saver *s, uint64_t *hashes) {
         hashes[i] = mt_ckpt_hash((const char *)s->staging + s->pieces[i].offset,
                                  s->pieces[i].bytes);
     if (s->staging_len == 0) return MT_OK; /* nothing of ours to write (an HSDP replica) */
+    if (mt_ckpt_fail_point("write", s->rank, s->step))
+        return mt_error(MT_ERR_IO, "checkpoint: cannot write '%s/%s': injected by "
+                        "MT_TEST_CKPT_FAIL", s->tmp, s->file);
     char path[PATH_MAX];
     MT_TRY(mt_ckpt_join(path, sizeof path, s->tmp, s->file));
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -199,7 +217,7 @@ static mt_status write_rank_file(saver *s, uint64_t *hashes) {
 static mt_status merge_record(saver *s, json_t *meta, int rank, json_t *rec) {
     const char *err = json_string_value(json_object_get(rec, "error"));
     if (err) return mt_error(MT_ERR_IO, "checkpoint %s: rank %d could not write its part: %s",
-                             s->name, rank, err);
+                             s->name, rank, mt_ckpt_without_rank(err, rank));
     const char *file = json_string_value(json_object_get(rec, "file"));
     if (!file) return MT_OK;
     json_object_set_new(json_object_get(meta, "files"), file,
@@ -235,88 +253,6 @@ static mt_status merge_record(saver *s, json_t *meta, int rank, json_t *rec) {
     return MT_OK;
 }
 
-/* step-NNNNNNNN exactly: its step, else -1. */
-static long step_of(const char *name) {
-    long step;
-    int used = 0;
-    if (strncmp(name, "step-", 5) != 0 || strlen(name) != 13) return -1;
-    if (sscanf(name + 5, "%8ld%n", &step, &used) != 1 || used != 8) return -1;
-    for (int i = 5; i < 13; i++)
-        if (name[i] < '0' || name[i] > '9') return -1;
-    return step;
-}
-
-static int cmp_long_desc(const void *a, const void *b) {
-    long x = *(const long *)a, y = *(const long *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/* Removes leftovers of interrupted saves (step-*.tmp, *.replaced) and, with keep > 0, all but
- * the newest keep - 1 checkpoints besides the one just committed. */
-static mt_status prune(saver *s) {
-    DIR *d = opendir(s->dir);
-    if (!d) return mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot list '%s'", s->dir);
-    long *steps = NULL;
-    size_t n = 0, cap = 0;
-    mt_status st = MT_OK;
-    struct dirent *e;
-    while (st == MT_OK && (e = readdir(d)) != NULL) {
-        size_t len = strlen(e->d_name);
-        char path[PATH_MAX];
-        bool leftover = strncmp(e->d_name, "step-", 5) == 0 &&
-                        ((len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0) ||
-                         (len > 9 && strcmp(e->d_name + len - 9, ".replaced") == 0));
-        if (leftover) {
-            st = mt_ckpt_join(path, sizeof path, s->dir, e->d_name);
-            if (st == MT_OK) st = mt_ckpt_remove_tree(path);
-            continue;
-        }
-        long step = step_of(e->d_name);
-        if (step < 0 || step == s->step) continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            long *grown = realloc(steps, cap * sizeof *steps);
-            if (!grown) {
-                st = mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
-                break;
-            }
-            steps = grown;
-        }
-        steps[n++] = step;
-    }
-    closedir(d);
-    if (st == MT_OK && s->keep > 0) {
-        qsort(steps, n, sizeof *steps, cmp_long_desc);
-        for (size_t i = (size_t)s->keep - 1; i < n && st == MT_OK; i++) {
-            char name[32], path[PATH_MAX];
-            snprintf(name, sizeof name, "step-%08ld", steps[i]);
-            st = mt_ckpt_join(path, sizeof path, s->dir, name);
-            if (st == MT_OK) st = mt_ckpt_remove_tree(path);
-        }
-    }
-    free(steps);
-    if (st == MT_OK) st = mt_ckpt_fsync_path(s->dir);
-    return st;
-}
-
-/* step-N.tmp -> step-N. A step saved again (a run resumed from an older checkpoint) replaces
- * the old folder, which is moved aside first: a rename cannot replace a non-empty folder. */
-static mt_status publish_folder(saver *s) {
-    if (mt_ckpt_is_dir(s->final)) {
-        char aside[PATH_MAX];
-        if (snprintf(aside, sizeof aside, "%s.replaced", s->final) >= (int)sizeof aside)
-            return mt_error(MT_ERR_INVALID_ARG, "checkpoint: path too long");
-        MT_TRY(mt_ckpt_remove_tree(aside));
-        if (rename(s->final, aside) != 0)
-            return mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot move '%s' aside",
-                                  s->final);
-    }
-    if (rename(s->tmp, s->final) != 0)
-        return mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot rename '%s' to '%s'", s->tmp,
-                              s->final);
-    return mt_ckpt_fsync_path(s->dir);
-}
-
 static mt_status commit(saver *s, double deadline) {
     json_t *meta = s->meta;
     for (int r = 0; r < s->world; r++) {
@@ -337,27 +273,8 @@ static mt_status commit(saver *s, double deadline) {
         MT_TRY(st);
     }
     mt_ckpt_crash_point("before-metadata", s->rank, s->step);
-    char *text = json_dumps(meta, JSON_INDENT(1) | JSON_SORT_KEYS);
-    if (!text) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: cannot format metadata");
-    char path[PATH_MAX];
-    mt_status st = mt_ckpt_join(path, sizeof path, s->tmp, MT_CKPT_META_FILE);
-    int fd = st == MT_OK ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
-    if (st == MT_OK && fd < 0)
-        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot create '%s'", path);
-    if (st == MT_OK) st = mt_ckpt_write_all(fd, text, strlen(text), path);
-    if (st == MT_OK && fsync(fd) != 0)
-        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: fsync of '%s'", path);
-    if (fd >= 0) close(fd);
-    free(text);
-    MT_TRY(st);
-    MT_TRY(mt_ckpt_fsync_path(s->tmp));
-    mt_ckpt_crash_point("before-rename", s->rank, s->step);
-    MT_TRY(publish_folder(s));
-    mt_ckpt_crash_point("before-latest", s->rank, s->step);
-    char line[80];
-    int n = snprintf(line, sizeof line, "%s\n", s->name);
-    MT_TRY(mt_ckpt_replace_file(s->dir, MT_CKPT_LATEST_FILE, line, (size_t)n));
-    return prune(s);
+    MT_TRY(mt_ckpt_commit(s->dir, s->name, meta, s->step, s->rank));
+    return mt_ckpt_prune(s->dir, s->keep, s->step);
 }
 
 /* ---- the writer thread ---------------------------------------------------------------------- */
@@ -387,7 +304,8 @@ static mt_status await(saver *s, const char *what, double deadline, const char *
     MT_TRY(poll_key(s, key, deadline, desc, &value));
     mt_status st = strcmp(value, "ok") == 0
                        ? MT_OK
-                       : mt_error(MT_ERR_IO, "checkpoint %s failed on rank 0: %s", s->name, value);
+                       : mt_error(MT_ERR_IO, "checkpoint %s failed on rank 0: %s", s->name,
+                                  mt_ckpt_without_rank(value, 0));
     free(value);
     return st;
 }
@@ -429,6 +347,29 @@ static mt_status run_save(saver *s) {
     }
     MT_TRY(st);
     return await(s, "commit", deadline, "rank 0 to commit");
+}
+
+/* This rank could not stage its part: its record says why; rank 0 also ends the save for the
+ * others (they wait for its folder and its verdict), and the failure is recorded as the
+ * program's, which a later successful step clears. */
+static void publish_local_failure(saver *s, mt_status st) {
+    char key[256];
+    char *msg = strdup(mt_last_error());
+    json_t *rec = json_pack("{s:s}", "error", msg ? msg : "out of memory");
+    char *text = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+    key_of(s, key, sizeof key, "rank", s->rank);
+    if (text) mt_store_set(s->store, key, text, strlen(text));
+    if (s->rank == 0) {
+        publish(s, "ready", st);
+        publish(s, "commit", st);
+    }
+    free(text);
+    json_decref(rec);
+    mt_error_restore(st, msg ? msg : "checkpoint: out of memory");
+    /* The other ranks go on training until their next save: if this program gives up now, its
+     * mt_finalize must not wait for them but abort the job (as after a failed forward). */
+    mt_failure_note(st, mt_last_error());
+    free(msg);
 }
 
 static void *writer_main(void *arg) {
@@ -560,11 +501,13 @@ static mt_status add_piece(saver *s, size_t *cap, piece **out) {
     return MT_OK;
 }
 
-static mt_status on_box(const mt_ckpt_box *box, void *arg) {
+static mt_status on_box(const mt_ckpt_box *whole, void *arg) {
     box_ctx *c = arg;
     const mt_ckpt_unit *cu = &c->plan->units[c->unit];
-    size_t param = cu->first + box->param;
-    if (!mt_ckpt_plan_writes(c->plan, param)) return MT_OK;
+    size_t param = cu->first + whole->param;
+    mt_ckpt_box clipped = *whole, *box = &clipped;
+    if (!mt_ckpt_plan_writes(c->plan, param) || !mt_ckpt_clip_box(c->plan, param, box))
+        return MT_OK;
     piece *p;
     MT_TRY(add_piece(c->s, &c->cap, &p));
     char name[1024];
@@ -606,23 +549,44 @@ mt_status mt_ckpt_check_extras(const mt_checkpoint_extra *ex, int n) {
 }
 
 /* The device-to-host copies: every box of this rank's shards that it writes, in the order the
- * pieces were made, then the extras. */
+ * pieces were made, then the extras. Boxes that follow each other in the shard and in the
+ * staging buffer (most of them: a parameter's boxes, and parameters one after the other) are
+ * copied together, so that a GPU pays one copy per run rather than per box. */
 typedef struct copy_ctx {
     saver *s;
     mt_ckpt_plan *plan;
     size_t unit;
     mt_ckpt_kind kind;
     uint64_t at; /* next staging offset */
+    const char *run_src; /* the run not yet copied: run_bytes from run_src to staging + run_at */
+    uint64_t run_at, run_bytes;
 } copy_ctx;
 
-static mt_status copy_box(const mt_ckpt_box *box, void *arg) {
+static mt_status flush_run(copy_ctx *c) {
+    if (c->run_bytes == 0) return MT_OK;
+    mt_status st = mt_device_copy(c->plan->dev, (char *)c->s->staging + c->run_at, c->run_src,
+                                  c->run_bytes, MT_COPY_DEVICE_TO_HOST, NULL);
+    c->run_bytes = 0;
+    return st;
+}
+
+static mt_status copy_box(const mt_ckpt_box *whole, void *arg) {
     copy_ctx *c = arg;
     const mt_ckpt_unit *cu = &c->plan->units[c->unit];
-    if (!mt_ckpt_plan_writes(c->plan, cu->first + box->param)) return MT_OK;
+    size_t param = cu->first + whole->param;
+    mt_ckpt_box clipped = *whole, *box = &clipped;
+    if (!mt_ckpt_plan_writes(c->plan, param) || !mt_ckpt_clip_box(c->plan, param, box))
+        return MT_OK;
     size_t bytes = box->count * sizeof(float);
-    const float *src = cu->buf[c->kind] + (box->flat - cu->lo);
-    MT_TRY(mt_device_copy(c->plan->dev, (char *)c->s->staging + c->at, src, bytes,
-                          MT_COPY_DEVICE_TO_HOST, NULL));
+    const char *src = (const char *)(cu->buf[c->kind] + (box->flat - cu->lo));
+    if (c->run_bytes && src == c->run_src + c->run_bytes && c->at == c->run_at + c->run_bytes) {
+        c->run_bytes += bytes;
+    } else {
+        MT_TRY(flush_run(c));
+        c->run_src = src;
+        c->run_at = c->at;
+        c->run_bytes = bytes;
+    }
     c->at += bytes;
     return MT_OK;
 }
@@ -632,7 +596,8 @@ static json_t *tensor_defs(const mt_ckpt_plan *plan) {
     for (size_t i = 0; i < plan->n_params; i++) {
         const mt_ckpt_param_layout *l = &plan->params[i].layout;
         json_t *shape = json_array();
-        for (int d = 0; d < l->ndim; d++) json_array_append_new(shape, json_integer(l->global_shape[d]));
+        for (int d = 0; d < l->ndim; d++)
+            json_array_append_new(shape, json_integer(plan->params[i].shape[d]));
         json_t *tp = l->tp_dim >= 0 ? json_pack("{s:s,s:i}", "placement", "shard", "dim", l->tp_dim)
                                     : json_pack("{s:s}", "placement", "replicate");
         for (int k = 0; k < (plan->has_optimizer ? MT_CKPT_KINDS : 1); k++) {
@@ -688,6 +653,9 @@ static mt_status prepare(saver *s, mt_ckpt_plan *plan, mt_adamw *opt, const char
     if (snprintf(s->tmp, sizeof s->tmp, "%s.tmp", s->final) >= (int)sizeof s->tmp)
         return mt_error(MT_ERR_INVALID_ARG, "checkpoint: folder name too long");
     s->staging_len = 0;
+    if (mt_ckpt_fail_point("stage", s->rank, s->step))
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: cannot stage step %ld: injected by "
+                        "MT_TEST_CKPT_FAIL", s->step);
     size_t cap = 0;
     int kinds = opt ? MT_CKPT_KINDS : 1;
     for (size_t u = 0; u < plan->n_units; u++)
@@ -717,7 +685,7 @@ static mt_status prepare(saver *s, mt_ckpt_plan *plan, mt_adamw *opt, const char
         MT_TRY(mt_staging_alloc(s->dev, s->staging_len, &s->staging));
         s->staging_cap = s->staging_len;
     }
-    copy_ctx cc = {s, plan, 0, MT_CKPT_MODEL, 0};
+    copy_ctx cc = {s, plan, 0, MT_CKPT_MODEL, 0, NULL, 0, 0};
     for (size_t u = 0; u < plan->n_units; u++)
         for (int k = 0; k < kinds; k++) {
             cc.unit = u;
@@ -725,6 +693,7 @@ static mt_status prepare(saver *s, mt_ckpt_plan *plan, mt_adamw *opt, const char
             const mt_ckpt_unit *cu = &plan->units[u];
             MT_TRY(mt_ckpt_boxes(cu->layouts, cu->count, cu->lo, cu->hi, copy_box, &cc));
         }
+    MT_TRY(flush_run(&cc));
     for (int i = 0; i < o->n_extras; i++) {
         const mt_checkpoint_extra *e = &o->extras[i];
         if (!e->per_rank && s->rank != 0) continue;
@@ -757,17 +726,23 @@ mt_status mt_checkpoint_save(mt_module *root, mt_adamw *opt, const char *dir,
     MT_TRY(mt_ckpt_plan_build(root, opt, &plan));
     saver *s = NULL;
     mt_status st = saver_get(root, plan.dev, &s);
-    if (st == MT_OK) st = join_writer(s); /* the previous save's outcome */
-    if (st == MT_OK) {
-        s->started_s = t0;
-        st = prepare(s, &plan, opt, dir, &o);
-    }
-    mt_ckpt_plan_free(&plan);
+    if (st == MT_OK) st = join_writer(s); /* the previous save's outcome, the same everywhere */
     if (st != MT_OK) {
-        if (s) release_job(s);
+        mt_ckpt_plan_free(&plan);
         return st;
     }
+    /* From here a failure may be this rank's alone (host memory, a device copy): the others'
+     * writers are told through the store, so that they fail with its message instead of
+     * waiting, and the next save's keys stay in step. */
     s->seq++;
+    s->started_s = t0;
+    st = prepare(s, &plan, opt, dir, &o);
+    mt_ckpt_plan_free(&plan);
+    if (st != MT_OK) {
+        publish_local_failure(s, st);
+        release_job(s);
+        return st;
+    }
     memset(&s->stats, 0, sizeof s->stats);
     s->stats.bytes = s->staging_len;
     s->stats.step = s->step;

@@ -7,6 +7,8 @@
 #include <meshtrain/module.h>
 #include <meshtrain/status.h>
 
+#include <stdbool.h>
+
 /* Waits for root's save in flight, if any; returns its outcome (MT_OK when none). */
 mt_status mt_ckpt_save_wait(mt_module *root);
 
@@ -18,5 +20,13 @@ mt_status mt_ckpt_check_extras(const mt_checkpoint_extra *extras, int n);
  * data file written and fsynced, not yet reported), before-metadata, before-rename,
  * before-latest (rank 0's commit). */
 void mt_ckpt_crash_point(const char *point, int rank, long step);
+
+/* msg without its leading "rank R: " (a message of rank R quoted by another rank, which
+ * says whose it is itself). */
+const char *mt_ckpt_without_rank(const char *msg, int rank);
+
+/* Test hook: MT_TEST_CKPT_FAIL="<point>:<rank>:<step>" makes point fail (an I/O error) instead:
+ * "stage" (this rank's copy to host memory) or "write" (its data file). True when it applies. */
+bool mt_ckpt_fail_point(const char *point, int rank, long step);
 
 #endif

@@ -1,12 +1,13 @@
-/* train_gpt: a byte-level GPT trained with tensor parallelism inside a host and FSDP across
- * hosts, on a {"dp", "tp"} DeviceMesh. What a user runs, and what a user copies from.
+/* train_gpt: a GPT (byte-level by default) trained with tensor parallelism inside a host and FSDP
+ * across hosts, on a {"dp", "tp"} DeviceMesh. What a user runs, and what a user copies from.
  *
  *   mtrun --standalone --nproc_per_node 4 train_gpt --dp 2 --tp 2 --steps 300
  *
  * Every rank builds the same model (initialised on the global tensors from --seed, so any dp x tp
  * starts from the same weights), shards each block and then the root over "dp", creates AdamW on
- * its shards and trains on its dp rank's sequences, drawn from the data file's bytes. Rank 0
- * prints the mesh and topology at start, one line per step, and a loss-curve summary at the end.
+ * its shards and trains on its dp rank's sequences, drawn from the data file's bytes (or from a
+ * token file's uint16 ids, with --token-file and --vocab). Rank 0 prints the mesh and topology
+ * at start, one line per step, and a loss-curve summary at the end.
  * docs/train_gpt.md describes every option, the data, the schedule and the --metrics format.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, setenv */
@@ -30,12 +31,16 @@
 
 typedef struct options {
     int dp, tp; /* dp 0: world / tp */
-    int layers, d_model, heads, seq, vocab, batch, grad_accum, steps, warmup, eval_every;
+    int layers, d_model, heads, seq, batch, grad_accum, steps, warmup, eval_every;
+    int vocab;
     float lr, weight_decay, clip;
     uint64_t seed;
     mt_dtype param_dtype, reduce_dtype;
     bool prefetch;
-    const char *device, *data, *metrics; /* device NULL: MT_DEVICE or auto */
+    const char *device, *metrics; /* device NULL: MT_DEVICE or auto */
+    const char *data;       /* --data: bytes as tokens (DEFAULT_DATA unless a token file) */
+    const char *token_file; /* --token-file: little-endian uint16 ids; NULL: --data */
+    bool data_given;        /* --data was on the command line (exclusive with --token-file) */
     float peak_tflops; /* per device, for MFU; 0 = from the GPU model */
     /* Checkpoints: where to save, how often, how many to keep, and what to resume from. */
     const char *ckpt_dir, *resume; /* resume: NULL, "auto" or a path */
@@ -50,10 +55,13 @@ enum { MODEL_LAYERS = 1, MODEL_D_MODEL = 2, MODEL_HEADS = 4, MODEL_SEQ = 8, MODE
 #define CONFIG_EXTRA "model_config" /* JSON text: the GPT-2 configuration (docs/checkpoint.md) */
 #define STEP_EXTRA "train_gpt.step" /* int64: optimizer steps taken */
 
-/* The data: the file's bytes are the token ids; the last 10% is held out for evaluation. */
+/* The data: the token ids of the file (its bytes, or its little-endian uint16 values); the last
+ * 10% is held out for evaluation. Bytes are widened to uint16 too, so that one fill_batch serves
+ * both inputs and byte runs draw exactly the ids they always did. */
 typedef struct dataset {
-    unsigned char *bytes;
-    size_t size, train_len, val_len; /* train: [0, train_len); val: [train_len, size) */
+    uint16_t *ids;
+    size_t size, train_len, val_len; /* in tokens; train: [0, train_len); val: [train_len, size) */
+    const char *path, *unit;         /* the file read; "bytes" or "tokens", for messages */
 } dataset;
 
 /* Everything one training run holds. */
@@ -99,7 +107,9 @@ static const char usage[] =
     "  --reduce-dtype T    f32 or bf16: gradients reduced in (f32)\n"
     "  --no-prefetch       issue each all-gather when its unit starts\n"
     "  --device D          cpu, cuda or auto (MT_DEVICE, else auto)\n"
+    "  --vocab N           vocabulary size; every token id must be below it (256)\n"
     "  --data FILE         training text, bytes as tokens (" DEFAULT_DATA ")\n"
+    "  --token-file FILE   training tokens instead: little-endian uint16 ids, each < --vocab\n"
     "  --eval-every N      held-out loss every N steps and at the end; 0 = never (0)\n"
     "  --metrics FILE      JSON lines: one per step and one per evaluation (rank 0 writes)\n"
     "  --peak-tflops X     bf16 dense peak per GPU for MFU (default from the GPU model:\n"
@@ -153,7 +163,8 @@ static int parse_dtype(const char *name, const char *val, mt_dtype *out, char *e
 /* Returns 0 (options in *o), 1 (--help) or -1 (message in err). */
 static int parse_args(int argc, char **argv, options *o, char *err) {
     *o = (options){.dp = 0, .tp = 1, .layers = 2, .d_model = 64, .heads = 4, .seq = 64,
-                   .vocab = 256, .batch = 8, .grad_accum = 1, .steps = 300, .warmup = 0, .eval_every = 0,
+                   .batch = 8, .grad_accum = 1, .steps = 300, .warmup = 0, .eval_every = 0,
+                   .vocab = 256,
                    .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .seed = 1,
                    .param_dtype = MT_F32, .reduce_dtype = MT_F32, .prefetch = true,
                    .device = NULL, .data = DEFAULT_DATA, .metrics = NULL, .keep = 3};
@@ -189,6 +200,7 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         else if (!strcmp(name, "--d-model")) rc = parse_int(name, val, 1, &o->d_model, err);
         else if (!strcmp(name, "--heads")) rc = parse_int(name, val, 1, &o->heads, err);
         else if (!strcmp(name, "--seq")) rc = parse_int(name, val, 1, &o->seq, err);
+        else if (!strcmp(name, "--vocab")) rc = parse_int(name, val, 1, &o->vocab, err);
         else if (!strcmp(name, "--batch")) rc = parse_int(name, val, 1, &o->batch, err);
         else if (!strcmp(name, "--grad-accum")) rc = parse_int(name, val, 1, &o->grad_accum, err);
         else if (!strcmp(name, "--steps")) rc = parse_int(name, val, 0, &o->steps, err);
@@ -220,6 +232,10 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         } else if (!strcmp(name, "--data")) {
             rc = *val ? 0 : fail_msg(err, "--data needs a file name");
             o->data = val;
+            o->data_given = true;
+        } else if (!strcmp(name, "--token-file")) {
+            rc = *val ? 0 : fail_msg(err, "--token-file needs a file name");
+            o->token_file = val;
         } else if (!strcmp(name, "--checkpoint-dir")) {
             rc = *val ? 0 : fail_msg(err, "--checkpoint-dir needs a folder name");
             o->ckpt_dir = val;
@@ -239,6 +255,10 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         return fail_msg(err, "--save-every %d needs --checkpoint-dir", o->save_every);
     if (o->resume && !strcmp(o->resume, "auto") && !o->ckpt_dir)
         return fail_msg(err, "--resume auto needs --checkpoint-dir (the folder to look in)");
+    if (o->data_given && o->token_file)
+        return fail_msg(err, "--data '%s' and --token-file '%s' are exclusive: give one (--data "
+                        "reads bytes as tokens, --token-file little-endian uint16 ids)", o->data,
+                        o->token_file);
     return 0;
 }
 
@@ -256,6 +276,13 @@ static int check_shape(options *o, int world, char *err) {
         return fail_msg(err, "heads %d not divisible by tp %d", o->heads, o->tp);
     if (o->d_model % o->heads != 0)
         return fail_msg(err, "d-model %d not divisible by heads %d", o->d_model, o->heads);
+    /* The model pads the vocabulary to a multiple of tp; it refuses a split that leaves the last
+     * tp rank no real id, which --vocab can now ask for: refuse it here, once, with the others. */
+    long local = ((long)o->vocab + o->tp - 1) / o->tp;
+    if (o->vocab - (o->tp - 1) * local < 1)
+        return fail_msg(err, "vocab %d cannot be split over tp %d: padded to %ld, the last tp "
+                        "rank's %ld rows would hold no real id", o->vocab, o->tp, local * o->tp,
+                        local);
     return 0;
 }
 
@@ -319,35 +346,78 @@ static int resolve_resume(options *o, char *err) {
 
 /* ---- data ---------------------------------------------------------------------------------- */
 
-static int load_data(const options *o, dataset *d, char *err) {
-    FILE *f = fopen(o->data, "rb");
-    if (!f) return fail_msg(err, "cannot open data file '%s': %s", o->data, strerror(errno));
+/* Reads the whole file into *buf (malloc'd with room for `room_per_byte` x its size bytes, so a
+ * caller can widen it in place); *size gets its size in bytes. */
+static int read_file(const char *path, const char *what, size_t room_per_byte, void **buf,
+                     size_t *size, char *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail_msg(err, "cannot open %s '%s': %s", what, path, strerror(errno));
     int rc = 0;
     long end = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
     if (end < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        rc = fail_msg(err, "cannot read data file '%s': %s", o->data, strerror(errno));
+        rc = fail_msg(err, "cannot read %s '%s': %s", what, path, strerror(errno));
     } else {
-        d->size = (size_t)end;
-        d->bytes = malloc(d->size ? d->size : 1);
-        if (!d->bytes)
-            rc = fail_msg(err, "no memory for the %zu bytes of data file '%s'", d->size, o->data);
-        else if (fread(d->bytes, 1, d->size, f) != d->size)
-            rc = fail_msg(err, "cannot read data file '%s': %s", o->data,
+        *size = (size_t)end;
+        *buf = malloc(*size ? *size * room_per_byte : 1);
+        if (!*buf)
+            rc = fail_msg(err, "no memory for the %zu bytes of %s '%s'", *size, what, path);
+        else if (fread(*buf, 1, *size, f) != *size)
+            rc = fail_msg(err, "cannot read %s '%s': %s", what, path,
                           ferror(f) ? strerror(errno) : "shorter than its size");
     }
     fclose(f);
+    return rc;
+}
+
+/* The token ids of --data (its bytes) or --token-file (little-endian uint16), each checked
+ * against --vocab here, once, so that a bad id is named by its place in the file rather than
+ * found by the model in some later batch. */
+static int load_data(const options *o, dataset *d, char *err) {
+    bool tokens = o->token_file != NULL;
+    d->path = tokens ? o->token_file : o->data;
+    d->unit = tokens ? "tokens" : "bytes";
+    void *buf = NULL;
+    size_t bytes = 0;
+    /* One buffer for the file and its ids: bytes widen to uint16 in place (2 bytes of room per
+     * byte), uint16 ids decode in place; a large token file is not held twice. */
+    int rc = read_file(d->path, tokens ? "token file" : "data file", tokens ? 1 : 2, &buf, &bytes,
+                       err);
+    d->ids = buf;
     if (rc) return rc;
+    const unsigned char *raw = buf;
+    if (tokens) {
+        if (bytes % 2 != 0)
+            return fail_msg(err, "token file '%s' has %zu bytes: not a whole number of 2-byte "
+                            "(little-endian uint16) token ids", d->path, bytes);
+        d->size = bytes / 2;
+        /* Explicitly little-endian, whatever the host's order; id i only reads bytes 2i, 2i+1. */
+        for (size_t i = 0; i < d->size; i++)
+            d->ids[i] = (uint16_t)(raw[2 * i] | (unsigned)raw[2 * i + 1] << 8);
+    } else {
+        d->size = bytes;
+        /* Backwards: id i (bytes 2i, 2i + 1) overwrites no byte below i, those yet to read. */
+        for (size_t i = d->size; i-- > 0;) d->ids[i] = raw[i];
+    }
+    for (size_t i = 0; i < d->size; i++) {
+        if (d->ids[i] < (unsigned)o->vocab) continue;
+        if (tokens)
+            return fail_msg(err, "token file '%s': id %u at position %zu (byte offset %zu) is not "
+                            "below --vocab %d", d->path, (unsigned)d->ids[i], i, 2 * i, o->vocab);
+        return fail_msg(err, "--vocab %d is too small for data file '%s': its bytes are the token "
+                        "ids and byte %zu is %u (use --vocab 256, or a --token-file)", o->vocab,
+                        d->path, i, (unsigned)d->ids[i]);
+    }
     d->val_len = d->size / 10;
     d->train_len = d->size - d->val_len;
     size_t need = (size_t)o->seq + 1; /* inputs and the targets shifted by one */
     if (d->train_len < need)
-        return fail_msg(err, "seq %d is longer than the data: a sequence needs %zu bytes but the "
-                        "training part of '%s' (90%% of %zu bytes) has %zu",
-                        o->seq, need, o->data, d->size, d->train_len);
+        return fail_msg(err, "seq %d is longer than the data: a sequence needs %zu %s but the "
+                        "training part of '%s' (90%% of %zu %s) has %zu",
+                        o->seq, need, d->unit, d->path, d->size, d->unit, d->train_len);
     if (o->eval_every > 0 && d->val_len < need)
         return fail_msg(err, "seq %d is longer than the held-out data: a sequence needs %zu "
-                        "bytes but the last 10%% of '%s' (%zu bytes) has %zu",
-                        o->seq, need, o->data, d->size, d->val_len);
+                        "%s but the last 10%% of '%s' (%zu %s) has %zu",
+                        o->seq, need, d->unit, d->path, d->size, d->unit, d->val_len);
     return 0;
 }
 
@@ -358,12 +428,12 @@ static uint64_t mix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-/* Fills tokens with this dp rank's `batch` windows of seq + 1 bytes for (step, micro). A window
+/* Fills tokens with this dp rank's `batch` windows of seq + 1 ids for (step, micro). A window
  * is chosen by the sequence's index in the global batch (dp rank * batch + b), not by the rank,
  * so that dp 2 with --batch 4 trains on exactly the sequences of dp 1 with --batch 8. */
 static void fill_batch(const trainer *t, bool eval, int step, int micro) {
     const options *o = t->opt;
-    const unsigned char *src = t->data.bytes + (eval ? t->data.train_len : 0);
+    const uint16_t *src = t->data.ids + (eval ? t->data.train_len : 0);
     size_t len = eval ? t->data.val_len : t->data.train_len;
     size_t starts = len - (size_t)o->seq; /* windows [s, s + seq] with s < starts */
     for (int b = 0; b < o->batch; b++) {
@@ -371,7 +441,7 @@ static void fill_batch(const trainer *t, bool eval, int step, int micro) {
         h = mix64(h ^ (uint64_t)step);
         h = mix64(h ^ (uint64_t)micro);
         h = mix64(h ^ ((uint64_t)t->dp_rank * (uint64_t)o->batch + (uint64_t)b));
-        const unsigned char *w = src + h % starts;
+        const uint16_t *w = src + h % starts;
         int *row = t->tokens + (size_t)b * (o->seq + 1);
         for (int i = 0; i <= o->seq; i++) row[i] = w[i];
     }
@@ -554,10 +624,11 @@ static mt_status print_summary(trainer *t) {
                "%s\n", t->flops_per_token,
                mt_device_get_kind(mt_runtime_device(t->rt)) == MT_DEVICE_CUDA
                    ? "unknown GPU peak (give --peak-tflops)" : "the device is a CPU");
-    printf(PROG ": data %s: %zu bytes, %zu for training, %zu held out; %ld tokens per step "
+    printf(PROG ": %s %s: %zu %s, %zu for training, %zu held out; %ld tokens per step "
            "(dp %d x batch %d x grad-accum %d x seq %d); %d steps, lr %g (warmup %d), "
            "weight decay %g, clip %g\n",
-           o->data, t->data.size, t->data.train_len, t->data.val_len, tokens, o->dp, o->batch,
+           o->token_file ? "token file" : "data", t->data.path, t->data.size, t->data.unit,
+           t->data.train_len, t->data.val_len, tokens, o->dp, o->batch,
            o->grad_accum, o->seq, o->steps, (double)o->lr, o->warmup, (double)o->weight_decay,
            (double)o->clip);
     fflush(stdout);
@@ -737,7 +808,8 @@ static void print_loss_curve(const trainer *t) {
         for (int i = from; i <= s; i++) sum += t->step_losses[i];
         printf("%s step %d %.4f", q ? " |" : "", s, sum / (s + 1 - from));
     }
-    printf("  (ln 256 = %.4f)\n", log(256.0));
+    /* The loss of a uniform guess over the vocabulary, where training starts. */
+    printf("  (ln %d = %.4f)\n", t->opt->vocab, log((double)t->opt->vocab));
 }
 
 static mt_status train(trainer *t) {
@@ -851,7 +923,7 @@ int main(int argc, char **argv) {
     if (t.mesh) mt_mesh_destroy(t.mesh);
     free(t.tokens);
     free(t.step_losses);
-    free(t.data.bytes);
+    free(t.data.ids);
     mt_finalize(t.rt);
     return st == MT_OK ? 0 : code;
 }

@@ -477,7 +477,9 @@ static mt_status add_root_params(mt_gpt *g) {
         [R_LNF_W] = {"ln_f.weight", 1, {C}, rep, INIT_ONE, 0},
         [R_LNF_B] = {"ln_f.bias", 1, {C}, rep, INIT_ZERO, 0},
     };
-    return add_params(g, g->root, specs, ROOT_PARAMS, 0, g->rp);
+    MT_TRY(add_params(g, g->root, specs, ROOT_PARAMS, 0, g->rp));
+    /* wte's rows beyond the vocabulary only make it divide over tp: not the model's state. */
+    return mt_param_set_padding(g->rp[R_WTE], g->cfg.vocab);
 }
 
 mt_status mt_gpt_create(mt_mesh *mesh, const mt_gpt_config *config, mt_gpt **out) {

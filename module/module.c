@@ -213,6 +213,7 @@ mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
         p->local_shape[d] = l;
         p->numel *= (size_t)l;
     }
+    p->real_rows = ndim > 0 ? p->global_shape[0] : 1;
     mt_status st = mt_device_alloc(module->dev, p->numel * sizeof(float), MT_MEM_PARAMS, &p->data);
     if (st != MT_OK) {
         param_free(p);
@@ -278,6 +279,23 @@ int64_t mt_param_local_dim(const mt_param *param, int d) {
     return param && d >= 0 && d < param->ndim ? param->local_shape[d] : 0;
 }
 size_t mt_param_numel(const mt_param *param) { return param ? param->numel : 0; }
+mt_status mt_param_set_padding(mt_param *param, int64_t real_rows) {
+    if (!param) return mt_error(MT_ERR_INVALID_ARG, "mt_param_set_padding: NULL parameter");
+    if (param->ndim < 1 || real_rows < 1 || real_rows > param->global_shape[0])
+        return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s': %lld real rows of "
+                        "%lld", param->name, param->owner->name, (long long)real_rows,
+                        (long long)(param->ndim > 0 ? param->global_shape[0] : 0));
+    const mt_module *sealed = mt_module_sealed_above(param->owner);
+    if (sealed)
+        return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s': padding is set before "
+                        "the module is sharded (it is inside %s)", param->name,
+                        param->owner->name, sealed->sealed_by);
+    param->real_rows = real_rows;
+    return MT_OK;
+}
+
+int64_t mt_param_real_rows(const mt_param *param) { return param ? param->real_rows : 0; }
+
 mt_tp_placement mt_param_tp(const mt_param *param) {
     mt_tp_placement none = {MT_TP_REPLICATE, 0};
     return param ? param->tp : none;

@@ -28,6 +28,7 @@ struct mt_param {
     bool own_data;
     mt_dtype dtype;
     float *grad; /* a view to accumulate into during the backward that provides one; else NULL */
+    int64_t real_rows; /* global rows [real_rows, global_shape[0]) are padding (mt_param_set_padding) */
 };
 
 /* One registration of mt_module_add_hooks. */

@@ -41,6 +41,19 @@ static inline uint64_t test_mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+/* A float's bits and back, for tests that compare exactly (NaN payloads, -0). */
+static inline uint32_t test_f32_bits(float f) {
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+static inline float test_f32_from_bits(uint32_t b) {
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
 /* A malloc'ed copy of n floats; aborts when out of memory. */
 static inline float *test_copy_floats(const float *src, size_t n) {
     float *v = malloc((n ? n : 1) * sizeof *v);

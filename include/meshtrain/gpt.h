@@ -1,12 +1,13 @@
 /* GPT-2 (the reference model of train_gpt): token and position embeddings, pre-LayerNorm blocks
  * with causal self-attention and a GELU MLP, a final LayerNorm and an LM head tied to the token
- * embedding, byte-level vocabulary of 256. Tensor-parallel over the mesh's "tp" dimension (tp.h):
- * QKV and MLP-up column-parallel, attention and MLP-down row-parallel, heads split across tp,
- * vocabulary-parallel embedding and cross-entropy; LayerNorms replicated. Each block is a
- * module (shard them with FSDP, then the root, which owns the embeddings and final LayerNorm).
- * Initialisation is defined on the global tensors from the seed (GPT-2's: normal(0, 0.02),
- * residual projections scaled by 1/sqrt(2 * layers), biases 0, LayerNorm 1/0), so the same seed
- * gives the same model for any dp x tp. */
+ * embedding, over a vocabulary of config.vocab ids (train_gpt's default: 256, bytes).
+ * Tensor-parallel over the mesh's "tp" dimension (tp.h): QKV and MLP-up column-parallel,
+ * attention and MLP-down row-parallel, heads split across tp, vocabulary-parallel embedding and
+ * cross-entropy; LayerNorms replicated. Each block is a module (shard them with FSDP, then the
+ * root, which owns the embeddings and final LayerNorm). Initialisation is defined on the global
+ * tensors from the seed (GPT-2's: normal(0, 0.02), residual projections scaled by
+ * 1/sqrt(2 * layers), biases 0, LayerNorm 1/0), so the same seed gives the same model for any
+ * dp x tp. */
 #ifndef MESHTRAIN_GPT_H
 #define MESHTRAIN_GPT_H
 
@@ -27,7 +28,8 @@ typedef struct mt_gpt_config {
     int d_model;
     int heads;   /* divisible by tp; d_model divisible by heads */
     int seq;     /* tokens per sequence = rows of the position embedding */
-    int vocab;   /* 256 (byte level); padded up to a multiple of tp when needed */
+    int vocab;   /* e.g. 256 (bytes); padded up to a multiple of tp when needed: wte then has
+                  * more rows than vocab, the extra ones zero and no id's */
     uint64_t seed;
     const char *tp_dim; /* the mesh dimension of tensor parallelism; NULL: MT_TP_DIM_DEFAULT */
 } mt_gpt_config;

@@ -142,6 +142,13 @@ MT_API int64_t mt_param_local_dim(const mt_param *param, int d);
 /* Elements of the tp-local part. */
 MT_API size_t mt_param_numel(const mt_param *param);
 MT_API mt_tp_placement mt_param_tp(const mt_param *param);
+/* Declares the global rows [real_rows, global_shape[0]) padding: rows a model keeps at zero to
+ * make dimension 0 divide evenly (a vocabulary padded to a multiple of tp). They are not part of
+ * the model's state: a checkpoint stores real_rows rows, so that models with different padding
+ * (another tp size) load each other's checkpoints. Before the module is sharded. */
+MT_API mt_status mt_param_set_padding(mt_param *param, int64_t real_rows);
+/* Rows of dimension 0 that are not padding (global_shape[0] unless set). */
+MT_API int64_t mt_param_real_rows(const mt_param *param);
 
 /* The tp-local values, in the module's device memory: f32 before sharding; while the unit is
  * unsharded, in the unit's param_dtype (f32 or bf16). NULL while sharded. */

@@ -1,5 +1,6 @@
 /* dtype names and f32 <-> bf16 conversion on the edge cases of round-to-nearest-even. */
 #include "check.h"
+#include "numeric.h"
 
 #include <meshtrain/dtype.h>
 
@@ -8,24 +9,12 @@
 #include <stdint.h>
 #include <string.h>
 
-static float from_bits(uint32_t bits) {
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static uint32_t to_bits(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    return bits;
-}
-
 static bool bf16_is_nan(mt_bf16 b) { return (b & 0x7f80u) == 0x7f80u && (b & 0x007fu) != 0; }
 
 /* Checks that the f32 with these bits converts to the expected bf16 bits. */
 #define CHECK_CONV(f32_bits, bf16_bits)                                                            \
     do {                                                                                           \
-        mt_bf16 got_ = mt_f32_to_bf16(from_bits(f32_bits));                                       \
+        mt_bf16 got_ = mt_f32_to_bf16(test_f32_from_bits(f32_bits));                                       \
         CHECK_MSG(got_ == (bf16_bits), "f32 0x%08x -> bf16 0x%04x, expected 0x%04x",               \
                   (unsigned)(f32_bits), (unsigned)got_, (unsigned)(bf16_bits));                    \
     } while (0)
@@ -71,7 +60,7 @@ static void test_special_values(void) {
     uint32_t nans[] = {0x7f800001u, 0xff800001u, 0x7f80ffffu, 0x7fffffffu, 0xffffffffu,
                        0x7f810000u, 0x7fbfffffu, 0x7f807fffu, 0x7f808000u};
     for (size_t i = 0; i < sizeof nans / sizeof *nans; i++) {
-        mt_bf16 b = mt_f32_to_bf16(from_bits(nans[i]));
+        mt_bf16 b = mt_f32_to_bf16(test_f32_from_bits(nans[i]));
         CHECK_MSG(bf16_is_nan(b), "f32 NaN 0x%08x -> 0x%04x is not a NaN", nans[i], b);
         CHECK_MSG((b & 0x8000u) == ((nans[i] >> 16) & 0x8000u), "NaN 0x%08x lost its sign",
                   nans[i]);
@@ -122,7 +111,7 @@ static void test_round_trip_all(void) {
     int bad = 0;
     for (uint32_t b = 0; b <= 0xffffu; b++) {
         float f = mt_bf16_to_f32((mt_bf16)b);
-        if (to_bits(f) != b << 16) bad++;
+        if (test_f32_bits(f) != b << 16) bad++;
         mt_bf16 back = mt_f32_to_bf16(f);
         if (bf16_is_nan((mt_bf16)b)) {
             if (!bf16_is_nan(back) || (back & 0x8000u) != (b & 0x8000u)) bad++;
@@ -141,14 +130,14 @@ static void test_arrays(void) {
     uint32_t state = 12345;
     for (int i = 0; i < N; i++) {
         state = state * 1664525u + 1013904223u;
-        src[i] = from_bits(state); /* any bit pattern: normals, denormals, inf, NaN */
+        src[i] = test_f32_from_bits(state); /* any bit pattern: normals, denormals, inf, NaN */
     }
     mt_f32_to_bf16_array(src, narrow, N);
     mt_bf16_to_f32_array(narrow, wide, N);
     int bad = 0;
     for (int i = 0; i < N; i++) {
         if (narrow[i] != mt_f32_to_bf16(src[i])) bad++;
-        if (to_bits(wide[i]) != (uint32_t)narrow[i] << 16) bad++;
+        if (test_f32_bits(wide[i]) != (uint32_t)narrow[i] << 16) bad++;
         /* Rounding error is at most half a bf16 ulp (2^-9 relative) for finite normals. */
         if (isnormal(src[i]) && isfinite(wide[i]) &&
             fabsf(wide[i] - src[i]) > fabsf(src[i]) * 0x1p-8f)
