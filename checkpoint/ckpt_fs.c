@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,66 @@ mt_status mt_ckpt_write_all(int fd, const void *buf, size_t len, const char *pat
         len -= (size_t)n;
     }
     return MT_OK;
+}
+
+/* O_DIRECT wants the buffer, the file offset and the length aligned to the device's logical
+ * block: 4096 covers the 512 and 4096 of nearly every device. */
+#define DIRECT_ALIGN ((size_t)4096)
+
+/* Turns O_DIRECT off for the rest of the file (a filesystem that refuses it, or the tail). */
+static mt_status direct_off(int fd, const char *path) {
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_DIRECT) != 0)
+        return mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot reopen '%s' for buffered "
+                              "writes", path);
+    return MT_OK;
+}
+
+mt_status mt_ckpt_write_data_file(const char *path, const void *buf, size_t len,
+                                  mt_ckpt_block_fn before, void *arg) {
+    const char *p = buf;
+    size_t direct_len = (uintptr_t)buf % DIRECT_ALIGN == 0 ? len / DIRECT_ALIGN * DIRECT_ALIGN : 0;
+    int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+    int fd = direct_len ? open(path, flags | O_DIRECT, 0644) : -1;
+    if (fd < 0) { /* not aligned, or a filesystem without O_DIRECT (EINVAL) */
+        direct_len = 0;
+        fd = open(path, flags, 0644);
+    }
+    if (fd < 0) return mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot create '%s'", path);
+    mt_status st = MT_OK;
+    for (size_t off = 0; off < len && st == MT_OK; off += MT_CKPT_WRITE_BLOCK) {
+        size_t n = len - off < MT_CKPT_WRITE_BLOCK ? len - off : MT_CKPT_WRITE_BLOCK;
+        if (before) before(arg, off, n);
+        size_t done = 0;
+        if (off < direct_len) {
+            size_t dn = direct_len - off < n ? direct_len - off : n;
+            ssize_t w;
+            do w = write(fd, p + off, dn);
+            while (w < 0 && errno == EINTR);
+            if (w < 0 && errno == EINVAL && off == 0) {
+                direct_len = 0; /* open accepted O_DIRECT, the first write did not */
+                st = direct_off(fd, path);
+            } else if (w < 0) {
+                st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot write '%s'", path);
+            } else {
+                done = (size_t)w; /* a short direct write: the rest goes buffered */
+                if (done < dn || off + n > direct_len) st = direct_off(fd, path);
+                if (done < dn) direct_len = 0;
+            }
+        }
+        if (st == MT_OK && done < n) {
+            st = mt_ckpt_write_all(fd, p + off + done, n - done, path);
+            /* Buffered: start the disk on this block now rather than at the fsync. Only a hint
+             * (a filesystem may not implement it): the fsync makes the file durable and reports
+             * a failed write-back. */
+            (void)sync_file_range(fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WRITE);
+        }
+    }
+    if (st == MT_OK && fsync(fd) != 0)
+        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: fsync of '%s'", path);
+    if (close(fd) != 0 && st == MT_OK)
+        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot close '%s'", path);
+    return st;
 }
 
 mt_status mt_ckpt_pread_all(int fd, void *buf, size_t len, uint64_t offset, const char *path) {

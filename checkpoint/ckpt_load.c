@@ -38,6 +38,7 @@ typedef struct loader {
     struct {
         const mt_ckpt_chunk *chunk;
         float *data;
+        size_t cap; /* bytes allocated: a slot's buffer is reused (no page faults per chunk) */
     } cache[CHUNK_CACHE];
     int cache_next;
 } loader;
@@ -161,12 +162,16 @@ static mt_status chunk_data(loader *l, const mt_ckpt_chunk *c, const char *tenso
         }
     int slot = l->cache_next;
     l->cache_next = (l->cache_next + 1) % CHUNK_CACHE;
-    free(l->cache[slot].data);
     l->cache[slot].chunk = NULL;
-    l->cache[slot].data = malloc(c->bytes ? c->bytes : 1);
-    if (!l->cache[slot].data)
-        return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: no memory for a chunk of %" PRIu64
-                        " bytes of tensor '%s'", c->bytes, tensor);
+    if (l->cache[slot].cap < c->bytes || !l->cache[slot].data) {
+        free(l->cache[slot].data);
+        l->cache[slot].cap = 0;
+        l->cache[slot].data = malloc(c->bytes ? c->bytes : 1);
+        if (!l->cache[slot].data)
+            return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: no memory for a chunk of %" PRIu64
+                            " bytes of tensor '%s'", c->bytes, tensor);
+        l->cache[slot].cap = c->bytes;
+    }
     char what[1100];
     snprintf(what, sizeof what, "tensor '%s'", tensor);
     MT_TRY(mt_ckpt_read_chunk(l->reader, c, what, l->cache[slot].data));
@@ -181,9 +186,16 @@ typedef struct fill_ctx {
     mt_ckpt_kind kind;
 } fill_ctx;
 
+static bool same_box(const mt_ckpt_chunk *c, int ndim, const mt_ckpt_box *box) {
+    for (int d = 0; d < ndim; d++)
+        if (c->offsets[d] != box->offset[d] || c->extents[d] != box->extent[d]) return false;
+    return true;
+}
+
 /* One box of this rank's shard: filled from every saved chunk that intersects it. The box's
  * elements are contiguous in the flat buffer and row-major within the box, so the destination
- * is simply the staging buffer at its flat position. */
+ * is simply the staging buffer at its flat position, and a chunk that is exactly the box (a load
+ * on the dp x tp that saved) is read straight into it. */
 static mt_status fill_box(const mt_ckpt_box *box, void *arg) {
     fill_ctx *c = arg;
     loader *l = c->l;
@@ -203,6 +215,13 @@ static mt_status fill_box(const mt_ckpt_box *box, void *arg) {
             meets = ch->offsets[d] < box->offset[d] + box->extent[d] &&
                     box->offset[d] < ch->offsets[d] + ch->extents[d];
         if (!meets) continue;
+        if (same_box(ch, t->ndim, box)) {
+            char what[1100];
+            snprintf(what, sizeof what, "tensor '%s'", name);
+            MT_TRY(mt_ckpt_read_chunk(l->reader, ch, what, dst));
+            filled += box->count;
+            continue;
+        }
         const float *data = NULL;
         MT_TRY(chunk_data(l, ch, name, &data));
         filled += mt_ckpt_copy_intersection(t->ndim, ch, data, box->offset, box->extent, dst);
@@ -214,12 +233,16 @@ static mt_status fill_box(const mt_ckpt_box *box, void *arg) {
     return MT_OK;
 }
 
+/* Unit by unit and, within a unit, master, m, v: the order save writes them in, so that a load
+ * on the same dp x tp reads each file from start to end. */
 static mt_status read_shards(loader *l) {
     int kinds = l->load_optimizer ? MT_CKPT_KINDS : 1;
     for (int k = 0; k < kinds; k++) {
         l->unit_host[k] = calloc(l->plan.n_units + 1, sizeof *l->unit_host[k]);
         if (!l->unit_host[k]) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
-        for (size_t u = 0; u < l->plan.n_units; u++) {
+    }
+    for (size_t u = 0; u < l->plan.n_units; u++)
+        for (int k = 0; k < kinds; k++) {
             const mt_ckpt_unit *cu = &l->plan.units[u];
             size_t n = cu->hi - cu->lo;
             /* Zeros: the padding of the last shard stays 0, as FSDP keeps it. */
@@ -230,7 +253,6 @@ static mt_status read_shards(loader *l) {
             fill_ctx c = {l, u, (mt_ckpt_kind)k};
             MT_TRY(mt_ckpt_boxes(cu->layouts, cu->count, cu->lo, cu->hi, fill_box, &c));
         }
-    }
     return MT_OK;
 }
 

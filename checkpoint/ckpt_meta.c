@@ -24,6 +24,35 @@
 
 uint64_t mt_ckpt_hash(const void *data, size_t len) { return XXH3_64bits(data, len); }
 
+/* xxHash's streaming state, which XXH3_64bits_digest turns into the one-shot value. */
+struct mt_ckpt_hasher {
+    XXH3_state_t *state;
+};
+
+mt_ckpt_hasher *mt_ckpt_hasher_create(void) {
+    mt_ckpt_hasher *h = malloc(sizeof *h);
+    if (h && !(h->state = XXH3_createState())) {
+        free(h);
+        return NULL;
+    }
+    if (h) XXH3_64bits_reset(h->state);
+    return h;
+}
+
+void mt_ckpt_hasher_free(mt_ckpt_hasher *h) {
+    if (!h) return;
+    XXH3_freeState(h->state);
+    free(h);
+}
+
+void mt_ckpt_hasher_reset(mt_ckpt_hasher *h) { XXH3_64bits_reset(h->state); }
+
+void mt_ckpt_hasher_update(mt_ckpt_hasher *h, const void *data, size_t len) {
+    XXH3_64bits_update(h->state, data, len);
+}
+
+uint64_t mt_ckpt_hasher_digest(const mt_ckpt_hasher *h) { return XXH3_64bits_digest(h->state); }
+
 void mt_ckpt_hash_hex(uint64_t h, char out[17]) { snprintf(out, 17, "%016" PRIx64, h); }
 
 static bool parse_hex64(const char *s, uint64_t *out) {
@@ -431,6 +460,8 @@ static mt_status open_file(mt_ckpt_reader *r, size_t i, char *path, size_t cap) 
                         "says %" PRIu64 " (%s)", path, (long long)sb.st_size, f->bytes,
                         (uint64_t)sb.st_size < f->bytes ? "truncated" : "not the file saved");
     }
+    /* A load reads a file mostly from start to end: a larger read-ahead window. */
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     r->fds[i] = fd;
     return MT_OK;
 }

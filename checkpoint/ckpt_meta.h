@@ -114,6 +114,16 @@ mt_status mt_ckpt_read_tensor(mt_ckpt_reader *r, const mt_ckpt_tensor_meta *t, f
 uint64_t mt_ckpt_hash(const void *data, size_t len);
 void mt_ckpt_hash_hex(uint64_t h, char out[17]);
 
+/* The same hash of bytes given in several calls (a chunk that spans the blocks a save writes):
+ * after reset, updates with consecutive pieces give in digest what mt_ckpt_hash gives for the
+ * whole. create returns NULL when out of memory. */
+typedef struct mt_ckpt_hasher mt_ckpt_hasher;
+mt_ckpt_hasher *mt_ckpt_hasher_create(void);
+void mt_ckpt_hasher_free(mt_ckpt_hasher *h);
+void mt_ckpt_hasher_reset(mt_ckpt_hasher *h);
+void mt_ckpt_hasher_update(mt_ckpt_hasher *h, const void *data, size_t len);
+uint64_t mt_ckpt_hasher_digest(const mt_ckpt_hasher *h);
+
 /* The folder a path names: path itself when it holds metadata.json, else the one path/latest
  * names (*found false when neither exists). */
 mt_status mt_ckpt_resolve(const char *path, char *out, size_t cap, bool *found);

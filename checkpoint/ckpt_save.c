@@ -3,12 +3,13 @@
  * On the calling thread: wait for the previous save, copy this rank's chunks (the boxes of its
  * shards that it is responsible for: see ckpt_plan.h) and extras into one staging buffer laid out
  * exactly as its data file will be, and start the writer thread. That copy is the training
- * stall. The writer thread checksums and writes the file into step-N.tmp/, fsyncs it and
- * publishes its chunk list in the rendezvous store; rank 0's writer then merges every rank's list
- * into metadata.json, fsyncs it and the folder, renames step-N.tmp to step-N, replaces `latest`,
- * removes old checkpoints and publishes the verdict, which every rank's writer waits for. The
- * threads use the store only with short requests (polling), never a blocking wait, so that the
- * training thread's store use is not held up. */
+ * stall. The writer thread checksums and writes the file into step-N.tmp/ block by block
+ * (straight from the staging buffer, with O_DIRECT where the filesystem takes it: ckpt_fs.h),
+ * fsyncs it and publishes its chunk list in the rendezvous store; rank 0's writer then merges
+ * every rank's list into metadata.json, fsyncs it and the folder, renames step-N.tmp to step-N,
+ * replaces `latest` and publishes the verdict, which every rank's writer waits for; it then
+ * removes old checkpoints (nobody waits for that). The threads use the store only with short requests (polling), never a
+ * blocking wait, so that the training thread's store use is not held up. */
 
 
 #include "checkpoint/ckpt_save.h"
@@ -114,10 +115,15 @@ void mt_ckpt_crash_point(const char *point, int rank, long step) {
 
 /* ---- the store: short requests only -------------------------------------------------------- */
 
-/* Waits until key exists (polling), or until the job is aborted or the deadline passes. */
+/* Waits until key exists (polling), or until the job is aborted or the deadline passes. The
+ * interval doubles from 2 ms up to a ceiling that grows with the job: 4 ms for a few ranks, whose
+ * waits (for rank 0's verdict, for the last rank's file) are then late by at most that much
+ * after a write of a fraction of a second, and 64 ms from 128 ranks on, where the store serves
+ * every rank's polls: about 2 x world / ceiling requests a second. */
 static mt_status poll_key(saver *s, const char *key, double deadline, const char *what,
                           char **value) {
-    double delay = 0.002;
+    double delay = 0.002, ceiling = 0.0005 * s->world;
+    ceiling = ceiling < 0.004 ? 0.004 : ceiling > 0.064 ? 0.064 : ceiling;
     for (;;) {
         void *v = NULL;
         size_t len = 0;
@@ -141,7 +147,7 @@ static mt_status poll_key(saver *s, const char *key, double deadline, const char
                             what);
         struct timespec ts = {0, (long)(delay * 1e9)};
         nanosleep(&ts, NULL);
-        if (delay < 0.05) delay *= 2;
+        delay = 2 * delay < ceiling ? 2 * delay : ceiling;
     }
 }
 
@@ -192,23 +198,50 @@ static json_t *rank_record(saver *s, mt_status st, const uint64_t *hashes) {
     return rec;
 }
 
+/* The checksums of the pieces, computed block by block as mt_ckpt_write_data_file reaches them:
+ * each block is checksummed just before it is written, while it is in the cache, rather than
+ * the whole buffer first. Pieces are contiguous and in file order; one may span several
+ * blocks. */
+typedef struct piece_hashing {
+    saver *s;
+    uint64_t *hashes;
+    size_t next; /* the piece being checksummed */
+    mt_ckpt_hasher *h;
+} piece_hashing;
+
+static void hash_block(void *arg, size_t off, size_t len) {
+    piece_hashing *c = arg;
+    const char *base = c->s->staging;
+    size_t end = off + len;
+    while (c->next < c->s->n_pieces) {
+        const piece *p = &c->s->pieces[c->next];
+        uint64_t from = p->offset > off ? p->offset : off;
+        uint64_t pend = p->offset + p->bytes, to = pend < end ? pend : end;
+        if (to > from) mt_ckpt_hasher_update(c->h, base + from, (size_t)(to - from));
+        if (pend > end) return; /* continues in the next block */
+        c->hashes[c->next++] = mt_ckpt_hasher_digest(c->h);
+        mt_ckpt_hasher_reset(c->h);
+    }
+}
+
 static mt_status write_rank_file(saver *s, uint64_t *hashes) {
-    for (size_t i = 0; i < s->n_pieces; i++)
-        hashes[i] = mt_ckpt_hash((const char *)s->staging + s->pieces[i].offset,
-                                 s->pieces[i].bytes);
-    if (s->staging_len == 0) return MT_OK; /* nothing of ours to write (an HSDP replica) */
+    if (s->staging_len == 0) { /* nothing of ours to write (an HSDP replica) */
+        for (size_t i = 0; i < s->n_pieces; i++) hashes[i] = mt_ckpt_hash(s->staging, 0);
+        return MT_OK;
+    }
     if (mt_ckpt_fail_point("write", s->rank, s->step))
         return mt_error(MT_ERR_IO, "checkpoint: cannot write '%s/%s': injected by "
                         "MT_TEST_CKPT_FAIL", s->tmp, s->file);
+    piece_hashing hc = {s, hashes, 0, mt_ckpt_hasher_create()};
+    if (!hc.h) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
     char path[PATH_MAX];
-    MT_TRY(mt_ckpt_join(path, sizeof path, s->tmp, s->file));
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot create '%s'", path);
-    mt_status st = mt_ckpt_write_all(fd, s->staging, s->staging_len, path);
-    if (st == MT_OK && fsync(fd) != 0)
-        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: fsync of '%s'", path);
-    if (close(fd) != 0 && st == MT_OK)
-        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot close '%s'", path);
+    mt_status st = mt_ckpt_join(path, sizeof path, s->tmp, s->file);
+    if (st == MT_OK)
+        st = mt_ckpt_write_data_file(path, s->staging, s->staging_len, hash_block, &hc);
+    if (st == MT_OK && hc.next != s->n_pieces)
+        st = mt_error(MT_ERR_INTERNAL, "checkpoint: %zu of %zu pieces checksummed", hc.next,
+                      s->n_pieces);
+    mt_ckpt_hasher_free(hc.h);
     return st;
 }
 
@@ -273,8 +306,7 @@ static mt_status commit(saver *s, double deadline) {
         MT_TRY(st);
     }
     mt_ckpt_crash_point("before-metadata", s->rank, s->step);
-    MT_TRY(mt_ckpt_commit(s->dir, s->name, meta, s->step, s->rank));
-    return mt_ckpt_prune(s->dir, s->keep, s->step);
+    return mt_ckpt_commit(s->dir, s->name, meta, s->step, s->rank);
 }
 
 /* ---- the writer thread ---------------------------------------------------------------------- */
@@ -343,10 +375,18 @@ static mt_status run_save(saver *s) {
     if (s->rank == 0) {
         if (st == MT_OK) st = commit(s, deadline);
         publish(s, "commit", st);
+        s->stats.commit_s = mt_clock_now_s() - s->started_s;
+        /* Committed: removing old checkpoints is housekeeping that nobody waits for, and a
+         * failure there leaves a valid checkpoint that the next save's prune retries. */
+        if (st == MT_OK && mt_ckpt_prune(s->dir, s->keep, s->step) != MT_OK)
+            mt_log(MT_LOG_WARN, "checkpoint %s is committed, but cleaning up '%s' failed (the "
+                   "next save tries again): %s", s->name, s->dir, mt_last_error());
         return st;
     }
     MT_TRY(st);
-    return await(s, "commit", deadline, "rank 0 to commit");
+    st = await(s, "commit", deadline, "rank 0 to commit");
+    s->stats.commit_s = mt_clock_now_s() - s->started_s;
+    return st;
 }
 
 /* This rank could not stage its part: its record says why; rank 0 also ends the save for the
@@ -376,7 +416,7 @@ static void *writer_main(void *arg) {
     saver *s = arg;
     mt_status st = run_save(s);
     s->result = st;
-    s->stats.commit_s = mt_clock_now_s() - s->started_s;
+    if (s->stats.commit_s == 0.0) s->stats.commit_s = mt_clock_now_s() - s->started_s; /* failed */
     if (st != MT_OK) {
         s->message = strdup(mt_last_error());
         mt_log(MT_LOG_ERROR, "checkpoint %s failed: %s", s->name, mt_last_error());

@@ -15,7 +15,9 @@ mt_status mt_staging_alloc(mt_device *dev, size_t bytes, void **out) {
         return mt_error(MT_ERR_INVALID_ARG, "mt_staging_alloc: dev and out must not be NULL");
     *out = NULL;
     if (dev->ops->staging_alloc) return dev->ops->staging_alloc(bytes, out);
-    *out = mt_host_alloc(bytes ? bytes : 1, 64);
+    /* Page-aligned: a checkpoint writes its data file from here with O_DIRECT
+     * (checkpoint/ckpt_fs.h). */
+    *out = mt_host_alloc(bytes ? bytes : 1, 4096);
     if (*out) return MT_OK;
     char asked[32];
     return mt_error_errno(MT_ERR_OUT_OF_MEMORY, errno, "cannot allocate %s of host memory for "

@@ -1,7 +1,7 @@
 /* Internal: host buffers for staging device data (a checkpoint's shards on their way to disk):
  * page-locked on a GPU, so that device-to-host copies run at full speed, ordinary host memory
- * (huge-page aligned, core/host_alloc.h) on the CPU device. Not charged to the device's
- * accounting: it is host memory. */
+ * (huge-page aligned from 2 MiB, core/host_alloc.h) on the CPU device; page-aligned either way,
+ * for O_DIRECT. Not charged to the device's accounting: it is host memory. */
 #ifndef MT_CORE_STAGING_H
 #define MT_CORE_STAGING_H
 

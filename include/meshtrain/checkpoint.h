@@ -57,7 +57,8 @@ typedef struct mt_checkpoint_extra {
 
 typedef struct mt_checkpoint_options {
     long step;  /* names the folder step-%08ld; -1 (default): the optimizer's steps, else 0 */
-    int keep;   /* after committing, remove all but the newest `keep` checkpoints (0: keep all) */
+    int keep;   /* after committing, remove all but the newest `keep` checkpoints (0: keep all);
+                   a failure to remove is logged and retried by the next save, not returned */
     bool sync;  /* true: return once the checkpoint is committed (default false: asynchronous) */
     const mt_checkpoint_extra *extras;
     int n_extras;
