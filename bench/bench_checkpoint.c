@@ -29,7 +29,8 @@
  *                 /dev/null, bs=64M iflag=direct, one after the other, after the same eviction.
  *
  * dd runs after the library's write and read in even rounds and before them in odd ones (what
- * ran just before changes a disk's speed), and once at the end, a step started right after a save, while the writer threads run.
+ * ran just before changes a disk's speed). Once at the end, a step is timed that starts right
+ * after a save, while the writer threads run ("step during write").
  * Times are the slowest rank's, medians over the rounds. Rank 0 prints the folder's filesystem
  * (statfs type and the `df` line), then one row per measurement with its ratio to the reference;
  * with --json one object per line instead, and nothing else on stdout.
@@ -141,10 +142,14 @@ static int parse_args(int argc, char **argv, options *o) {
             continue;
         }
         static const struct { const char *name; size_t at; int min; } ints[] = {
-            {"--layers", offsetof(options, layers), 1}, {"--d-model", offsetof(options, d_model), 1},
-            {"--heads", offsetof(options, heads), 1},   {"--seq", offsetof(options, seq), 1},
-            {"--batch", offsetof(options, batch), 1},   {"--tp", offsetof(options, tp), 1},
-            {"--saves", offsetof(options, saves), 1},   {"--keep", offsetof(options, keep), 0}};
+            {"--layers", offsetof(options, layers), 1},
+            {"--d-model", offsetof(options, d_model), 1},
+            {"--heads", offsetof(options, heads), 1},
+            {"--seq", offsetof(options, seq), 1},
+            {"--batch", offsetof(options, batch), 1},
+            {"--tp", offsetof(options, tp), 1},
+            {"--saves", offsetof(options, saves), 1},
+            {"--keep", offsetof(options, keep), 0}};
         size_t k = 0, n = sizeof ints / sizeof *ints;
         while (k < n && strcmp(a, ints[k].name) != 0) k++;
         if (k == n) {
@@ -300,7 +305,8 @@ static mt_status train_step(bench *b) {
     const options *o = b->o;
     mt_module *root = mt_gpt_root(b->gpt);
     size_t n = (size_t)o->batch * (size_t)(o->seq + 1);
-    for (size_t i = 0; i < n; i++) b->tokens[i] = (int)((i * 2654435761u + (size_t)b->rank) >> 7) & 255;
+    for (size_t i = 0; i < n; i++)
+        b->tokens[i] = (int)(((i * 2654435761u + (size_t)b->rank) >> 7) & 255);
     float loss;
     MT_TRY(mt_gpt_forward_backward(b->gpt, b->tokens, o->batch, 1.0f, &loss));
     MT_TRY(mt_clip_grad_norm(root, 1.0f, NULL));
@@ -612,7 +618,8 @@ static void report(bench *b, size_t params) {
     for (int r = 0; o->verbose && !o->json && r < n; r++) {
         printf("# round %d (ms):", r);
         for (int f = 0; f < F_FIELDS; f++)
-            printf(" %s %.1f", names[f], f == F_BYTES ? b->rounds[r][f] / 1e6 : b->rounds[r][f] * 1e3);
+            printf(" %s %.1f", names[f],
+                   f == F_BYTES ? b->rounds[r][f] / 1e6 : b->rounds[r][f] * 1e3);
         printf(" dd write %.1f dd read %.1f\n", b->dd_write_s[r] * 1e3, b->dd_read_s[r] * 1e3);
     }
     row rows[] = {

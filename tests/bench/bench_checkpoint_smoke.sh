@@ -42,7 +42,8 @@ for name, ref in want.items():
     ratio = r["ref_time_s"] / r["time_s"] if rate else r["time_s"] / r["ref_time_s"]
     assert abs(ratio - r["ratio"]) <= 1e-6 * ratio, r
     if "bytes" in r:
-        assert r["bytes"] > 0 and abs(r["gbs"] - r["bytes"] / r["time_s"] / 1e9) <= 1e-6 * r["gbs"], r
+        gbs = r["bytes"] / r["time_s"] / 1e9
+        assert r["bytes"] > 0 and abs(r["gbs"] - gbs) <= 1e-6 * gbs, r
 # One rank's bytes for the stall, all ranks' for the disk.
 assert rows["write_commit"]["bytes"] == 2 * rows["stall_call"]["bytes"], rows
 assert rows["write_commit"]["goal"] == ">= 0.80" and rows["stall_call"]["goal"] == "<= 1.00"

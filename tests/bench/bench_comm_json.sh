@@ -8,7 +8,8 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/bench_lib.sh"
 
 "$MTRUN" --standalone --nproc_per_node 3 "$BENCH" --min-bytes 1KiB --max-bytes 256KiB \
-    --iters 2 --warmup 1 --json >"$TMP/out" 2>"$TMP/err" || { fail "bench exited $?"; cat "$TMP/err"; }
+    --iters 2 --warmup 1 --json >"$TMP/out" 2>"$TMP/err" ||
+    { fail "bench exited $?"; cat "$TMP/err"; }
 
 python3 - "$TMP/out" <<'PY' || fail "the JSON report"
 import json, sys

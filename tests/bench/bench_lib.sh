@@ -10,7 +10,8 @@ refuses_options() {
         "$bench" $bad >"$TMP/bad.out" 2>"$TMP/bad.err"
         rc=$?
         if [ "$rc" -ne 2 ] || [ -s "$TMP/bad.out" ] || ! grep -q "^$prog:" "$TMP/bad.err"; then
-            fail "'$bad' exited $rc (want 2, a message on stderr, nothing on stdout): $(head -3 "$TMP/bad.err")"
+            fail "'$bad' exited $rc (want 2, a message on stderr, nothing on stdout):" \
+                 "$(head -3 "$TMP/bad.err")"
         else
             pass "'$bad' refused: $(head -1 "$TMP/bad.err")"
         fi
