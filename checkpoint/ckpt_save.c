@@ -8,8 +8,9 @@
  * fsyncs it and publishes its chunk list in the rendezvous store; rank 0's writer then merges
  * every rank's list into metadata.json, fsyncs it and the folder, renames step-N.tmp to step-N,
  * replaces `latest` and publishes the verdict, which every rank's writer waits for; it then
- * removes old checkpoints (nobody waits for that). The threads use the store only with short requests (polling), never a
- * blocking wait, so that the training thread's store use is not held up. */
+ * removes old checkpoints (nobody waits for that). The threads use the store only with short
+ * requests (polling), never a blocking wait, so that the training thread's store use is not
+ * held up. */
 
 
 #include "checkpoint/ckpt_save.h"
