@@ -10,6 +10,7 @@
 #include "checkpoint/ckpt_meta.h"
 #include "checkpoint/ckpt_plan.h"
 #include "checkpoint/ckpt_save.h"
+#include "checkpoint/ckpt_stage.h"
 #include "core/error.h"
 
 #include <meshtrain/checkpoint.h>

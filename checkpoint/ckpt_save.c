@@ -19,10 +19,9 @@
 #include "checkpoint/ckpt_fs.h"
 #include "checkpoint/ckpt_meta.h"
 #include "checkpoint/ckpt_plan.h"
+#include "checkpoint/ckpt_stage.h"
 #include "core/clock.h"
-#include "core/copy_stream.h"
 #include "core/error.h"
-#include "core/staging.h"
 #include "mesh/abort_key.h"
 #include "store/store_internal.h"
 
@@ -49,15 +48,6 @@
 
 static const char saver_owner = 0; /* our hook registration on the root */
 
-/* One piece of the staging buffer: a box of a tensor, or an extra. */
-typedef struct piece {
-    char *name;       /* tensor name ("model/...") or extra name */
-    bool is_extra, per_rank;
-    int ndim;
-    int64_t offsets[MT_PARAM_MAX_DIMS], extents[MT_PARAM_MAX_DIMS];
-    uint64_t offset, bytes; /* in the staging buffer = in the data file */
-} piece;
-
 typedef struct saver {
     mt_module *root;
     mt_runtime *rt;
@@ -72,10 +62,7 @@ typedef struct saver {
     long step;
     int keep;
     char dir[PATH_MAX], name[64], tmp[PATH_MAX], final[PATH_MAX], file[64];
-    piece *pieces;
-    size_t n_pieces;
-    void *staging;
-    size_t staging_cap, staging_len;
+    mt_ckpt_stage stage; /* this rank's data file, in host memory */
     json_t *meta; /* rank 0: metadata.json without chunks, files and extras */
     double started_s;
 
@@ -170,11 +157,11 @@ static json_t *rank_record(saver *s, mt_status st, const uint64_t *hashes) {
         json_object_set_new(rec, "error", json_string(mt_last_error()));
         return rec;
     }
-    json_object_set_new(rec, "file", s->staging_len ? json_string(s->file) : json_null());
-    json_object_set_new(rec, "bytes", json_integer((json_int_t)s->staging_len));
+    json_object_set_new(rec, "file", s->stage.len ? json_string(s->file) : json_null());
+    json_object_set_new(rec, "bytes", json_integer((json_int_t)s->stage.len));
     json_t *chunks = json_array(), *extras = json_array();
-    for (size_t i = 0; i < s->n_pieces; i++) {
-        const piece *p = &s->pieces[i];
+    for (size_t i = 0; i < s->stage.n_pieces; i++) {
+        const mt_ckpt_piece *p = &s->stage.pieces[i];
         char hex[17];
         mt_ckpt_hash_hex(hashes[i], hex);
         json_t *o = json_object();
@@ -213,10 +200,10 @@ typedef struct piece_hashing {
 
 static void hash_block(void *arg, size_t off, size_t len) {
     piece_hashing *c = arg;
-    const char *base = c->s->staging;
+    const char *base = c->s->stage.buf;
     size_t end = off + len;
-    while (c->next < c->s->n_pieces) {
-        const piece *p = &c->s->pieces[c->next];
+    while (c->next < c->s->stage.n_pieces) {
+        const mt_ckpt_piece *p = &c->s->stage.pieces[c->next];
         uint64_t from = p->offset > off ? p->offset : off;
         uint64_t pend = p->offset + p->bytes, to = pend < end ? pend : end;
         if (to > from) mt_ckpt_hasher_update(c->h, base + from, (size_t)(to - from));
@@ -227,8 +214,8 @@ static void hash_block(void *arg, size_t off, size_t len) {
 }
 
 static mt_status write_rank_file(saver *s, uint64_t *hashes) {
-    if (s->staging_len == 0) { /* nothing of ours to write (an HSDP replica) */
-        for (size_t i = 0; i < s->n_pieces; i++) hashes[i] = mt_ckpt_hash(s->staging, 0);
+    if (s->stage.len == 0) { /* nothing of ours to write (an HSDP replica) */
+        for (size_t i = 0; i < s->stage.n_pieces; i++) hashes[i] = mt_ckpt_hash(s->stage.buf, 0);
         return MT_OK;
     }
     if (mt_ckpt_fail_point("write", s->rank, s->step))
@@ -239,10 +226,10 @@ static mt_status write_rank_file(saver *s, uint64_t *hashes) {
     char path[PATH_MAX];
     mt_status st = mt_ckpt_join(path, sizeof path, s->tmp, s->file);
     if (st == MT_OK)
-        st = mt_ckpt_write_data_file(path, s->staging, s->staging_len, hash_block, &hc);
-    if (st == MT_OK && hc.next != s->n_pieces)
+        st = mt_ckpt_write_data_file(path, s->stage.buf, s->stage.len, hash_block, &hc);
+    if (st == MT_OK && hc.next != s->stage.n_pieces)
         st = mt_error(MT_ERR_INTERNAL, "checkpoint: %zu of %zu pieces checksummed", hc.next,
-                      s->n_pieces);
+                      s->stage.n_pieces);
     mt_ckpt_hasher_free(hc.h);
     return st;
 }
@@ -356,7 +343,7 @@ static mt_status run_save(saver *s) {
     } else {
         MT_TRY(await(s, "ready", mt_clock_now_s() + timeout, "rank 0 to create the folder"));
     }
-    uint64_t *hashes = calloc(s->n_pieces + 1, sizeof *hashes);
+    uint64_t *hashes = calloc(s->stage.n_pieces + 1, sizeof *hashes);
     mt_status wst = hashes ? MT_OK : mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
     double t0 = mt_clock_now_s();
     if (wst == MT_OK) wst = write_rank_file(s, hashes);
@@ -426,7 +413,7 @@ static void *writer_main(void *arg) {
         char bytes[32];
         mt_log(MT_LOG_INFO, "checkpoint %s committed in %s: rank 0 wrote %s in %.3f s (stall "
                "%.3f s, %.2f s after the save began)", s->name, s->dir,
-               mt_format_bytes(s->staging_len, bytes, sizeof bytes), s->stats.write_s,
+               mt_format_bytes(s->stage.len, bytes, sizeof bytes), s->stats.write_s,
                s->stats.stall_s, s->stats.commit_s);
     }
     return NULL;
@@ -438,10 +425,7 @@ static void *writer_main(void *arg) {
 static void release_job(saver *s) {
     json_decref(s->meta);
     s->meta = NULL;
-    for (size_t i = 0; i < s->n_pieces; i++) free(s->pieces[i].name);
-    free(s->pieces);
-    s->pieces = NULL;
-    s->n_pieces = 0;
+    mt_ckpt_stage_clear(&s->stage);
 }
 
 /* The outcome of the save that ran, as the caller's error. */
@@ -468,7 +452,7 @@ static void saver_release(mt_module *module, void *user) {
     if (join_writer(s) != MT_OK)
         mt_log(MT_LOG_ERROR, "checkpoint: the last save of '%s' failed: %s",
                mt_module_name(s->root), mt_last_error());
-    mt_staging_free(s->dev, s->staging);
+    mt_ckpt_stage_free(&s->stage);
     free(s);
 }
 
@@ -514,131 +498,6 @@ mt_status mt_checkpoint_stats_get(mt_module *root, mt_checkpoint_stats *out) {
                             mt_module_name(root));
     MT_TRY(join_writer(s));
     *out = s->stats;
-    return MT_OK;
-}
-
-/* ---- building the pieces -------------------------------------------------------------------- */
-
-typedef struct box_ctx {
-    saver *s;
-    mt_ckpt_plan *plan;
-    size_t unit;
-    mt_ckpt_kind kind;
-    size_t cap;
-    mt_status st;
-} box_ctx;
-
-static mt_status add_piece(saver *s, size_t *cap, piece **out) {
-    if (s->n_pieces == *cap) {
-        size_t ncap = *cap ? 2 * *cap : 64;
-        piece *grown = realloc(s->pieces, ncap * sizeof *grown);
-        if (!grown) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
-        s->pieces = grown;
-        *cap = ncap;
-    }
-    piece *p = &s->pieces[s->n_pieces++];
-    memset(p, 0, sizeof *p);
-    p->offset = s->staging_len;
-    *out = p;
-    return MT_OK;
-}
-
-static mt_status on_box(const mt_ckpt_box *whole, void *arg) {
-    box_ctx *c = arg;
-    const mt_ckpt_unit *cu = &c->plan->units[c->unit];
-    size_t param = cu->first + whole->param;
-    mt_ckpt_box clipped = *whole, *box = &clipped;
-    if (!mt_ckpt_plan_writes(c->plan, param) || !mt_ckpt_clip_box(c->plan, param, box))
-        return MT_OK;
-    piece *p;
-    MT_TRY(add_piece(c->s, &c->cap, &p));
-    char name[1024];
-    p->name = strdup(mt_ckpt_tensor_name(c->plan, param, c->kind, name, sizeof name));
-    if (!p->name) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
-    p->ndim = box->ndim;
-    memcpy(p->offsets, box->offset, sizeof p->offsets);
-    memcpy(p->extents, box->extent, sizeof p->extents);
-    p->bytes = box->count * sizeof(float);
-    c->s->staging_len += p->bytes;
-    return MT_OK;
-}
-
-static bool valid_extra_name(const char *n) {
-    if (!n || !*n || strlen(n) > 200) return false;
-    for (const char *c = n; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-              *c == '_' || *c == '-' || *c == '.'))
-            return false;
-    return true;
-}
-
-mt_status mt_ckpt_check_extras(const mt_checkpoint_extra *ex, int n) {
-    if (n < 0 || (n > 0 && !ex))
-        return mt_error(MT_ERR_INVALID_ARG, "checkpoint: %d extras given without an array", n);
-    for (int i = 0; i < n; i++) {
-        if (!valid_extra_name(ex[i].name))
-            return mt_error(MT_ERR_INVALID_ARG, "checkpoint: extra %d's name '%s' must be 1-200 "
-                            "letters, digits, '_', '-' or '.'", i, ex[i].name ? ex[i].name : "");
-        if (ex[i].bytes > 0 && !ex[i].data)
-            return mt_error(MT_ERR_INVALID_ARG, "checkpoint: extra '%s' has %zu bytes and no "
-                            "data", ex[i].name, ex[i].bytes);
-        for (int j = 0; j < i; j++)
-            if (strcmp(ex[i].name, ex[j].name) == 0)
-                return mt_error(MT_ERR_INVALID_ARG, "checkpoint: extra '%s' is given twice",
-                                ex[i].name);
-    }
-    return MT_OK;
-}
-
-/* The device-to-host copies: every box of this rank's shards that it writes, in the order the
- * pieces were made, then the extras. Boxes that follow each other in the shard and in the
- * staging buffer (most of them: a parameter's boxes, and parameters one after the other) are
- * copied together, so that a GPU pays one copy per run rather than per box. */
-typedef struct copy_ctx {
-    saver *s;
-    mt_ckpt_plan *plan;
-    size_t unit;
-    mt_ckpt_kind kind;
-    uint64_t at; /* next staging offset */
-    const char *run_src; /* the run not yet copied: run_bytes from run_src to staging + run_at */
-    uint64_t run_at, run_bytes;
-} copy_ctx;
-
-static mt_status flush_run(copy_ctx *c) {
-    if (c->run_bytes == 0) return MT_OK;
-    char *dst = (char *)c->s->staging + c->run_at;
-    mt_status st = MT_OK;
-    /* The CPU device's shards are host memory: copied with streaming stores, since nothing here
-     * reads the staging buffer soon, whereas glibc's memmove streams only above a threshold
-     * from the cache size that a unit's run stays under (docs/benchmarks.md: the stall went
-     * from about 1.05 to 0.80 of a plain copy of the same bytes). */
-    if (mt_device_get_kind(c->plan->dev) == MT_DEVICE_CPU)
-        mt_copy_stream(dst, c->run_src, c->run_bytes);
-    else
-        st = mt_device_copy(c->plan->dev, dst, c->run_src, c->run_bytes, MT_COPY_DEVICE_TO_HOST,
-                            NULL);
-    c->run_bytes = 0;
-    return st;
-}
-
-static mt_status copy_box(const mt_ckpt_box *whole, void *arg) {
-    copy_ctx *c = arg;
-    const mt_ckpt_unit *cu = &c->plan->units[c->unit];
-    size_t param = cu->first + whole->param;
-    mt_ckpt_box clipped = *whole, *box = &clipped;
-    if (!mt_ckpt_plan_writes(c->plan, param) || !mt_ckpt_clip_box(c->plan, param, box))
-        return MT_OK;
-    size_t bytes = box->count * sizeof(float);
-    const char *src = (const char *)(cu->buf[c->kind] + (box->flat - cu->lo));
-    if (c->run_bytes && src == c->run_src + c->run_bytes && c->at == c->run_at + c->run_bytes) {
-        c->run_bytes += bytes;
-    } else {
-        MT_TRY(flush_run(c));
-        c->run_src = src;
-        c->run_at = c->at;
-        c->run_bytes = bytes;
-    }
-    c->at += bytes;
     return MT_OK;
 }
 
@@ -689,7 +548,7 @@ static json_t *base_metadata(saver *s, const mt_ckpt_plan *plan, mt_adamw *opt) 
     return meta;
 }
 
-static mt_status prepare(saver *s, mt_ckpt_plan *plan, mt_adamw *opt, const char *dir,
+static mt_status prepare(saver *s, const mt_ckpt_plan *plan, mt_adamw *opt, const char *dir,
                          const mt_checkpoint_options *o) {
     s->step = o->step >= 0 ? o->step : opt ? mt_adamw_steps(opt) : 0;
     if (s->step > 99999999)
@@ -703,57 +562,10 @@ static mt_status prepare(saver *s, mt_ckpt_plan *plan, mt_adamw *opt, const char
     MT_TRY(mt_ckpt_join(s->final, sizeof s->final, dir, s->name));
     if (snprintf(s->tmp, sizeof s->tmp, "%s.tmp", s->final) >= (int)sizeof s->tmp)
         return mt_error(MT_ERR_INVALID_ARG, "checkpoint: folder name too long");
-    s->staging_len = 0;
     if (mt_ckpt_fail_point("stage", s->rank, s->step))
         return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: cannot stage step %ld: injected by "
                         "MT_TEST_CKPT_FAIL", s->step);
-    size_t cap = 0;
-    int kinds = opt ? MT_CKPT_KINDS : 1;
-    for (size_t u = 0; u < plan->n_units; u++)
-        for (int k = 0; k < kinds; k++) {
-            box_ctx c = {s, plan, u, (mt_ckpt_kind)k, 0, MT_OK};
-            c.cap = cap;
-            const mt_ckpt_unit *cu = &plan->units[u];
-            MT_TRY(mt_ckpt_boxes(cu->layouts, cu->count, cu->lo, cu->hi, on_box, &c));
-            cap = c.cap;
-        }
-    for (int i = 0; i < o->n_extras; i++) {
-        const mt_checkpoint_extra *e = &o->extras[i];
-        if (!e->per_rank && s->rank != 0) continue;
-        piece *p;
-        MT_TRY(add_piece(s, &cap, &p));
-        p->name = strdup(e->name);
-        if (!p->name) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
-        p->is_extra = true;
-        p->per_rank = e->per_rank;
-        p->bytes = e->bytes;
-        s->staging_len += e->bytes;
-    }
-    if (s->staging_len > s->staging_cap || !s->staging) {
-        mt_staging_free(s->dev, s->staging);
-        s->staging = NULL;
-        s->staging_cap = 0;
-        MT_TRY(mt_staging_alloc(s->dev, s->staging_len, &s->staging));
-        s->staging_cap = s->staging_len;
-    }
-    copy_ctx cc = {s, plan, 0, MT_CKPT_MODEL, 0, NULL, 0, 0};
-    for (size_t u = 0; u < plan->n_units; u++)
-        for (int k = 0; k < kinds; k++) {
-            cc.unit = u;
-            cc.kind = (mt_ckpt_kind)k;
-            const mt_ckpt_unit *cu = &plan->units[u];
-            MT_TRY(mt_ckpt_boxes(cu->layouts, cu->count, cu->lo, cu->hi, copy_box, &cc));
-        }
-    MT_TRY(flush_run(&cc));
-    for (int i = 0; i < o->n_extras; i++) {
-        const mt_checkpoint_extra *e = &o->extras[i];
-        if (!e->per_rank && s->rank != 0) continue;
-        if (e->bytes) memcpy((char *)s->staging + cc.at, e->data, e->bytes);
-        cc.at += e->bytes;
-    }
-    if (cc.at != s->staging_len)
-        return mt_error(MT_ERR_INTERNAL, "checkpoint: staged %" PRIu64 " bytes, planned %zu",
-                        cc.at, s->staging_len);
+    MT_TRY(mt_ckpt_stage_fill(&s->stage, plan, s->rank, o->extras, o->n_extras));
     if (s->rank == 0) {
         s->meta = base_metadata(s, plan, opt);
         if (!s->meta) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: cannot build metadata");
@@ -795,7 +607,7 @@ mt_status mt_checkpoint_save(mt_module *root, mt_adamw *opt, const char *dir,
         return st;
     }
     memset(&s->stats, 0, sizeof s->stats);
-    s->stats.bytes = s->staging_len;
+    s->stats.bytes = s->stage.len;
     s->stats.step = s->step;
     s->stats.stall_s = mt_clock_now_s() - t0;
     int rc = pthread_create(&s->thread, NULL, writer_main, s);

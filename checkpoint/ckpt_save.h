@@ -12,9 +12,6 @@
 /* Waits for root's save in flight, if any; returns its outcome (MT_OK when none). */
 mt_status mt_ckpt_save_wait(mt_module *root);
 
-/* Checks the extras given to save or load: names valid and unique, data given. */
-mt_status mt_ckpt_check_extras(const mt_checkpoint_extra *extras, int n);
-
 /* Test hook: MT_TEST_CKPT_CRASH="<point>:<rank>:<step>" kills this process (SIGKILL) at point
  * while saving step on rank. Points, in the order a save passes them: after-file (this rank's
  * data file written and fsynced, not yet reported), before-metadata, before-rename,

@@ -48,10 +48,17 @@ typedef struct options {
     unsigned model_given; /* MODEL_* bits of the model options given on the command line */
     char resume_path[4096]; /* the checkpoint to resume from ("" to start fresh) */
     bool resume_optimizer;  /* it was saved by train_gpt (with the optimizer), not imported */
+    char resume_note[512];  /* schedule options given that differ from the checkpoint's */
 } options;
 
 /* The model's shape options: a resumed run takes them from the checkpoint. */
 enum { MODEL_LAYERS = 1, MODEL_D_MODEL = 2, MODEL_HEADS = 4, MODEL_SEQ = 8, MODEL_VOCAB = 16 };
+/* The schedule's options: a resumed run takes those not given from the checkpoint. */
+enum { RUN_SEED = 32, RUN_LR = 64, RUN_WARMUP = 128, RUN_WEIGHT_DECAY = 256, RUN_CLIP = 512 };
+#define RUN_EXTRA "train_gpt.run" /* JSON text: seed, lr, warmup, weight decay, clip */
+#define RUN_FORMAT                                                                                 \
+    "{\"seed\": %llu, \"lr\": %.9g, \"warmup\": %d, \"weight_decay\": %.9g, \"clip\": %.9g}"
+#define RUN_SCAN "{\"seed\": %llu, \"lr\": %g, \"warmup\": %d, \"weight_decay\": %g, \"clip\": %g}"
 #define CONFIG_EXTRA "model_config" /* JSON text: the GPT-2 configuration (docs/checkpoint.md) */
 #define STEP_EXTRA "train_gpt.step" /* int64: optimizer steps taken */
 
@@ -84,6 +91,7 @@ typedef struct trainer {
     double timed_tokens;
     int first_step;         /* 0, or the step a resumed run starts at */
     char config_json[256];  /* the model configuration saved with every checkpoint */
+    char run_json[256];     /* and the schedule's options */
     int64_t steps_done;     /* saved with every checkpoint */
 } trainer;
 
@@ -191,7 +199,9 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         char *end;
         static const struct { const char *name; unsigned bit; } model_opts[] = {
             {"--layers", MODEL_LAYERS}, {"--d-model", MODEL_D_MODEL}, {"--heads", MODEL_HEADS},
-            {"--seq", MODEL_SEQ}, {"--vocab", MODEL_VOCAB}};
+            {"--seq", MODEL_SEQ}, {"--vocab", MODEL_VOCAB}, {"--seed", RUN_SEED},
+            {"--lr", RUN_LR}, {"--warmup", RUN_WARMUP}, {"--weight-decay", RUN_WEIGHT_DECAY},
+            {"--clip", RUN_CLIP}};
         for (size_t k = 0; k < sizeof model_opts / sizeof *model_opts; k++)
             if (!strcmp(name, model_opts[k].name)) o->model_given |= model_opts[k].bit;
         if (!strcmp(name, "--dp")) rc = parse_int(name, val, 1, &o->dp, err);
@@ -293,6 +303,44 @@ static int check_shape(options *o, int world, char *err) {
     "{\"model\": \"gpt2\", \"layers\": %d, \"d_model\": %d, \"heads\": %d, \"seq\": %d, " \
     "\"vocab\": %d}"
 
+/* The schedule (data order from the seed, learning rate, warmup, weight decay, clipping) of a
+ * checkpoint of train_gpt: what is not given on the command line continues as saved, so that
+ * `--resume auto` alone continues the run exactly; what is given wins, and rank 0 says so
+ * (changing the learning rate of a resumed run is legitimate; the seed changes the data). */
+static int resume_schedule(options *o, char *err) {
+    void *text = NULL;
+    size_t len = 0;
+    if (mt_checkpoint_read_extra(o->resume_path, RUN_EXTRA, &text, &len) != MT_OK) {
+        mt_clear_error(); /* an imported model: nothing to continue */
+        return 0;
+    }
+    unsigned long long seed;
+    float lr, wd, clip;
+    int warmup;
+    int n = sscanf(text, RUN_SCAN, &seed, &lr, &warmup, &wd, &clip);
+    free(text);
+    if (n != 5)
+        return fail_msg(err, "--resume: the schedule in '%s' is not train_gpt's", o->resume_path);
+    size_t at = 0;
+#define TAKE(bit, field, value, fmt, name)                                                        \
+    do {                                                                                           \
+        if (!(o->model_given & (bit))) field = (value);                                           \
+        else if (field != (value) && at < sizeof o->resume_note)                                  \
+            at += (size_t)snprintf(o->resume_note + at, sizeof o->resume_note - at,                \
+                                   "%s%s " fmt " instead of the checkpoint's " fmt, at ? ", " : "", \
+                                   name, field, value);                                            \
+    } while (0)
+    unsigned long long given_seed = o->seed;
+    TAKE(RUN_SEED, given_seed, seed, "%llu", "--seed (data order)");
+    o->seed = given_seed;
+    TAKE(RUN_LR, o->lr, lr, "%g", "--lr"); /* floats: printf promotes them to double */
+    TAKE(RUN_WARMUP, o->warmup, warmup, "%d", "--warmup");
+    TAKE(RUN_WEIGHT_DECAY, o->weight_decay, wd, "%g", "--weight-decay");
+    TAKE(RUN_CLIP, o->clip, clip, "%g", "--clip");
+#undef TAKE
+    return 0;
+}
+
 /* With --resume: finds the checkpoint, and takes the model's shape from it (a shape option given
  * on the command line must agree). Every rank reads the same files, so every rank decides alike;
  * 0, or -1 with the message in err. */
@@ -341,7 +389,7 @@ static int resolve_resume(options *o, char *err) {
     } else {
         mt_clear_error();
     }
-    return 0;
+    return resume_schedule(o, err);
 }
 
 /* ---- data ---------------------------------------------------------------------------------- */
@@ -648,6 +696,8 @@ static mt_status build(trainer *t) {
                          .seq = o->seq, .vocab = o->vocab, .seed = o->seed};
     snprintf(t->config_json, sizeof t->config_json, CONFIG_FORMAT, o->layers, o->d_model,
              o->heads, o->seq, o->vocab);
+    snprintf(t->run_json, sizeof t->run_json, RUN_FORMAT, (unsigned long long)o->seed,
+             (double)o->lr, o->warmup, (double)o->weight_decay, (double)o->clip);
     MT_TRY(mt_gpt_create(t->mesh, &cfg, &t->gpt));
 
     /* fully_shard each block, then the root (embeddings, final LayerNorm) over "dp". */
@@ -690,6 +740,9 @@ static mt_status resume(trainer *t) {
         printf(PROG ": resumed from %s at step %d (%s)\n", info.path, t->first_step,
                info.has_optimizer ? "model and optimizer state"
                                   : "model only: a fresh optimizer");
+        if (o->resume_note[0])
+            printf(PROG ": resumed with %s (not a continuation of the saved run)\n",
+                   o->resume_note);
         fflush(stdout);
     }
     return MT_OK;
@@ -700,14 +753,15 @@ static mt_status resume(trainer *t) {
 static mt_status save_checkpoint(trainer *t, int steps_done) {
     const options *o = t->opt;
     t->steps_done = steps_done;
-    mt_checkpoint_extra ex[2] = {
+    mt_checkpoint_extra ex[3] = {
         {CONFIG_EXTRA, t->config_json, strlen(t->config_json), false},
-        {STEP_EXTRA, &t->steps_done, sizeof t->steps_done, false}};
+        {STEP_EXTRA, &t->steps_done, sizeof t->steps_done, false},
+        {RUN_EXTRA, t->run_json, strlen(t->run_json), false}};
     mt_checkpoint_options co = mt_checkpoint_defaults();
     co.step = steps_done;
     co.keep = o->keep;
     co.extras = ex;
-    co.n_extras = 2;
+    co.n_extras = 3;
     double t0 = now_ms();
     MT_TRY(mt_checkpoint_save(mt_gpt_root(t->gpt), t->adam, o->ckpt_dir, &co));
     if (t->rank == 0) {

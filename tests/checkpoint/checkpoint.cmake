@@ -18,7 +18,7 @@ mt_add_mp_test(ckpt_hsdp TIMEOUT 120 LABELS checkpoint ENV MT_TIMEOUT_S=60 MT_DE
 # variant checks): an exact resume, resharding onto other layouts, a rank killed at each point of
 # a save, a save failing on one rank, --keep.
 foreach(variant exact_resume reshard crash_after_file crash_before_metadata crash_before_rename
-        crash_before_latest fail_stage_1 fail_stage_0 fail_write_1 fail_write_0 keep)
+        crash_before_latest fail_stage_1 fail_stage_0 fail_write_1 fail_write_0 schedule keep)
   # Each takes 1-5 s on 2 cores; reshard, the longest, runs 7 jobs.
   mt_add_mp_test(ckpt_${variant} TIMEOUT 180 LABELS checkpoint ENV MT_TIMEOUT_S=60
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/ckpt_train_gpt.sh $<TARGET_FILE:mtrun>

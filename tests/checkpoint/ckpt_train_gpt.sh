@@ -17,6 +17,9 @@
 #                  writer thread): every rank stops within seconds (no collective waits for the
 #                  failed rank until MT_TIMEOUT_S), with the failing rank's message; `latest`
 #                  still names step 2, and --resume auto finishes like the uninterrupted run
+#   schedule       saved with --seed 9 --lr 5e-3 --warmup 4, resumed with none of them: the run
+#                  continues with the checkpoint's schedule (identical losses and learning
+#                  rates); resumed with another --lr: that one is used, and rank 0 says so
 #   keep           --keep 2 leaves the 2 newest checkpoints; --keep 0 all of them; --keep 2 in a
 #                  run resumed from an older step keeps the one it just saved and the newest other
 set -u
@@ -192,6 +195,21 @@ fail_*)
     resumed resume 2
     tool "steps 2-5 after the failed save equal the uninterrupted run's to the bit" \
         compare "$TMP/ref.jsonl" "$TMP/resume.jsonl" 2 5 exact
+    ;;
+schedule)
+    # Not TINY's schedule: the resumed run must take it from the checkpoint, not the defaults.
+    sched=(--dp 2 --batch 2 --steps 6 --save-every 3 --checkpoint-dir "$TMP/ck")
+    run saved 2 "${sched[@]}" --seed 9 --lr 5e-3 --warmup 4
+    start_bg plain "$MTRUN" --standalone --nproc_per_node 2 "$PROG" --layers 2 --d-model 32 \
+        --heads 4 --seq 16 --dp 2 --batch 2 --steps 6 --resume "$TMP/ck/step-00000003" \
+        --metrics "$TMP/plain.jsonl"
+    expect_rc plain 0 "$RUN_LIMIT"
+    tool "resumed without schedule options: steps 3-5 equal the saved run's to the bit" \
+        compare "$TMP/saved.jsonl" "$TMP/plain.jsonl" 3 5 exact
+    start_bg lr "$MTRUN" --standalone --nproc_per_node 2 "$PROG" --layers 2 --d-model 32 \
+        --heads 4 --seq 16 --dp 2 --batch 2 --steps 6 --lr 1e-3 --resume "$TMP/ck/step-00000003"
+    expect_rc lr 0 "$RUN_LIMIT"
+    expect_text lr out "resumed with --lr 0.001 instead of the checkpoint's 0.005 (not a continuation"
     ;;
 keep)
     run keep2 2 --dp 2 --batch 2 --steps 5 --save-every 1 --keep 2 --checkpoint-dir "$TMP/k2"
