@@ -25,6 +25,27 @@ bad --master-port "$WORKER" "invalid value '$WORKER' for --master_port"
 bad --nnodes "option --nnodes needs a value"
 bad --standalone --nnodes 2 "$WORKER" "--standalone runs a single node"
 bad --bogus "$WORKER" "unknown option '--bogus'"
+# torchrun's rendezvous and supervision options (issue 15)
+bad --nnodes 1:4 "$WORKER" "--nnodes 1:4 asks for elastic membership (between 1 and 4 nodes), which mtrun does not support"
+bad --nnodes=3:2 "$WORKER" "invalid value '3:2' for --nnodes"
+bad --nnodes 2: "$WORKER" "invalid value '2:' for --nnodes"
+bad --max-restarts 3 "$WORKER" "--max_restarts 3: restarts are not supported yet (issue 15)"
+bad --max_restarts=-1 "$WORKER" "invalid value '-1' for --max_restarts"
+bad --rdzv-backend etcd "$WORKER" "invalid value 'etcd' for --rdzv_backend"
+bad --rdzv-conf foo=1 "$WORKER" "unknown --rdzv_conf key 'foo' (known: join_timeout, last_call_timeout, is_host)"
+bad --rdzv-conf join_timeout=1,bar=2 "$WORKER" "unknown --rdzv_conf key 'bar'"
+bad --rdzv-conf join_timeout=abc "$WORKER" "invalid value 'abc' for --rdzv_conf join_timeout"
+bad --rdzv-conf join_timeout "$WORKER" "invalid --rdzv_conf item 'join_timeout': expected key=value"
+bad --rdzv-conf is_host=maybe --rdzv-backend c10d "$WORKER" "invalid value 'maybe' for --rdzv_conf is_host"
+bad --rdzv-conf is_host=true "$WORKER" "--rdzv_conf is_host applies to --rdzv_backend c10d"
+bad --rdzv-endpoint host:99999 "$WORKER" "invalid value 'host:99999' for --rdzv_endpoint"
+bad --rdzv-endpoint :1234 "$WORKER" "invalid value ':1234' for --rdzv_endpoint"
+bad --rdzv-endpoint 127.0.0.1:1234 --master-port 1 "$WORKER" "--rdzv_endpoint and --master_addr/--master_port both give the store's address"
+bad --standalone --rdzv-endpoint 127.0.0.1 "$WORKER" "--standalone hosts the store on a free local port"
+bad --rdzv-backend c10d --nnodes 2 --node-rank 1 "$WORKER" "--rdzv_backend c10d assigns node ranks in the order nodes join; leave out --node_rank 1"
+bad --rdzv-backend static --nnodes 2 "$WORKER" "--rdzv_backend static needs --node_rank on each of the 2 nodes"
+bad --monitor-interval 0 "$WORKER" "invalid value '0' for --monitor_interval"
+bad --role= "$WORKER" "invalid value '' for --role"
 bad "missing PROGRAM to run"
 bad --nnodes 1 -- "missing PROGRAM to run"
 
@@ -43,6 +64,18 @@ check "dash spellings: exit 0 (got $RC)" test "$RC" = 0
 check "dash spellings: two ranks" has_line "$TMP/spell.out" "[rank1]:env WORLD_SIZE=2"
 check "dash spellings: job id" has_line "$TMP/spell.out" "[rank1]:env MT_RDZV_ID=spelled"
 check "dash spellings: log dir created" test -s "$TMP/logs/rank1.stdout"
+
+# Accepted with torchrun's meaning: N:N, no restarts, a role, a monitor interval, last_call_timeout.
+start_bg torchrun_opts "$MTRUN" --standalone --nnodes 1:1 --max-restarts 0 --monitor-interval 0.5 \
+    --role trainer --rdzv-conf last_call_timeout=2 "$WORKER" --env --marker "$MARKER"
+wait_rc "$PID_torchrun_opts" 20
+check "torchrun options: exit 0 (got $RC)" test "$RC" = 0
+check "torchrun options: role name" has_line "$TMP/torchrun_opts.out" "[rank0]:env ROLE_NAME=trainer"
+check "torchrun options: no restarts" has_line "$TMP/torchrun_opts.out" "[rank0]:env TORCHELASTIC_MAX_RESTARTS=0"
+start_bg default_role "$MTRUN" --standalone "$WORKER" --env --marker "$MARKER"
+wait_rc "$PID_default_role" 20
+check "default role: exit 0 (got $RC)" test "$RC" = 0
+check "default role: ROLE_NAME=default" has_line "$TMP/default_role.out" "[rank0]:env ROLE_NAME=default"
 
 start_bg prog_opts "$MTRUN" --standalone "$WORKER" --nnodes 5 --marker "$MARKER"
 wait_rc "$PID_prog_opts" 20

@@ -27,7 +27,9 @@ static void print_env(int rank) {
     static const char *names[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
                                   "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "MT_RDZV_ID",
                                   "TORCHELASTIC_RUN_ID", "MT_NNODES", "MT_STORE_HOSTED",
-                                  "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"};
+                                  "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GROUP_WORLD_SIZE",
+                                  "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+                                  "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const char *v = getenv(names[i]);
         printf("env %s=%s\n", names[i], v ? v : "<unset>");

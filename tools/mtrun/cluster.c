@@ -31,7 +31,9 @@
 struct mtrun_cluster {
     int nnodes, node, nproc, port;
     char addr[256], job[256];
-    double timeout;
+    double timeout, join_timeout;
+    const char *join_what; /* what set join_timeout, for messages */
+    const char *host_label; /* who hosts the store, for messages */
     mt_store *main_conn, *hb_conn, *watch_conn;
     int notify_r, notify_w;
 
@@ -78,8 +80,8 @@ static void set_event_locked(mtrun_cluster *c, int code, bool publish, const cha
 }
 
 static void store_lost_locked(mtrun_cluster *c, const char *why) {
-    set_event_locked(c, 1, false, "lost the rendezvous store at %s:%d (node 0): %s", c->addr,
-                     c->port, why);
+    set_event_locked(c, 1, false, "lost the rendezvous store at %s:%d (%s): %s", c->addr,
+                     c->port, c->host_label, why);
 }
 
 /* Copies a store value into a NUL-terminated buffer (values are bytes, not strings). */
@@ -120,8 +122,16 @@ static int interrupted(int sig, const char *while_doing) {
     return 128 + sig;
 }
 
+/* "node N", or "this node" while c10d has not assigned its rank yet. */
+static const char *node_name(const mtrun_cluster *c, char *buf, size_t cap) {
+    if (c->node < 0) return "this node";
+    snprintf(buf, cap, "node %d", c->node);
+    return buf;
+}
+
 static int connect_until(mtrun_cluster *c, const char *host, double deadline, int sigfd,
                          mt_store **out) {
+    char who[32];
     for (;;) {
         /* Short slices so that signals are noticed; never <= 0, which means the default. */
         double left = deadline - mtrun_now();
@@ -130,16 +140,17 @@ static int connect_until(mtrun_cluster *c, const char *host, double deadline, in
         if (st == MT_OK) return -1;
         /* Another job or another build: waiting will not help. */
         if (st == MT_ERR_MISMATCH || st == MT_ERR_PROTOCOL || st == MT_ERR_INVALID_ARG) {
-            mtrun_msg("node %d cannot join the rendezvous store at %s:%d: %s", c->node, host,
+            mtrun_msg("%s cannot join the rendezvous store at %s:%d: %s",
+                      node_name(c, who, sizeof who), host,
                       c->port, mt_last_error());
             return 1;
         }
         int sig = pending_signal(sigfd);
         if (sig) return interrupted(sig, "connecting to the rendezvous store");
         if (mtrun_now() >= deadline) {
-            mtrun_msg("node %d could not reach the rendezvous store at %s:%d within %g s "
-                      "(is node 0's mtrun running with the same --master_port?): %s",
-                      c->node, host, c->port, c->timeout, mt_last_error());
+            mtrun_msg("%s could not reach the rendezvous store at %s:%d within %g s (%s; "
+                      "is the hosting node's mtrun running with the same port?): %s",
+                      node_name(c, who, sizeof who), host, c->port, c->join_timeout, c->join_what, mt_last_error());
             return 1;
         }
     }
@@ -215,6 +226,25 @@ static int claim_node(mtrun_cluster *c) {
     return same ? -1 : 1;
 }
 
+/* c10d: the n-th node to increment the arrival counter takes node rank n-1, so that every node
+ * can run the identical command line. A node beyond --nnodes is refused; the job it came too late
+ * for is not disturbed. */
+static int take_arrival_rank(mtrun_cluster *c) {
+    int64_t n = 0;
+    if (mt_store_add(c->main_conn, "mtrun/arrivals", 1, &n) != MT_OK) {
+        mtrun_msg("cannot take a node rank from the rendezvous store at %s:%d: %s", c->addr,
+                  c->port, mt_last_error());
+        return 1;
+    }
+    if (n < 1 || n > c->nnodes) {
+        mtrun_msg("job '%s' already has its %d nodes (this mtrun arrived as node number %lld); "
+                  "elastic membership is not supported", c->job, c->nnodes, (long long)n);
+        return 1;
+    }
+    c->node = (int)(n - 1);
+    return -1;
+}
+
 static int wait_for_nodes(mtrun_cluster *c, double deadline, int sigfd) {
     char **keys = calloc((size_t)c->nnodes, sizeof *keys);
     int code = 1;
@@ -234,8 +264,8 @@ static int wait_for_nodes(mtrun_cluster *c, double deadline, int sigfd) {
             goto done;
         }
         if (st != MT_ERR_TIMEOUT) {
-            mtrun_msg("lost the rendezvous store at %s:%d (node 0) while waiting for the other "
-                      "nodes: %s", c->addr, c->port, mt_last_error());
+            mtrun_msg("lost the rendezvous store at %s:%d (%s) while waiting for the "
+                      "other nodes: %s", c->addr, c->port, c->host_label, mt_last_error());
             goto done;
         }
         void *fail = NULL;
@@ -274,10 +304,10 @@ static int wait_for_nodes(mtrun_cluster *c, double deadline, int sigfd) {
         free(v);
     }
     char text[1024];
-    snprintf(text, sizeof text, "node%s %s never joined job '%s' within %g s (MT_TIMEOUT_S); "
+    snprintf(text, sizeof text, "node%s %s never joined job '%s' within %g s (%s); "
              "check that every node runs mtrun with --master_addr %s --master_port %d",
-             nmissing == 1 ? "" : "s", nmissing ? missing : "?", c->job, c->timeout, c->addr,
-             c->port);
+             nmissing == 1 ? "" : "s", nmissing ? missing : "?", c->job, c->join_timeout,
+             c->join_what, c->addr, c->port);
     mtrun_msg("%s; stopping the job", text);
     publish_join_failure(c, 1, text);
 done:
@@ -398,7 +428,7 @@ static void *watcher_main(void *arg) {
     }
 }
 
-int mtrun_cluster_join(const mtrun_options *o, int port, double timeout_s, int sigfd,
+int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout_s, int sigfd,
                        mtrun_cluster **out) {
     mtrun_cluster *c = calloc(1, sizeof *c);
     if (!c) {
@@ -410,17 +440,24 @@ int mtrun_cluster_join(const mtrun_options *o, int port, double timeout_s, int s
     c->nproc = o->nproc_per_node;
     c->port = port;
     c->timeout = timeout_s;
+    c->join_timeout = join_s;
+    c->host_label = o->rdzv_backend == MTRUN_RDZV_STATIC ? "node 0" : "the hosting node";
+    c->join_what = o->join_timeout >= 0 ? "--rdzv_conf join_timeout" : "MT_TIMEOUT_S";
     snprintf(c->addr, sizeof c->addr, "%s", o->master_addr);
     snprintf(c->job, sizeof c->job, "%s", o->rdzv_id);
     c->notify_r = c->notify_w = -1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
 
-    /* Node 0 talks to its own server over loopback: the master address may name an interface
-     * that only other hosts route to. */
-    const char *host = c->node == 0 ? "127.0.0.1" : c->addr;
-    double deadline = mtrun_now() + timeout_s;
+    /* The hosting node talks to its own server over loopback: the master address may name an
+     * interface that only other hosts route to. */
+    const char *host = o->hosts_store ? "127.0.0.1" : c->addr;
+    double deadline = mtrun_now() + join_s;
     int code = connect_until(c, host, deadline, sigfd, &c->main_conn);
+    if (code < 0 && c->node < 0) {
+        code = take_arrival_rank(c);
+        if (code < 0) o->node_rank = c->node;
+    }
     if (code < 0) code = check_config(c);
     if (code < 0) code = claim_node(c);
     if (code < 0) code = wait_for_nodes(c, deadline, sigfd);

@@ -2,6 +2,7 @@
  * and learning the job's first failure, heartbeats, and who has left.
  *
  * Store keys (all under "mtrun/", so they never meet the runtime's own keys):
+ *   mtrun/arrivals   c10d: counter of joined nodes; the n-th node to arrive takes node rank n-1
  *   mtrun/config      "nnodes nproc_per_node node" of the first node to arrive (compare_set)
  *   mtrun/node/R      "host pid" of the mtrun that claimed node rank R (compare_set)
  *   mtrun/failure     "code\ntext": the job's first failure (compare_set: the first one wins)
@@ -25,11 +26,12 @@ typedef struct mtrun_cluster_event {
     char text[1024]; /* printed as "mtrun: <text>; stopping the job" */
 } mtrun_cluster_event;
 
-/* Connects to the store at master_addr:port, checks that this node agrees with the others on
- * --nnodes and --nproc_per_node, claims the node rank and waits until every node has joined (at
- * most timeout_s). Signals arriving on sigfd meanwhile abort the wait. Returns -1 on success,
- * else the exit code after printing why. */
-int mtrun_cluster_join(const mtrun_options *o, int port, double timeout_s, int sigfd,
+/* Connects to the store at master_addr:port (over loopback when o->hosts_store), takes a node
+ * rank in arrival order when o->node_rank is -1 (c10d) and writes it there, checks that this node
+ * agrees with the others on --nnodes and --nproc_per_node, claims the node rank and waits until
+ * every node has joined (at most join_s). timeout_s bounds heartbeats later. Signals arriving on
+ * sigfd meanwhile abort the wait. Returns -1 on success, else the exit code after printing why. */
+int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout_s, int sigfd,
                        mtrun_cluster **out);
 
 /* A descriptor that becomes readable when mtrun_cluster_check may have something new. */

@@ -147,8 +147,8 @@ static bool all_reaped(const job *j) {
     return true;
 }
 
-/* The local ranks are all gone: say so to the other nodes and decide what comes next. Node 0
- * keeps the store up until the other nodes have left (or are lost), so that none of them takes a
+/* The local ranks are all gone: say so to the other nodes and decide what comes next. The node
+ * that hosts the store keeps the store up until the other nodes have left (or are lost), so that none of them takes a
  * finished node 0 for a dead one, and each can still read the first failure. */
 static void ranks_done(job *j) {
     for (int i = 0; i < j->n; i++) {
@@ -160,7 +160,7 @@ static void ranks_done(job *j) {
         return;
     }
     mtrun_cluster_leave(j->cluster, j->code);
-    if (j->o->node_rank == 0 && !mtrun_cluster_settled(j->cluster)) {
+    if (j->o->hosts_store && !mtrun_cluster_settled(j->cluster)) {
         /* After a success, other nodes may legitimately run much longer: the heartbeat bounds
          * the wait (a dead node is declared lost after MT_TIMEOUT_S). After a failure the others
          * are only stopping, and MT_TIMEOUT_S bounds the wait as well. */
@@ -216,7 +216,7 @@ static void start_ranks(job *j) {
     mtrun_launch l = {.path = path, .argv = o->program_argv, .nnodes = o->nnodes,
                       .nproc_per_node = o->nproc_per_node, .node_rank = o->node_rank,
                       .master_addr = o->master_addr, .master_port = j->port,
-                      .job_id = o->rdzv_id};
+                      .job_id = o->rdzv_id, .role = o->role};
     for (int i = 0; i < j->n && j->ph == RUNNING; i++) {
         rank_slot *r = &j->ranks[i];
         int out_fd, err_fd;

@@ -2,6 +2,7 @@
  * hosts the job's rendezvous store. See docs/mtrun.md. */
 #include "binding.h"
 #include "cluster.h"
+#include "endpoint.h"
 #include "job.h"
 #include "msg.h"
 #include "options.h"
@@ -56,8 +57,24 @@ static int make_dirs(const char *dir) {
     return 0;
 }
 
+/* Which mtrun hosts the store. static: node rank 0. c10d: --rdzv_conf is_host when given,
+ * else the node whose address (--local_addr, else its interfaces and loopback) the endpoint's
+ * host is. A single node always hosts it, since nobody else would. */
+static bool decide_hosting(const mtrun_options *o) {
+    if (o->nnodes == 1) return true;
+    if (o->rdzv_backend == MTRUN_RDZV_STATIC) return o->node_rank == 0;
+    if (o->is_host >= 0) return o->is_host == 1;
+    return mtrun_endpoint_is_local(o->master_addr, o->local_addr);
+}
+
+/* c10d nodes that found the endpoint to be theirs race for the port when they share a machine;
+ * the losers become clients. Forced hosting (is_host=true) and static keep the error. */
+static bool c10d_may_leave_hosting(const mtrun_options *o) {
+    return o->rdzv_backend == MTRUN_RDZV_C10D && o->nnodes > 1 && o->is_host < 0;
+}
+
 /* Everything after option parsing and binding plans: the store, the cluster and the job. */
-static int run(const mtrun_options *o, mtrun_binding *binding) {
+static int run(mtrun_options *o, mtrun_binding *binding) {
     /* Signals are blocked before any thread exists (the store's included) so that only the
      * signalfd sees them; a closed stdout must not kill mtrun and orphan the ranks. */
     sigset_t set;
@@ -82,7 +99,7 @@ static int run(const mtrun_options *o, mtrun_binding *binding) {
 
     mt_store_server *server = NULL;
     int port = o->master_port;
-    if (o->node_rank == 0) {
+    if (o->hosts_store) {
         char ifaddr[64];
         const char *bind_addr = NULL;
         if (mt_netif_store_bind(ifaddr, sizeof ifaddr, &bind_addr) != MT_OK) {
@@ -90,16 +107,24 @@ static int run(const mtrun_options *o, mtrun_binding *binding) {
             return 2;
         }
         if (mt_store_server_start(bind_addr, o->master_port, o->rdzv_id, &server) != MT_OK) {
-            mtrun_msg("cannot host the rendezvous store on port %d: %s", o->master_port,
-                      mt_last_error());
-            return 1;
+            if (!c10d_may_leave_hosting(o)) {
+                mtrun_msg("cannot host the rendezvous store on port %d: %s", o->master_port,
+                          mt_last_error());
+                return 1;
+            }
+            /* Another mtrun of this machine hosts it already (several nodes on one machine):
+             * join as a client. A port held by anything else fails the connection, which says
+             * so. */
+            o->hosts_store = false;
+        } else {
+            port = mt_store_server_port(server);
         }
-        port = mt_store_server_port(server);
     }
 
     mtrun_cluster *cluster = NULL;
     int code = -1;
-    if (o->nnodes > 1) code = mtrun_cluster_join(o, port, timeout, sigfd, &cluster);
+    double join = o->join_timeout >= 0 ? o->join_timeout : timeout;
+    if (o->nnodes > 1) code = mtrun_cluster_join(o, port, join, timeout, sigfd, &cluster);
     if (code < 0) code = mtrun_job_run(o, port, cluster, binding, sigfd, timeout, grace);
     mtrun_cluster_close(cluster);
     if (server) mt_store_server_stop(server);
@@ -118,6 +143,7 @@ int main(int argc, char **argv) {
     }
     /* The topology is read before any thread exists, and a bad MT_TOPO_FILE stops this node
      * before it joins the job. */
+    o.hosts_store = decide_hosting(&o);
     mtrun_binding *binding = NULL;
     r = mtrun_binding_prepare(&o, &binding);
     if (r != 0) return r;

@@ -3,6 +3,7 @@
  * alone. */
 #include "options.h"
 
+#include "endpoint.h"
 #include "msg.h"
 
 #include "topo/bind.h"
@@ -22,13 +23,24 @@ static const char usage_text[] =
     "and stops the whole job (every node) when one rank fails. Run one mtrun per node.\n"
     "\n"
     "options (dash or underscore spelling; --opt value or --opt=value):\n"
-    "  --nnodes N            number of nodes (mtrun instances) in the job (default 1)\n"
+    "  --nnodes N            number of nodes (mtrun instances) in the job (default 1); N:N is\n"
+    "                        accepted, elastic ranges MIN:MAX with MIN < MAX are not\n"
     "  --nproc_per_node N    ranks started on this node (default 1)\n"
-    "  --node_rank R         this node's rank, 0..nnodes-1 (default 0)\n"
-    "  --master_addr ADDR    address of node 0, which hosts the rendezvous store\n"
-    "                        (default 127.0.0.1)\n"
+    "  --node_rank R         this node's rank, 0..nnodes-1 (default 0; with --rdzv_backend c10d\n"
+    "                        leave it out: nodes take ranks in the order they join)\n"
+    "  --master_addr ADDR    address of the node that hosts the rendezvous store (default\n"
+    "                        127.0.0.1)\n"
     "  --master_port PORT    port of the rendezvous store (default 29500)\n"
+    "  --rdzv_endpoint HOST[:PORT]  the store's address instead of --master_addr/--master_port\n"
+    "                        (port default 29400); with c10d the node whose address it is hosts it\n"
+    "  --rdzv_backend B      static (node_rank 0 hosts the store; the default) or c10d\n"
     "  --rdzv_id ID          job id; every node of one job passes the same (default none)\n"
+    "  --rdzv_conf K=V,...   join_timeout=S (wait for all nodes, default MT_TIMEOUT_S),\n"
+    "                        last_call_timeout=S (accepted, no effect), is_host=true|false\n"
+    "  --local_addr ADDR     this node's address, to decide whether it hosts the store (c10d)\n"
+    "  --role NAME           ROLE_NAME for the ranks (default \"default\")\n"
+    "  --max_restarts N      only 0: restarts are not supported yet\n"
+    "  --monitor_interval S  accepted; mtrun learns of rank exits at once, without polling\n"
     "  --log_dir DIR         also write each rank's output to DIR/rankN.stdout and rankN.stderr\n"
     "  --standalone          one node, the store on a free port\n"
     "  --bind MODE           bind each rank's CPUs and memory: none, numa (the NUMA node of its\n"
@@ -44,7 +56,8 @@ static const char usage_text[] =
     "See docs/mtrun.md.\n";
 
 typedef enum { OPT_NNODES, OPT_NPROC, OPT_NODE_RANK, OPT_ADDR, OPT_PORT, OPT_RDZV_ID,
-               OPT_LOG_DIR, OPT_STANDALONE, OPT_BIND, OPT_HELP } option_id;
+               OPT_LOG_DIR, OPT_STANDALONE, OPT_BIND, OPT_HELP, OPT_ENDPOINT, OPT_BACKEND,
+               OPT_CONF, OPT_LOCAL_ADDR, OPT_ROLE, OPT_MAX_RESTARTS, OPT_MONITOR } option_id;
 
 static const struct {
     const char *name; /* underscore spelling, without the leading "--" */
@@ -56,7 +69,17 @@ static const struct {
     {"master_port", OPT_PORT, 1},       {"rdzv_id", OPT_RDZV_ID, 1},
     {"log_dir", OPT_LOG_DIR, 1},        {"standalone", OPT_STANDALONE, 0},
     {"bind", OPT_BIND, 1},              {"help", OPT_HELP, 0},
+    {"rdzv_endpoint", OPT_ENDPOINT, 1}, {"rdzv_backend", OPT_BACKEND, 1},
+    {"rdzv_conf", OPT_CONF, 1},         {"local_addr", OPT_LOCAL_ADDR, 1},
+    {"role", OPT_ROLE, 1},              {"max_restarts", OPT_MAX_RESTARTS, 1},
+    {"monitor_interval", OPT_MONITOR, 1},
 };
+
+/* What the command line said beyond the values themselves, for the checks made once all
+ * options are known. */
+typedef struct seen {
+    int nnodes, addr, port, endpoint, backend;
+} seen_options;
 
 /* Compares an option name as typed (dashes or underscores, up to len bytes) with a known one. */
 static int name_matches(const char *typed, size_t len, const char *name) {
@@ -84,16 +107,96 @@ static int bad_value(const char *option, const char *value, const char *expected
     return 2;
 }
 
+/* Parses seconds (a decimal number) in [min, 1e6]; returns 0 on success. */
+static int parse_seconds(const char *text, double min, double *out) {
+    if (!*text) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || *end || !(v >= min) || v > 1e6) return -1;
+    *out = v;
+    return 0;
+}
+
+/* --nnodes N or MIN:MAX. Fixed membership only: MIN:MAX is accepted when MIN == MAX. */
+static int parse_nnodes(const char *name, const char *value, mtrun_options *o) {
+    const char *colon = strchr(value, ':');
+    if (!colon) {
+        if (parse_int(value, 1, 1000000, &o->nnodes))
+            return bad_value(name, value, "a positive number of nodes or MIN:MAX");
+        return MTRUN_PARSE_RUN;
+    }
+    char min_text[32];
+    size_t len = (size_t)(colon - value);
+    int min, max;
+    if (len >= sizeof min_text) return bad_value(name, value, "a positive number of nodes or MIN:MAX");
+    memcpy(min_text, value, len);
+    min_text[len] = '\0';
+    if (parse_int(min_text, 1, 1000000, &min) || parse_int(colon + 1, 1, 1000000, &max) ||
+        min > max)
+        return bad_value(name, value, "a positive number of nodes or MIN:MAX with MIN <= MAX");
+    if (min < max) {
+        mtrun_msg("--nnodes %s asks for elastic membership (between %d and %d nodes), which mtrun "
+                  "does not support: give a fixed number of nodes, e.g. --nnodes %d", value, min,
+                  max, max);
+        return 2;
+    }
+    o->nnodes = min;
+    return MTRUN_PARSE_RUN;
+}
+
+/* --rdzv_conf key=value,...: join_timeout, last_call_timeout, is_host. */
+static int parse_conf(const char *name, const char *value, mtrun_options *o) {
+    const char *p = value;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[256];
+        if (len == 0 || len >= sizeof item) {
+            mtrun_msg("invalid --%s '%s': expected key=value pairs separated by commas", name,
+                      value);
+            return 2;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        char *eq = strchr(item, '=');
+        if (!eq) {
+            mtrun_msg("invalid --%s item '%s': expected key=value", name, item);
+            return 2;
+        }
+        *eq = '\0';
+        const char *key = item, *v = eq + 1;
+        if (!strcmp(key, "join_timeout")) {
+            if (parse_seconds(v, 0.001, &o->join_timeout))
+                return bad_value("rdzv_conf join_timeout", v, "a positive number of seconds");
+        } else if (!strcmp(key, "last_call_timeout")) {
+            if (parse_seconds(v, 0, &o->last_call_timeout))
+                return bad_value("rdzv_conf last_call_timeout", v, "a number of seconds >= 0");
+        } else if (!strcmp(key, "is_host")) {
+            if (!strcmp(v, "true") || !strcmp(v, "1")) o->is_host = 1;
+            else if (!strcmp(v, "false") || !strcmp(v, "0")) o->is_host = 0;
+            else return bad_value("rdzv_conf is_host", v, "true, false, 1 or 0");
+        } else {
+            mtrun_msg("unknown --%s key '%s' (known: join_timeout, last_call_timeout, is_host)",
+                      name, key);
+            return 2;
+        }
+        p += len + (comma ? 1 : 0);
+        if (comma && !*p) {
+            mtrun_msg("invalid --%s '%s': it ends with a comma", name, value);
+            return 2;
+        }
+    }
+    return MTRUN_PARSE_RUN;
+}
+
 /* Applies one option with its value (NULL for flags). Returns MTRUN_PARSE_RUN or an exit code. */
 static int apply(option_id id, const char *name, const char *value, mtrun_options *o,
-                 int *seen_nnodes) {
+                 seen_options *seen) {
     switch (id) {
     case OPT_NNODES:
-        if (parse_int(value, 1, 1000000, &o->nnodes))
-            return bad_value(name, value, "a positive number of nodes (elastic ranges such as "
-                                          "1:4 are not supported)");
-        *seen_nnodes = 1;
-        break;
+        seen->nnodes = 1;
+        return parse_nnodes(name, value, o);
     case OPT_NPROC:
         if (parse_int(value, 1, 100000, &o->nproc_per_node))
             return bad_value(name, value, "a positive number of processes");
@@ -101,14 +204,17 @@ static int apply(option_id id, const char *name, const char *value, mtrun_option
     case OPT_NODE_RANK:
         if (parse_int(value, 0, 1000000, &o->node_rank))
             return bad_value(name, value, "a node rank >= 0");
+        o->node_rank_given = true;
         break;
     case OPT_ADDR:
         if (!*value) return bad_value(name, value, "a host name or address");
         o->master_addr = value;
+        seen->addr = 1;
         break;
     case OPT_PORT:
         if (parse_int(value, 1, 65535, &o->master_port))
             return bad_value(name, value, "a port number 1..65535 (--standalone picks a free one)");
+        seen->port = 1;
         break;
     case OPT_RDZV_ID:
         if (!*value || strlen(value) > MTRUN_MAX_JOB_ID)
@@ -126,14 +232,53 @@ static int apply(option_id id, const char *name, const char *value, mtrun_option
         o->bind_from = "--bind";
         break;
     case OPT_HELP: fputs(usage_text, stdout); return 0;
+    case OPT_ENDPOINT:
+        o->master_port = 29400; /* torchrun's default port for an endpoint without one */
+        if (mtrun_endpoint_parse(value, o->endpoint_host, sizeof o->endpoint_host,
+                                 &o->master_port))
+            return bad_value(name, value, "HOST, HOST:PORT or [IPV6]:PORT with a port 1..65535");
+        o->master_addr = o->endpoint_host;
+        seen->endpoint = 1;
+        break;
+    case OPT_BACKEND:
+        if (!strcmp(value, "static")) o->rdzv_backend = MTRUN_RDZV_STATIC;
+        else if (!strcmp(value, "c10d")) o->rdzv_backend = MTRUN_RDZV_C10D;
+        else return bad_value(name, value, "static or c10d (etcd backends are not supported)");
+        seen->backend = 1;
+        break;
+    case OPT_CONF: return parse_conf(name, value, o);
+    case OPT_LOCAL_ADDR:
+        if (!*value) return bad_value(name, value, "a host name or address");
+        o->local_addr = value;
+        break;
+    case OPT_ROLE:
+        if (!*value) return bad_value(name, value, "a non-empty role name");
+        o->role = value;
+        break;
+    case OPT_MAX_RESTARTS: {
+        int n;
+        if (parse_int(value, 0, 1000000, &n)) return bad_value(name, value, "a number >= 0");
+        if (n > 0) {
+            mtrun_msg("--max_restarts %d: restarts are not supported yet (issue 15); use "
+                      "--max_restarts 0", n);
+            return 2;
+        }
+        break;
+    }
+    case OPT_MONITOR:
+        if (parse_seconds(value, 0.001, &o->monitor_interval))
+            return bad_value(name, value, "a positive number of seconds");
+        break;
     }
     return MTRUN_PARSE_RUN;
 }
 
 int mtrun_parse_options(int argc, char **argv, mtrun_options *o) {
     *o = (mtrun_options){.nnodes = 1, .nproc_per_node = 1, .node_rank = 0,
-                         .master_addr = "127.0.0.1", .master_port = 29500, .rdzv_id = "none"};
-    int seen_nnodes = 0;
+                         .master_addr = "127.0.0.1", .master_port = 29500, .rdzv_id = "none",
+                         .join_timeout = -1, .last_call_timeout = 1, .is_host = -1,
+                         .role = "default", .monitor_interval = 0.1};
+    seen_options seen = {0};
     int i = 1;
     for (; i < argc; i++) {
         const char *arg = argv[i];
@@ -176,7 +321,7 @@ int mtrun_parse_options(int argc, char **argv, mtrun_options *o) {
             mtrun_msg("option --%s takes no value", known[k].name);
             return 2;
         }
-        int r = apply(known[k].id, known[k].name, value, o, &seen_nnodes);
+        int r = apply(known[k].id, known[k].name, value, o, &seen);
         if (r != MTRUN_PARSE_RUN) return r;
     }
     if (i >= argc || !argv[i][0]) {
@@ -192,8 +337,34 @@ int mtrun_parse_options(int argc, char **argv, mtrun_options *o) {
         }
         o->bind_from = "MT_BIND";
     }
+    if (seen.endpoint && (seen.addr || seen.port)) {
+        mtrun_msg("--rdzv_endpoint and --master_addr/--master_port both give the store's "
+                  "address; give one of them");
+        return 2;
+    }
+    if (o->standalone && seen.endpoint) {
+        mtrun_msg("--standalone hosts the store on a free local port; it cannot be combined "
+                  "with --rdzv_endpoint %s", o->master_addr);
+        return 2;
+    }
+    if (o->rdzv_backend == MTRUN_RDZV_C10D && o->node_rank_given) {
+        mtrun_msg("--rdzv_backend c10d assigns node ranks in the order nodes join; leave out "
+                  "--node_rank %d, or use --rdzv_backend static", o->node_rank);
+        return 2;
+    }
+    if (o->rdzv_backend == MTRUN_RDZV_STATIC && seen.backend && o->nnodes > 1 &&
+        !o->node_rank_given) {
+        mtrun_msg("--rdzv_backend static needs --node_rank on each of the %d nodes (or use "
+                  "--rdzv_backend c10d)", o->nnodes);
+        return 2;
+    }
+    if (o->rdzv_backend == MTRUN_RDZV_STATIC && o->is_host >= 0) {
+        mtrun_msg("--rdzv_conf is_host applies to --rdzv_backend c10d; with static, node rank 0 "
+                  "hosts the store");
+        return 2;
+    }
     if (o->standalone) {
-        if (seen_nnodes && o->nnodes != 1) {
+        if (seen.nnodes && o->nnodes != 1) {
             mtrun_msg("--standalone runs a single node; it cannot be combined with --nnodes %d",
                       o->nnodes);
             return 2;
@@ -201,6 +372,8 @@ int mtrun_parse_options(int argc, char **argv, mtrun_options *o) {
         o->nnodes = 1;
         o->master_port = 0; /* a given --master_port is replaced by a free one, as torchrun does */
     }
+    /* c10d: the store assigns it in mtrun_cluster_join. */
+    if (o->rdzv_backend == MTRUN_RDZV_C10D && o->nnodes > 1) o->node_rank = -1;
     if (o->node_rank >= o->nnodes) {
         mtrun_msg("--node_rank %d is out of range: it must be below --nnodes %d", o->node_rank,
                   o->nnodes);

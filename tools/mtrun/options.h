@@ -6,13 +6,25 @@
 
 #include <stdbool.h>
 
+typedef enum { MTRUN_RDZV_STATIC, MTRUN_RDZV_C10D } mtrun_rdzv_backend;
+
 typedef struct mtrun_options {
     int nnodes;
     int nproc_per_node;
-    int node_rank;
+    int node_rank;        /* c10d without --node_rank: -1 until the store assigns it */
+    bool node_rank_given;
     const char *master_addr;
     int master_port;      /* 0 with --standalone: the store picks a free port */
     const char *rdzv_id;  /* the job id */
+    mtrun_rdzv_backend rdzv_backend;
+    const char *local_addr;     /* --local_addr, NULL when not given */
+    double join_timeout;        /* --rdzv_conf join_timeout; < 0: MT_TIMEOUT_S */
+    double last_call_timeout;   /* accepted; no effect while membership is fixed */
+    int is_host;                /* --rdzv_conf is_host: 1, 0, or -1 to decide by address */
+    const char *role;           /* --role: ROLE_NAME */
+    double monitor_interval;    /* accepted; mtrun is woken by SIGCHLD rather than polling */
+    bool hosts_store;           /* decided in main: this mtrun hosts the rendezvous store */
+    char endpoint_host[256];    /* --rdzv_endpoint's host (master_addr points here) */
     const char *log_dir;  /* NULL: no log files */
     bool standalone;
     /* --bind, else MT_BIND; bind_from says which ("--bind" or "MT_BIND"), NULL when neither

@@ -85,7 +85,9 @@ static char *env_entry(const char *name, const char *fmt, ...) {
 static char **build_env(const mtrun_launch *l, int local_rank, char ***owned, int *nowned) {
     static const char *const set_names[] = {
         "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-        "MASTER_PORT", "MT_RDZV_ID", "TORCHELASTIC_RUN_ID", "MT_NNODES", "MT_STORE_HOSTED"};
+        "MASTER_PORT", "MT_RDZV_ID", "TORCHELASTIC_RUN_ID", "MT_NNODES", "MT_STORE_HOSTED",
+        "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"};
     enum { NSET = sizeof set_names / sizeof set_names[0] };
     char *mine[NSET + 2];
     int n = 0;
@@ -101,6 +103,13 @@ static char **build_env(const mtrun_launch *l, int local_rank, char ***owned, in
     mine[n++] = env_entry("TORCHELASTIC_RUN_ID", "%s", l->job_id);
     mine[n++] = env_entry("MT_NNODES", "%d", l->nnodes);
     mine[n++] = env_entry("MT_STORE_HOSTED", "1");
+    /* torchelastic's variables: one role holds every rank, and there are no restarts yet. */
+    mine[n++] = env_entry("GROUP_WORLD_SIZE", "%d", l->nnodes);
+    mine[n++] = env_entry("ROLE_RANK", "%ld", rank);
+    mine[n++] = env_entry("ROLE_WORLD_SIZE", "%ld", (long)l->nnodes * l->nproc_per_node);
+    mine[n++] = env_entry("ROLE_NAME", "%s", l->role);
+    mine[n++] = env_entry("TORCHELASTIC_RESTART_COUNT", "0");
+    mine[n++] = env_entry("TORCHELASTIC_MAX_RESTARTS", "0");
     if (l->nproc_per_node > 1) {
         if (!getenv("OMP_NUM_THREADS")) mine[n++] = env_entry("OMP_NUM_THREADS", "1");
         if (!getenv("OPENBLAS_NUM_THREADS")) mine[n++] = env_entry("OPENBLAS_NUM_THREADS", "1");

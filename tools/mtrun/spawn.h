@@ -12,6 +12,7 @@ typedef struct mtrun_launch {
     const char *master_addr;
     int master_port;      /* the port the store really listens on */
     const char *job_id;
+    const char *role;     /* ROLE_NAME */
 } mtrun_launch;
 
 /* Finds the executable the way execvp would (PATH search when name has no '/'). On success
