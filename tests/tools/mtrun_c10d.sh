@@ -2,7 +2,7 @@
 # mtrun as torchrun's c10d rendezvous: every node runs the identical command line (no node rank)
 # against --rdzv-endpoint 127.0.0.1:PORT; nodes take node ranks in the order they join, the ranks
 # see torchrun's variables, a third node is refused, and a missing node or an endpoint that is
-# not this machine's ends the wait with a clear message.
+# not this machine's ends the wait with a clear message, as does a job mixing the two backends.
 . "$(dirname "$0")/mtrun_lib.sh"
 export MT_TIMEOUT_S=20
 
@@ -74,5 +74,22 @@ check "remote endpoint: exits 1 (got $RC)" test "$RC" = 1
 check "remote endpoint: says it could not reach the store" has_text "$TMP/remote.err" \
     "mtrun: this node could not reach the rendezvous store at 192.0.2.1:29400 within 2 s (--rdzv_conf join_timeout;"
 [ "$FAILURES" = 0 ] || { show alone; show remote; }
+
+# A static node and a c10d node in one job: both stop, naming the two backends.
+port=$(free_port)
+start_bg mixs "$MTRUN" --nnodes 2 --node-rank 0 --master-port "$port" --rdzv-id mix_$$ \
+    "$WORKER" --marker "$MARKER"
+sleep 0.5
+start_bg mixc "$MTRUN" --nnodes 2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
+    --rdzv-id mix_$$ "$WORKER" --marker "$MARKER"
+wait_rc "$PID_mixc" 15
+check "mixed backends: the c10d node exits 1 (got $RC)" test "$RC" = 1
+wait_rc "$PID_mixs" 15
+check "mixed backends: the static node exits 1 (got $RC)" test "$RC" = 1
+msg="node 0 was started with --rdzv_backend c10d but node 0 with --rdzv_backend static; every node of job 'mix_$$' needs the same backend"
+check "mixed backends: the c10d node explains" has_text "$TMP/mixc.err" "mtrun: $msg"
+check "mixed backends: the static node explains" has_text "$TMP/mixs.err" "mtrun: $msg"
+check "mixed backends: no rank was started" bash -c "! grep -q started '$TMP/mixs.out' '$TMP/mixc.out'"
+[ "$FAILURES" = 0 ] || { show mixs; show mixc; }
 check "no leftovers" no_leftovers 10
 finish

@@ -30,6 +30,7 @@
 
 struct mtrun_cluster {
     int nnodes, node, nproc, port;
+    int backend;            /* mtrun_rdzv_backend */
     char addr[256], job[256];
     double timeout, join_timeout;
     const char *join_what; /* what set join_timeout, for messages */
@@ -181,23 +182,32 @@ static bool register_first(mtrun_cluster *c, const char *key, const char *value,
     return false;
 }
 
+static const char *backend_name(int b) { return b == MTRUN_RDZV_C10D ? "c10d" : "static"; }
+
 static int check_config(mtrun_cluster *c) {
     char mine[128], key[] = "mtrun/config";
-    int n = snprintf(mine, sizeof mine, "%d %d %d", c->nnodes, c->nproc, c->node);
+    int n = snprintf(mine, sizeof mine, "%d %d %d %d", c->nnodes, c->nproc, c->node, c->backend);
     void *cur;
     size_t cur_len;
     if (!register_first(c, key, mine, (size_t)n, &cur, &cur_len)) return 1;
     char theirs[128];
     copy_value(cur, cur_len, theirs, sizeof theirs);
-    int nn = 0, np = 0, who = -1;
-    int ok = sscanf(theirs, "%d %d %d", &nn, &np, &who) == 3;
+    int nn = 0, np = 0, who = -1, backend = -1;
+    int ok = sscanf(theirs, "%d %d %d %d", &nn, &np, &who, &backend) == 4;
     free(cur);
-    if (ok && nn == c->nnodes && np == c->nproc) return -1;
+    if (ok && nn == c->nnodes && np == c->nproc && backend == c->backend) return -1;
     char text[512];
-    snprintf(text, sizeof text,
-             "node %d was started with --nnodes %d --nproc_per_node %d but node %d with --nnodes %d "
-             "--nproc_per_node %d; every node of job '%s' needs the same values",
-             c->node, c->nnodes, c->nproc, who, nn, np, c->job);
+    if (ok && nn == c->nnodes && np == c->nproc)
+        /* Static ranks and arrival-order ranks would collide: one way for the whole job. */
+        snprintf(text, sizeof text,
+                 "node %d was started with --rdzv_backend %s but node %d with --rdzv_backend %s; "
+                 "every node of job '%s' needs the same backend",
+                 c->node, backend_name(c->backend), who, backend_name(backend), c->job);
+    else
+        snprintf(text, sizeof text,
+                 "node %d was started with --nnodes %d --nproc_per_node %d but node %d with "
+                 "--nnodes %d --nproc_per_node %d; every node of job '%s' needs the same values",
+                 c->node, c->nnodes, c->nproc, who, nn, np, c->job);
     mtrun_msg("%s; stopping the job", text);
     publish_join_failure(c, 1, text);
     return 1;
@@ -438,6 +448,7 @@ int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout
     c->nnodes = o->nnodes;
     c->node = o->node_rank;
     c->nproc = o->nproc_per_node;
+    c->backend = (int)o->rdzv_backend;
     c->port = port;
     c->timeout = timeout_s;
     c->join_timeout = join_s;

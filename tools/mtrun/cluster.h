@@ -3,7 +3,7 @@
  *
  * Store keys (all under "mtrun/", so they never meet the runtime's own keys):
  *   mtrun/arrivals   c10d: counter of joined nodes; the n-th node to arrive takes node rank n-1
- *   mtrun/config      "nnodes nproc_per_node node" of the first node to arrive (compare_set)
+ *   mtrun/config      "nnodes nproc_per_node node backend" of the first node to arrive (compare_set)
  *   mtrun/node/R      "host pid" of the mtrun that claimed node rank R (compare_set)
  *   mtrun/failure     "code\ntext": the job's first failure (compare_set: the first one wins)
  *   mtrun/hb/R        node R's heartbeat counter, bumped every second
