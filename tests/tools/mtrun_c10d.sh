@@ -2,7 +2,8 @@
 # mtrun as torchrun's c10d rendezvous: every node runs the identical command line (no node rank)
 # against --rdzv-endpoint 127.0.0.1:PORT; nodes take node ranks in the order they join, the ranks
 # see torchrun's variables, a third node is refused, and a missing node or an endpoint that is
-# not this machine's ends the wait with a clear message, as does a job mixing the two backends.
+# not this machine's ends the wait with a clear message, as does a job mixing the two backends;
+# --local-addr and is_host decide whether a node hosts the store.
 . "$(dirname "$0")/mtrun_lib.sh"
 export MT_TIMEOUT_S=20
 
@@ -74,6 +75,28 @@ check "remote endpoint: exits 1 (got $RC)" test "$RC" = 1
 check "remote endpoint: says it could not reach the store" has_text "$TMP/remote.err" \
     "mtrun: this node could not reach the rendezvous store at 192.0.2.1:29400 within 2 s (--rdzv_conf join_timeout;"
 [ "$FAILURES" = 0 ] || { show alone; show remote; }
+
+# The hosting rule, seen from a node alone: a node that hosts the store waits for the missing
+# node ("never joined"); one that does not host it waits for the store ("could not reach").
+# hosting NAME EXPECTED-TEXT OPTIONS...
+hosting() {
+    local name=$1 expect=$2 port
+    shift 2
+    port=$(free_port)
+    start_bg "$name" "$MTRUN" --nnodes 2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
+        --rdzv-id "${name}_$$" "$@" "$WORKER" --marker "$MARKER"
+    local pid=PID_$name
+    wait_rc "${!pid}" 15
+    check "$name: exits 1 (got $RC)" test "$RC" = 1
+    check "$name: says '$expect'" has_text "$TMP/$name.err" "$expect"
+    [ "$FAILURES" = 0 ] || show "$name"
+}
+hosting local_addr_other "mtrun: this node could not reach the rendezvous store" \
+    --local-addr 127.0.0.2 --rdzv-conf join_timeout=2
+hosting local_addr_same "mtrun: node 1 never joined job 'local_addr_same_$$'" \
+    --local-addr 127.0.0.1 --rdzv-conf join_timeout=2
+hosting is_host_false "mtrun: this node could not reach the rendezvous store" \
+    --rdzv-conf join_timeout=2,is_host=false
 
 # A static node and a c10d node in one job: both stop, naming the two backends.
 port=$(free_port)
