@@ -5,6 +5,8 @@
 #   dp_tp       dp 2 x tp 2 on 4 ranks with --batch halved (the same global batch) against 1 x 1
 #   two_nodes   two mtrun as two nodes (2 ranks each, UCX over tcp on lo), tp inside each node
 #               and dp across, against 1 x 1
+#   two_nodes_c10d  the same, with the identical command line on both nodes (--rdzv-backend c10d
+#               --rdzv-endpoint 127.0.0.1:PORT, node ranks by arrival), as torchrun runs
 #   accum       dp 2 x tp 2, 2 micro-batches of 2 per dp rank, against 1 x 1 with 2 of 4
 #   loss_falls  a small model on the default text: the first loss is about ln 256, the loss of
 #               the last steps and the final held-out loss are clearly below it
@@ -153,6 +155,23 @@ two_nodes)
     mesh_is nodes2 2 2
     check "nodes2 ran on 2 nodes" has_text "$TMP/nodes2.out" "on 2 node(s), 2 rank(s) per node"
     same ref nodes2
+    ;;
+two_nodes_c10d)
+    # torchrun's way: the identical command on both "nodes", node ranks by arrival (c10d)
+    train ref 1 "${TINY[@]}" --batch 4
+    port=$(free_port)
+    export UCX_TLS=tcp,self UCX_NET_DEVICES=lo
+    same_cmd=("$MTRUN" --nnodes 2 --nproc_per_node 2 --rdzv-backend c10d
+              --rdzv-endpoint "127.0.0.1:$port" --rdzv-id c10d-test "$PROG" "${TINY[@]}"
+              --batch 2 --dp 2 --tp 2 --metrics "$TMP/c10d.jsonl")
+    start_bg c10d_a "${same_cmd[@]}"
+    start_bg c10d_b "${same_cmd[@]}"
+    expect_rc c10d_a 0 200
+    expect_rc c10d_b 0 60
+    unset UCX_TLS UCX_NET_DEVICES
+    check "c10d: one of the two ran rank 0 on 2 nodes" \
+        grep -q "on 2 node(s), 2 rank(s) per node" "$TMP/c10d_a.out" "$TMP/c10d_b.out"
+    same ref c10d
     ;;
 accum)
     # 2 micro-batches of 2 sequences per dp rank (gradient sync on the last only) against 1 x 1
