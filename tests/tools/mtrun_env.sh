@@ -6,7 +6,11 @@
 # check_node ORDER NODE PORT JOB: the output of one mtrun of a 2 x 2 job
 check_node() {
     local order=$1 node=$2 port=$3 job=$4 name="${1}_node$2"
-    local out="$TMP/$name.out" err="$TMP/$name.err" logs="$TMP/logs_$order"
+    local out="$TMP/$name.out" err="$TMP/$name.err"
+    # both nodes share --log_dir and the job id: each names its own directory below it
+    local logs
+    logs=$(sed -n 's|^mtrun: log files of the ranks: \(.*\)/attempt_0/LOCAL_RANK/.*|\1/attempt_0|p' "$err")
+    check "$order node $node: log directory named, under --log_dir" bash -c "[[ '$logs' == '$TMP/logs_$order/${job}_'??????/attempt_0 ]]"
     for lr in 0 1; do
         local r=$((node * 2 + lr))
         local expect=("RANK=$r" "LOCAL_RANK=$lr" "WORLD_SIZE=4" "LOCAL_WORLD_SIZE=2"
@@ -19,10 +23,10 @@ check_node() {
         check "$order: rank $r stderr line on mtrun's stderr" has_line "$err" "[rank$r]:to-stderr rank=$r"
         check "$order: rank $r stderr line not on stdout" bash -c "! grep -qF 'to-stderr rank=$r' '$out'"
         check "$order: rank $r last line without newline printed" has_line "$out" "[rank$r]:tail rank=$r"
-        check "$order: rank $r log file stdout unprefixed" has_line "$logs/rank$r.stdout" "env RANK=$r"
-        check "$order: rank $r log file stderr" has_line "$logs/rank$r.stderr" "to-stderr rank=$r"
-        check "$order: rank $r log file has no prefix" bash -c "! grep -qF '[rank' '$logs/rank$r.stdout'"
-        check "$order: rank $r log file keeps the missing newline" bash -c "tail -c 12 '$logs/rank$r.stdout' | grep -qx 'tail rank=$r'"
+        check "$order: rank $r log file stdout unprefixed" has_line "$logs/$lr/stdout.log" "env RANK=$r"
+        check "$order: rank $r log file stderr" has_line "$logs/$lr/stderr.log" "to-stderr rank=$r"
+        check "$order: rank $r log file has no prefix" bash -c "! grep -qF '[rank' '$logs/$lr/stdout.log'"
+        check "$order: rank $r log file keeps the missing newline" bash -c "tail -c 12 '$logs/$lr/stdout.log' | grep -qx 'tail rank=$r'"
         # the long line arrives whole: prefix + "long:" + 200000 characters
         check "$order: rank $r long line intact" bash -c \
             "grep '^\[rank$r\]:long:' '$out' | awk '{ if (length(\$0) != length(\"[rank$r]:long:\") + 200000) exit 1; n++ } END { exit n != 1 }'"

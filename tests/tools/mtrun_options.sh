@@ -63,7 +63,7 @@ wait_rc "$PID_spell" 20
 check "dash spellings: exit 0 (got $RC)" test "$RC" = 0
 check "dash spellings: two ranks" has_line "$TMP/spell.out" "[rank1]:env WORLD_SIZE=2"
 check "dash spellings: job id" has_line "$TMP/spell.out" "[rank1]:env MT_RDZV_ID=spelled"
-check "dash spellings: log dir created" test -s "$TMP/logs/rank1.stdout"
+check "dash spellings: log dir created" bash -c "test -s '$TMP'/logs/spelled_??????/attempt_0/1/stdout.log"
 
 # Accepted with torchrun's meaning: N:N, no restarts, a role, a monitor interval, last_call_timeout.
 start_bg torchrun_opts "$MTRUN" --standalone --nnodes 1:1 --max-restarts 0 --monitor-interval 0.5 \

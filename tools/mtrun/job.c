@@ -7,6 +7,7 @@
  * their deaths wake the loop and a rank's process group is known to be empty without polling. */
 #include "job.h"
 
+#include "logfiles.h"
 #include "msg.h"
 #include "output.h"
 #include "spawn.h"
@@ -254,17 +255,23 @@ static void start_ranks(job *j) {
         if (len > 0 && !alike)
             mtrun_write_all(STDERR_FILENO, line, strnlen(line, sizeof line - 1));
         char log_out[4096], log_err[4096];
-        if (o->log_dir) {
-            snprintf(log_out, sizeof log_out, "%s/rank%d.stdout", o->log_dir, r->global);
-            snprintf(log_err, sizeof log_err, "%s/rank%d.stderr", o->log_dir, r->global);
+        bool logged = o->logs != NULL;
+        if (logged && mtrun_logs_rank_paths(o->logs, 0, i, log_out, log_err, sizeof log_out)) {
+            snprintf(text, sizeof text, "cannot create the log directory of local rank %d in "
+                     "%s: %s", i, o->logs->job_dir, strerror(errno));
+            fail(j, 1, text, true, SIGTERM);
+            logged = false;
         }
-        int bad_out = mtrun_stream_open(&r->out, out_fd, STDOUT_FILENO, r->global,
-                                        o->log_dir ? log_out : NULL);
-        int bad_err = mtrun_stream_open(&r->err, err_fd, STDERR_FILENO, r->global,
-                                        o->log_dir ? log_err : NULL);
+        /* -1: a redirected stream goes to its file only */
+        int out_to = mtrun_logs_on_console(o->logs, i, MTRUN_STD_OUT) ? STDOUT_FILENO : -1;
+        int err_to = mtrun_logs_on_console(o->logs, i, MTRUN_STD_ERR) ? STDERR_FILENO : -1;
+        int bad_out = mtrun_stream_open(&r->out, out_fd, out_to, r->global,
+                                        logged ? log_out : NULL);
+        int bad_err = mtrun_stream_open(&r->err, err_fd, err_to, r->global,
+                                        logged ? log_err : NULL);
         if (bad_out || bad_err) {
             snprintf(text, sizeof text, "cannot open the log files of rank %d in %s: %s",
-                     r->global, o->log_dir, strerror(errno));
+                     r->global, o->logs->job_dir, strerror(errno));
             fail(j, 1, text, true, SIGTERM);
         }
     }

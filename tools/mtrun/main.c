@@ -4,6 +4,7 @@
 #include "cluster.h"
 #include "endpoint.h"
 #include "job.h"
+#include "logfiles.h"
 #include "msg.h"
 #include "options.h"
 
@@ -141,6 +142,8 @@ int main(int argc, char **argv) {
         mtrun_msg("cannot create the log directory %s: %s", o.log_dir, strerror(errno));
         return 1;
     }
+    r = mtrun_logs_prepare(&o, &o.logs);
+    if (r != 0) return r;
     /* The topology is read before any thread exists, and a bad MT_TOPO_FILE stops this node
      * before it joins the job. */
     o.hosts_store = decide_hosting(&o);
@@ -149,5 +152,6 @@ int main(int argc, char **argv) {
     if (r != 0) return r;
     r = run(&o, binding);
     mtrun_binding_close(binding);
+    mtrun_logs_free(o.logs);
     return r;
 }

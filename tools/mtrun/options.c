@@ -4,6 +4,7 @@
 #include "options.h"
 
 #include "endpoint.h"
+#include "logfiles.h"
 #include "msg.h"
 
 #include "topo/bind.h"
@@ -41,7 +42,13 @@ static const char usage_text[] =
     "  --role NAME           ROLE_NAME for the ranks (default \"default\")\n"
     "  --max_restarts N      only 0: restarts are not supported yet\n"
     "  --monitor_interval S  accepted; mtrun learns of rank exits at once, without polling\n"
-    "  --log_dir DIR         also write each rank's output to DIR/rankN.stdout and rankN.stderr\n"
+    "  --log_dir DIR         also write each rank's output to files: DIR/ID_XXXXXX/attempt_0/\n"
+    "                        LOCAL_RANK/stdout.log and stderr.log (ID: --rdzv_id)\n"
+    "  --redirects N|LR:N,...  keep streams of local ranks off the console, in the files only:\n"
+    "                        N = 0 none, 1 stdout, 2 stderr, 3 both (default 0); without\n"
+    "                        --log_dir the files go to a new temporary directory\n"
+    "  --tee N|LR:N,...      streams to show on the console as well as in the files (the\n"
+    "                        console is the default; tee overrides --redirects)\n"
     "  --standalone          one node, the store on a free port\n"
     "  --bind MODE           bind each rank's CPUs and memory: none, numa (the NUMA node of its\n"
     "                        GPU) or core (a disjoint set of that node's cores); default MT_BIND,\n"
@@ -57,7 +64,8 @@ static const char usage_text[] =
 
 typedef enum { OPT_NNODES, OPT_NPROC, OPT_NODE_RANK, OPT_ADDR, OPT_PORT, OPT_RDZV_ID,
                OPT_LOG_DIR, OPT_STANDALONE, OPT_BIND, OPT_HELP, OPT_ENDPOINT, OPT_BACKEND,
-               OPT_CONF, OPT_LOCAL_ADDR, OPT_ROLE, OPT_MAX_RESTARTS, OPT_MONITOR } option_id;
+               OPT_CONF, OPT_LOCAL_ADDR, OPT_ROLE, OPT_MAX_RESTARTS, OPT_MONITOR,
+               OPT_REDIRECTS, OPT_TEE } option_id;
 
 static const struct {
     const char *name; /* underscore spelling, without the leading "--" */
@@ -73,6 +81,7 @@ static const struct {
     {"rdzv_conf", OPT_CONF, 1},         {"local_addr", OPT_LOCAL_ADDR, 1},
     {"role", OPT_ROLE, 1},              {"max_restarts", OPT_MAX_RESTARTS, 1},
     {"monitor_interval", OPT_MONITOR, 1},
+    {"redirects", OPT_REDIRECTS, 1},    {"tee", OPT_TEE, 1},
 };
 
 /* What the command line said beyond the values themselves, for the checks made once all
@@ -269,6 +278,8 @@ static int apply(option_id id, const char *name, const char *value, mtrun_option
         if (parse_seconds(value, 0.001, &o->monitor_interval))
             return bad_value(name, value, "a positive number of seconds");
         break;
+    case OPT_REDIRECTS: o->redirects = value; break; /* checked once nproc is known */
+    case OPT_TEE: o->tee = value; break;
     }
     return MTRUN_PARSE_RUN;
 }
@@ -384,5 +395,8 @@ int mtrun_parse_options(int argc, char **argv, mtrun_options *o) {
                   o->nproc_per_node);
         return 2;
     }
+    if (o->redirects && mtrun_std_spec_parse("redirects", o->redirects, o->nproc_per_node, NULL))
+        return 2;
+    if (o->tee && mtrun_std_spec_parse("tee", o->tee, o->nproc_per_node, NULL)) return 2;
     return MTRUN_PARSE_RUN;
 }

@@ -25,7 +25,9 @@ typedef struct mtrun_options {
     double monitor_interval;    /* accepted; mtrun is woken by SIGCHLD rather than polling */
     bool hosts_store;           /* decided in main: this mtrun hosts the rendezvous store */
     char endpoint_host[256];    /* --rdzv_endpoint's host (master_addr points here) */
-    const char *log_dir;  /* NULL: no log files */
+    const char *log_dir;  /* NULL: no log files unless --redirects/--tee (a temporary dir) */
+    const char *redirects, *tee; /* --redirects/--tee as given (checked); NULL when absent */
+    struct mtrun_logs *logs;     /* set in main by mtrun_logs_prepare; NULL: no log files */
     bool standalone;
     /* --bind, else MT_BIND; bind_from says which ("--bind" or "MT_BIND"), NULL when neither
      * was given: then the default, numa when the topology has GPUs and none otherwise. */

@@ -111,6 +111,7 @@ static int pump(mtrun_stream *s, int rounds) {
                 close(s->log_fd);
                 s->log_fd = -1;
             }
+            if (s->out_fd < 0) continue; /* redirected: the file is its only destination */
             s->len += (size_t)n;
             emit_complete_lines(s);
             continue;

@@ -8,14 +8,15 @@
 
 typedef struct mtrun_stream {
     int fd;         /* read end of the rank's pipe; -1 once closed */
-    int out_fd;     /* where prefixed lines go: mtrun's stdout or stderr */
+    int out_fd;     /* where prefixed lines go: mtrun's stdout or stderr; -1: nowhere */
     int log_fd;     /* raw copy, -1 when there is no --log_dir */
     int rank;       /* global rank shown in the prefix */
     char *buf;      /* the incomplete last line */
     size_t len, cap;
 } mtrun_stream;
 
-/* Sets up a stream reading fd (made non-blocking) for rank, forwarding to out_fd. When log_path
+/* Sets up a stream reading fd (made non-blocking) for rank, forwarding to out_fd (-1: not
+ * forwarded). When log_path
  * is not NULL the raw output is also written there; returns -1 with errno if it cannot be
  * opened (the stream still forwards). */
 int mtrun_stream_open(mtrun_stream *s, int fd, int out_fd, int rank, const char *log_path);
