@@ -128,7 +128,9 @@ static mt_status open_store(mt_runtime *rt) {
         host = bind_addr ? bind_addr : "127.0.0.1";
     }
     snprintf(rt->store_addr, sizeof rt->store_addr, "%s:%d", env->master_addr, port);
-    return mt_store_connect(host, port, env->job_id, rt->timeout, &rt->store);
+    MT_TRY(mt_store_connect(host, port, env->job_id, rt->timeout, &rt->store));
+    /* A restarted job's rounds share the launcher's store: each round keeps to its own keys. */
+    return mt_store_set_prefix(rt->store, env->store_prefix);
 }
 
 static mt_status check_world_size(mt_runtime *rt) {

@@ -142,6 +142,9 @@ static mt_status parse_torchrun(const env_ctx *e, mt_runtime_env *env) {
     MT_TRY(opt_int(e, "MASTER_PORT", 1, 65535, &env->master_port));
     const char *hosted = var(e, "MT_STORE_HOSTED");
     if (hosted) MT_TRY(parse_bool("MT_STORE_HOSTED", hosted, &env->store_hosted));
+    const char *prefix = var(e, "MT_STORE_PREFIX");
+    if (prefix)
+        MT_TRY(copy_string("MT_STORE_PREFIX", prefix, env->store_prefix, sizeof env->store_prefix));
     return MT_OK;
 }
 

@@ -15,6 +15,7 @@
 
 #define MT_ENV_HOST_MAX 256
 #define MT_ENV_JOB_MAX 256
+#define MT_ENV_PREFIX_MAX 65 /* MT_STORE_MAX_PREFIX + 1 */
 
 typedef enum mt_env_source {
     MT_ENV_SINGLE = 0, /* nothing set: rank 0 of 1 */
@@ -31,6 +32,7 @@ typedef struct mt_runtime_env {
     int master_port; /* 0: pick a free port (single-process world) */
     char job_id[MT_ENV_JOB_MAX];
     bool store_hosted; /* MT_STORE_HOSTED=1: the launcher hosts the store, rank 0 must not */
+    char store_prefix[MT_ENV_PREFIX_MAX]; /* MT_STORE_PREFIX: before every store key (a round) */
 } mt_runtime_env;
 
 /* Returns the value of an environment variable or NULL. */

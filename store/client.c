@@ -35,6 +35,7 @@ struct mt_store {
     int fd;
     bool broken;
     char addr[300]; /* "host:port" for messages */
+    char prefix[MT_STORE_MAX_PREFIX + 1]; /* put before every key on the wire (rounds of a job) */
     pthread_mutex_t mu;
     mt_store_buf req;
 };
@@ -334,10 +335,27 @@ const char *mt_store_address(const mt_store *store) { return store ? store->addr
 
 /* ---- requests ------------------------------------------------------------------------------ */
 
+/* Writes prefix + key as one wire string. */
+static void put_key(mt_store *s, const char *key) {
+    size_t p = strlen(s->prefix), k = strlen(key);
+    mt_store_buf_u32(&s->req, (uint32_t)(p + k));
+    mt_store_buf_raw(&s->req, s->prefix, p);
+    mt_store_buf_raw(&s->req, key, k);
+}
+
+mt_status mt_store_set_prefix(mt_store *s, const char *prefix) {
+    if (!prefix) prefix = "";
+    if (strlen(prefix) > MT_STORE_MAX_PREFIX)
+        return mt_error(MT_ERR_INVALID_ARG, "store at %s: key prefix '%.48s' is %zu bytes, over "
+                        "the limit of %d", s->addr, prefix, strlen(prefix), MT_STORE_MAX_PREFIX);
+    snprintf(s->prefix, sizeof s->prefix, "%s", prefix);
+    return MT_OK;
+}
+
 static mt_status check_key(const mt_store *s, const char *op, const char *key) {
     if (!key || !*key)
         return mt_error(MT_ERR_INVALID_ARG, "store at %s: %s with an empty key", s->addr, op);
-    size_t n = strlen(key);
+    size_t n = strlen(s->prefix) + strlen(key);
     if (n > MT_STORE_MAX_KEY)
         return mt_error(MT_ERR_INVALID_ARG, "store at %s: %s: key '%.48s...' is %zu bytes, over "
                         "the limit of %d bytes (MT_STORE_MAX_KEY)", s->addr, op, key, n,
@@ -423,7 +441,7 @@ mt_status mt_store_set(mt_store *s, const char *key, const void *value, size_t l
     MT_TRY(check_value(s, "set", key, len));
     pthread_mutex_lock(&s->mu);
     mt_store_buf_begin(&s->req, MT_STORE_OP_SET);
-    mt_store_buf_str(&s->req, key);
+    put_key(s, key);
     mt_store_buf_bytes(&s->req, value, len);
     uint8_t *reply;
     size_t rlen;
@@ -444,7 +462,7 @@ static mt_status get_common(mt_store *s, const char *op, const char *key, bool w
     timeout_s = resolve_timeout(timeout_s);
     pthread_mutex_lock(&s->mu);
     mt_store_buf_begin(&s->req, wait ? MT_STORE_OP_GET : MT_STORE_OP_TRY_GET);
-    mt_store_buf_str(&s->req, key);
+    put_key(s, key);
     if (wait) mt_store_buf_u64(&s->req, (uint64_t)ceil(timeout_s * 1000.0));
     uint8_t *reply;
     size_t rlen;
@@ -483,7 +501,7 @@ mt_status mt_store_add(mt_store *s, const char *key, int64_t delta, int64_t *res
     MT_TRY(check_key(s, "add", key));
     pthread_mutex_lock(&s->mu);
     mt_store_buf_begin(&s->req, MT_STORE_OP_ADD);
-    mt_store_buf_str(&s->req, key);
+    put_key(s, key);
     mt_store_buf_u64(&s->req, (uint64_t)delta);
     uint8_t *reply;
     size_t rlen;
@@ -512,7 +530,7 @@ mt_status mt_store_compare_set(mt_store *s, const char *key, const void *expecte
     MT_TRY(check_value(s, "compare_set", key, desired_len));
     pthread_mutex_lock(&s->mu);
     mt_store_buf_begin(&s->req, MT_STORE_OP_CAS);
-    mt_store_buf_str(&s->req, key);
+    put_key(s, key);
     mt_store_buf_bytes(&s->req, expected, expected_len);
     mt_store_buf_bytes(&s->req, desired, desired_len);
     uint8_t *reply;
@@ -536,7 +554,7 @@ mt_status mt_store_delete(mt_store *s, const char *key, bool *existed) {
     MT_TRY(check_key(s, "delete", key));
     pthread_mutex_lock(&s->mu);
     mt_store_buf_begin(&s->req, MT_STORE_OP_DELETE);
-    mt_store_buf_str(&s->req, key);
+    put_key(s, key);
     uint8_t *reply;
     size_t rlen;
     mt_status st = roundtrip(s, "delete", key, mt_default_timeout(), &reply, &rlen);
@@ -582,7 +600,7 @@ static mt_status wait_common(mt_store *s, const char *const *keys, int nkeys, do
     mt_store_buf_u8(&s->req, any ? 1 : 0);
     mt_store_buf_u64(&s->req, (uint64_t)ceil(timeout_s * 1000.0));
     mt_store_buf_u32(&s->req, (uint32_t)nkeys);
-    for (int i = 0; i < nkeys; i++) mt_store_buf_str(&s->req, keys[i]);
+    for (int i = 0; i < nkeys; i++) put_key(s, keys[i]);
     uint8_t *reply;
     size_t rlen;
     mt_status st = roundtrip(s, op, keys[0], timeout_s + REPLY_GRACE_S, &reply, &rlen);

@@ -35,6 +35,12 @@ mt_status mt_store_abort(mt_store *store, const char *abort_key, mt_status statu
  * (MT_ERR_INTERNAL when the value carries no valid status). */
 const char *mt_store_abort_parse(const char *value, mt_status *status);
 
+/* Every key this client names is sent as prefix + key from now on, so that the rounds of a
+ * restarted job (mtrun --max_restarts, MT_STORE_PREFIX) never see each other's keys in the one
+ * store that outlives them. The prefix counts towards MT_STORE_MAX_KEY. */
+#define MT_STORE_MAX_PREFIX 64
+mt_status mt_store_set_prefix(mt_store *store, const char *prefix);
+
 /* "host:port" of a client's server, for messages. */
 const char *mt_store_address(const mt_store *store);
 

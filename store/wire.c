@@ -74,6 +74,8 @@ void mt_store_buf_bytes(mt_store_buf *b, const void *data, size_t len) {
     buf_append(b, data, len);
 }
 
+void mt_store_buf_raw(mt_store_buf *b, const void *data, size_t len) { buf_append(b, data, len); }
+
 void mt_store_buf_str(mt_store_buf *b, const char *s) { mt_store_buf_bytes(b, s, strlen(s)); }
 
 bool mt_store_buf_finish(mt_store_buf *b) {

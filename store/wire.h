@@ -93,6 +93,8 @@ void mt_store_buf_u32(mt_store_buf *b, uint32_t v);
 void mt_store_buf_u64(mt_store_buf *b, uint64_t v);
 void mt_store_buf_bytes(mt_store_buf *b, const void *data, size_t len);
 void mt_store_buf_str(mt_store_buf *b, const char *s);
+/* Bytes without a length (the caller wrote one). */
+void mt_store_buf_raw(mt_store_buf *b, const void *data, size_t len);
 /* Writes the length prefix; returns false if an allocation failed along the way. */
 bool mt_store_buf_finish(mt_store_buf *b);
 void mt_store_buf_free(mt_store_buf *b);

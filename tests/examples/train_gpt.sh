@@ -7,6 +7,10 @@
 #               and dp across, against 1 x 1
 #   two_nodes_c10d  the same, with the identical command line on both nodes (--rdzv-backend c10d
 #               --rdzv-endpoint 127.0.0.1:PORT, node ranks by arrival), as torchrun runs
+#   restart     two c10d nodes, dp 2 x tp 2, --max-restarts 1, checkpoints every 2 steps and
+#               --resume auto; a rank chosen at random (seed printed; MT_TEST_SEED sets it) is
+#               killed -9 at a random step: the job completes, and the restarted round's losses
+#               and gradient norms equal an uninterrupted run's bit for bit
 #   accum       dp 2 x tp 2, 2 micro-batches of 2 per dp rank, against 1 x 1 with 2 of 4
 #   loss_falls  a small model on the default text: the first loss is about ln 256, the loss of
 #               the last steps and the final held-out loss are clearly below it
@@ -172,6 +176,83 @@ two_nodes_c10d)
     check "c10d: one of the two ran rank 0 on 2 nodes" \
         grep -q "on 2 node(s), 2 rank(s) per node" "$TMP/c10d_a.out" "$TMP/c10d_b.out"
     same ref c10d
+    ;;
+restart)
+    seed=${MT_TEST_SEED:-$RANDOM}
+    RANDOM=$seed
+    steps=30
+    kill_after=$((RANDOM % 12 + 2)) # steps done when the rank is killed: well before the end
+    victim_node=$((RANDOM % 2)) victim_local=$((RANDOM % 2))
+    echo "seed $seed: kill -9 local rank $victim_local of the node started $((victim_node + 1))" \
+        "after $kill_after of $steps steps (MT_TEST_SEED=$seed repeats it)"
+    export UCX_TLS=tcp,self UCX_NET_DEVICES=lo
+    # restart_run NAME: both nodes with the identical command, checkpoints in $TMP/NAME.ckpt
+    restart_run() {
+        local port
+        port=$(free_port)
+        local cmd=("$MTRUN" --nnodes 2 --nproc_per_node 2 --rdzv-backend c10d
+                   --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "restart-$1" --max-restarts 1
+                   "$PROG" --layers 2 --d-model 64 --heads 4 --seq 32 --steps $steps --lr 1e-2
+                   --seed 7 --batch 2 --dp 2 --tp 2 --save-every 2 --checkpoint-dir
+                   "$TMP/$1.ckpt" --resume auto --metrics "$TMP/$1.jsonl")
+        start_bg "${1}_a" "${cmd[@]}"
+        start_bg "${1}_b" "${cmd[@]}"
+    }
+    restart_run ref
+    expect_rc ref_a 0 200
+    expect_rc ref_b 0 60
+    restart_run killed
+    nodes=("$PID_killed_a" "$PID_killed_b")
+    names=(killed_a killed_b)
+    for _ in $(seq 2000); do
+        [ "$(cat "$TMP/killed.jsonl" 2>/dev/null | wc -l)" -ge "$kill_after" ] && break
+        sleep 0.01
+    done
+    victim=$(pgrep -P "${nodes[$victim_node]}" | sort -n | sed -n "$((victim_local + 1))p")
+    victim_rank=$(tr '\0' '\n' <"/proc/$victim/environ" 2>/dev/null | sed -n 's/^RANK=//p')
+    check "rank $victim_rank (pid $victim) killed -9 after $(wc -l <"$TMP/killed.jsonl") steps" \
+        kill -9 "$victim"
+    expect_rc killed_a 0 200
+    expect_rc killed_b 0 60
+    unset UCX_TLS UCX_NET_DEVICES
+    node=${names[$victim_node]}
+    check "$node named the killed rank" grep -qE \
+        "^mtrun: rank $victim_rank \(node [01], local rank $victim_local\) was killed by signal 9 \(SIGKILL\); stopping the job$" \
+        "$TMP/$node.err"
+    for n in killed_a killed_b; do
+        check "$n restarted its ranks once" test \
+            "$(grep -c '^mtrun: restarting every rank (restart 1 of 1, --max_restarts) after: ' "$TMP/$n.err")" = 1
+    done
+    check "rank 0 resumed from the last checkpoint" grep -qE \
+        "^\[rank0\]:train_gpt: resumed from .*/step-0*[0-9]+ at step [0-9]+ " \
+        "$TMP/killed_a.out" "$TMP/killed_b.out"
+    if python3 - "$TMP/ref.jsonl" "$TMP/killed.jsonl" "$steps" <<'EOF'; then
+import json, sys
+def steps(path):
+    # the numbers as printed (9 significant digits: every bit of an f32)
+    rows = {}
+    for line in open(path):
+        if '"loss"' in line:
+            r = json.loads(line, parse_float=str)
+            rows[r["step"]] = (r["loss"], r["grad_norm"])
+    return rows
+ref, got, total = steps(sys.argv[1]), steps(sys.argv[2]), int(sys.argv[3])
+if sorted(ref) != list(range(total)):
+    sys.exit(f"the uninterrupted run has steps {sorted(ref)}")
+first = min(got) if got else total
+if not got or sorted(got) != list(range(first, total)) or first == 0:
+    sys.exit(f"the restarted round has steps {sorted(got)}, expected a resumed tail ending at {total - 1}")
+for s in sorted(got):
+    if got[s] != ref[s]:
+        sys.exit(f"step {s}: loss, grad_norm {got[s]} against {ref[s]} uninterrupted")
+print(f"steps {first}..{total - 1} of the restarted round equal the uninterrupted run's bit for bit")
+EOF
+        pass "the restarted job's losses equal the uninterrupted run's"
+    else
+        fail "the restarted job's losses differ from the uninterrupted run's"
+        show killed_a
+        show killed_b
+    fi
     ;;
 accum)
     # 2 micro-batches of 2 sequences per dp rank (gradient sync on the last only) against 1 x 1

@@ -44,6 +44,7 @@ static void test_nothing_set(void) {
     CHECK(env.master_port == 0); /* a free port */
     CHECK(strcmp(env.master_addr, "127.0.0.1") == 0);
     CHECK(!env.store_hosted);
+    CHECK(env.store_prefix[0] == '\0');
     CHECK(strcmp(env.job_id, "none") == 0);
     CHECK(env.local_rank == -1 && env.node_rank == -1);
     /* Empty values count as unset. */
@@ -56,8 +57,9 @@ static void test_mtrun(void) {
     CHECK_OK(parse(&env, ENV("RANK=5", "LOCAL_RANK=1", "WORLD_SIZE=8", "LOCAL_WORLD_SIZE=4",
                              "GROUP_RANK=1", "MASTER_ADDR=node0", "MASTER_PORT=29600",
                              "MT_RDZV_ID=job42", "TORCHELASTIC_RUN_ID=job42", "MT_NNODES=2",
-                             "MT_STORE_HOSTED=1")));
+                             "MT_STORE_HOSTED=1", "MT_STORE_PREFIX=round/2/")));
     CHECK(env.source == MT_ENV_TORCHRUN);
+    CHECK(strcmp(env.store_prefix, "round/2/") == 0);
     CHECK(env.rank == 5 && env.world_size == 8);
     CHECK(env.local_rank == 1 && env.local_world_size == 4);
     CHECK(env.node_rank == 1 && env.num_nodes == 2);
@@ -106,6 +108,10 @@ static void test_invalid(void) {
     char long_job[400] = "MT_RDZV_ID=";
     memset(long_job + 11, 'j', 300);
     expect_error(ENV("RANK=0", "WORLD_SIZE=2", long_job), "MT_RDZV_ID", NULL);
+    char long_prefix[200] = "MT_STORE_PREFIX=";
+    memset(long_prefix + 16, 'p', 100);
+    expect_error(ENV("RANK=0", "WORLD_SIZE=2", long_prefix), "MT_STORE_PREFIX", "100 characters",
+                 NULL);
 }
 
 static void test_slurm(void) {

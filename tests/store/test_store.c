@@ -270,6 +270,38 @@ static void *barrier_member(void *p) {
     return NULL;
 }
 
+/* Rounds of a restarted job share one store through key prefixes: every operation of a client
+ * with a prefix lands under it, and the same key of another round is another key. */
+static void test_prefix(int port, mt_store *plain) {
+    mt_store *r1 = NULL;
+    CHECK_OK(mt_store_connect("127.0.0.1", port, JOB, 5, &r1));
+    if (!r1) return;
+    CHECK_OK(mt_store_set_prefix(r1, "round/1/"));
+    CHECK_OK(mt_store_set(r1, "k", "one", 3));
+    int64_t n = 0;
+    CHECK_OK(mt_store_add(r1, "count", 2, &n));
+    const char *keys[] = {"k", "count"};
+    CHECK_OK(mt_store_wait(r1, keys, 2, 1));
+    void *v = NULL;
+    bool found = true;
+    CHECK_OK(mt_store_try_get(plain, "k", &v, NULL, &found));
+    CHECK(!found); /* not in the unprefixed key space */
+    free(v);
+    v = NULL;
+    CHECK_OK(mt_store_get(plain, "round/1/k", 1, &v, NULL));
+    CHECK(v && strcmp(v, "one") == 0);
+    free(v);
+    v = NULL;
+    CHECK_OK(mt_store_get(plain, "round/1/count", 1, &v, NULL));
+    CHECK(v && strcmp(v, "2") == 0);
+    free(v);
+    char long_prefix[MT_STORE_MAX_PREFIX + 2];
+    memset(long_prefix, 'p', sizeof long_prefix - 1);
+    long_prefix[sizeof long_prefix - 1] = '\0';
+    CHECK_ERR(mt_store_set_prefix(r1, long_prefix), MT_ERR_INVALID_ARG, "key prefix");
+    mt_store_close(r1);
+}
+
 static void test_barrier(int port, mt_store *c) {
     enum { WORLD = 3, ROUNDS = 5 };
     pthread_t t[WORLD];
@@ -524,7 +556,8 @@ int main(void) {
         test_basic_ops(c);
         test_blocking_get(port, c);
         test_limits(c);
-        test_barrier(port, c);
+        test_prefix(port, c);
+    test_barrier(port, c);
         test_bad_clients(port, server, c);
         mt_store_close(c);
     }

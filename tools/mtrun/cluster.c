@@ -24,12 +24,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FAILURE_KEY "mtrun/failure"
 #define JOIN_SLICE_S 1.0      /* how often a rendezvous wait looks at signals and failures */
 #define WATCH_SLICE_S 3600.0  /* a watcher's get is simply re-issued after this long */
 
 struct mtrun_cluster {
     int nnodes, node, nproc, port;
+    int round;              /* restarts so far: every per-round key carries it */
     int backend;            /* mtrun_rdzv_backend */
     char addr[256], job[256];
     double timeout, join_timeout;
@@ -65,14 +65,24 @@ static void notify(mtrun_cluster *c) {
     (void)!write(c->notify_w, &b, 1);
 }
 
-/* Records the first cause that ends the job; later ones are dropped. Caller holds mu. */
-static void set_event_locked(mtrun_cluster *c, int code, bool publish, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void set_event_locked(mtrun_cluster *c, int code, bool publish, const char *fmt, ...) {
+/* "mtrun/r<round>/<what>": the keys of one round, so that a restarted job's rounds never meet. */
+static void round_key(const mtrun_cluster *c, char *buf, size_t cap, const char *what, int node) {
+    if (node >= 0)
+        snprintf(buf, cap, "mtrun/r%d/%s/%d", c->round, what, node);
+    else
+        snprintf(buf, cap, "mtrun/r%d/%s", c->round, what);
+}
+
+/* Records the first cause that ends the round; later ones are dropped. Caller holds mu. */
+static void set_event_locked(mtrun_cluster *c, int code, bool publish, bool restartable,
+                             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void set_event_locked(mtrun_cluster *c, int code, bool publish, bool restartable,
+                             const char *fmt, ...) {
     if (c->have_event || c->closing) return;
     c->have_event = true;
     c->event.code = code;
     c->event.publish = publish;
+    c->event.restartable = restartable;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->event.text, sizeof c->event.text, fmt, ap);
@@ -81,7 +91,7 @@ static void set_event_locked(mtrun_cluster *c, int code, bool publish, const cha
 }
 
 static void store_lost_locked(mtrun_cluster *c, const char *why) {
-    set_event_locked(c, 1, false, "lost the rendezvous store at %s:%d (%s): %s", c->addr,
+    set_event_locked(c, 1, false, false, "lost the rendezvous store at %s:%d (%s): %s", c->addr,
                      c->port, c->host_label, why);
 }
 
@@ -93,13 +103,22 @@ static void copy_value(const void *v, size_t len, char *buf, size_t cap) {
     buf[len] = '\0';
 }
 
-/* Parses "code\ntext" from mtrun/failure. */
-static void parse_failure(const void *raw, size_t len, int *code, char *text, size_t cap) {
+/* A round's failure key holds "code\ntext", or "codeR\ntext" when a restart may follow (a rank
+ * failed, rather than a node being stopped or lost). */
+static int format_failure(char *value, size_t cap, int code, bool restartable, const char *text) {
+    int n = snprintf(value, cap, "%d%s\n%s", code, restartable ? "R" : "", text);
+    return n < (int)cap ? n : (int)cap - 1;
+}
+
+static void parse_failure(const void *raw, size_t len, int *code, bool *restartable, char *text,
+                          size_t cap) {
     char value[1200];
     copy_value(raw, len, value, sizeof value);
     char *end;
     long v = strtol(value, &end, 10);
     *code = (v > 0 && v < 256) ? (int)v : 1;
+    *restartable = *end == 'R';
+    if (*restartable) end++;
     snprintf(text, cap, "%s", *end == '\n' ? end + 1 : value);
 }
 
@@ -160,11 +179,12 @@ static int connect_until(mtrun_cluster *c, const char *host, double deadline, in
 /* Publishes a failure found while joining, so that nodes already waiting stop now rather than
  * at their own timeout. */
 static void publish_join_failure(mtrun_cluster *c, int code, const char *text) {
-    char value[1200];
-    int n = snprintf(value, sizeof value, "%d\n%s", code, text);
+    char value[1200], key[64];
+    int n = format_failure(value, sizeof value, code, false, text);
+    round_key(c, key, sizeof key, "failure", -1);
     void *cur = NULL;
     size_t cur_len = 0;
-    if (mt_store_compare_set(c->main_conn, FAILURE_KEY, "", 0, value, (size_t)n, &cur, &cur_len) ==
+    if (mt_store_compare_set(c->main_conn, key, "", 0, value, (size_t)n, &cur, &cur_len) ==
         MT_OK)
         free(cur);
 }
@@ -259,9 +279,13 @@ static int wait_for_nodes(mtrun_cluster *c, double deadline, int sigfd) {
     char **keys = calloc((size_t)c->nnodes, sizeof *keys);
     int code = 1;
     for (int i = 0; keys && i < c->nnodes; i++) {
-        keys[i] = malloc(32);
+        keys[i] = malloc(64);
         if (!keys[i]) goto done;
-        snprintf(keys[i], 32, "mtrun/node/%d", i);
+        /* The first round waits for the node claims; a restart for each node's arrival in it. */
+        if (c->round == 0)
+            snprintf(keys[i], 64, "mtrun/node/%d", i);
+        else
+            round_key(c, keys[i], 64, "joined", i);
     }
     if (!keys) goto done;
     for (;;) {
@@ -280,11 +304,13 @@ static int wait_for_nodes(mtrun_cluster *c, double deadline, int sigfd) {
         }
         void *fail = NULL;
         size_t fail_len = 0;
-        bool found = false;
-        if (mt_store_try_get(c->main_conn, FAILURE_KEY, &fail, &fail_len, &found) == MT_OK &&
+        bool found = false, restartable;
+        char fkey[64];
+        round_key(c, fkey, sizeof fkey, "failure", -1);
+        if (mt_store_try_get(c->main_conn, fkey, &fail, &fail_len, &found) == MT_OK &&
             found) {
             char text[1024];
-            parse_failure(fail, fail_len, &code, text, sizeof text);
+            parse_failure(fail, fail_len, &code, &restartable, text, sizeof text);
             free(fail);
             mtrun_msg("%s; stopping the job", text);
             goto done;
@@ -314,10 +340,15 @@ static int wait_for_nodes(mtrun_cluster *c, double deadline, int sigfd) {
         free(v);
     }
     char text[1024];
-    snprintf(text, sizeof text, "node%s %s never joined job '%s' within %g s (%s); "
-             "check that every node runs mtrun with --master_addr %s --master_port %d",
-             nmissing == 1 ? "" : "s", nmissing ? missing : "?", c->job, c->join_timeout,
-             c->join_what, c->addr, c->port);
+    if (c->round == 0)
+        snprintf(text, sizeof text, "node%s %s never joined job '%s' within %g s (%s); "
+                 "check that every node runs mtrun with --master_addr %s --master_port %d",
+                 nmissing == 1 ? "" : "s", nmissing ? missing : "?", c->job, c->join_timeout,
+                 c->join_what, c->addr, c->port);
+    else
+        snprintf(text, sizeof text, "node%s %s never joined restart %d of job '%s' within %g s "
+                 "(%s); its mtrun has probably ended", nmissing == 1 ? "" : "s",
+                 nmissing ? missing : "?", c->round, c->job, c->join_timeout, c->join_what);
     mtrun_msg("%s; stopping the job", text);
     publish_join_failure(c, 1, text);
 done:
@@ -358,7 +389,7 @@ static bool read_counter(mt_store *s, const char *key, int64_t *v, bool *found) 
 static void *heartbeat_main(void *arg) {
     mtrun_cluster *c = arg;
     char key[64];
-    snprintf(key, sizeof key, "mtrun/hb/%d", c->node);
+    round_key(c, key, sizeof key, "hb", c->node);
     do {
         int64_t ignored;
         if (mt_store_add(c->hb_conn, key, 1, &ignored) != MT_OK) goto lost;
@@ -372,13 +403,13 @@ static void *heartbeat_main(void *arg) {
             char k[64];
             int64_t v;
             bool found;
-            snprintf(k, sizeof k, "mtrun/exit/%d", n);
+            round_key(c, k, sizeof k, "exit", n);
             if (!read_counter(c->hb_conn, k, &v, &found)) goto lost;
             if (found) {
                 c->left[n] = 1;
                 continue;
             }
-            snprintf(k, sizeof k, "mtrun/hb/%d", n);
+            round_key(c, k, sizeof k, "hb", n);
             if (!read_counter(c->hb_conn, k, &v, &found)) goto lost;
             now = mtrun_now();
             if (v != c->hb_seen[n]) {
@@ -387,7 +418,7 @@ static void *heartbeat_main(void *arg) {
             } else if (now - c->hb_changed[n] > c->timeout) {
                 c->lost[n] = 1;
                 pthread_mutex_lock(&c->mu);
-                set_event_locked(c, 1, true, "node %d stopped answering (no heartbeat for %g s)",
+                set_event_locked(c, 1, true, false, "node %d stopped answering (no heartbeat for %g s)",
                                  n, c->timeout);
                 pthread_mutex_unlock(&c->mu);
                 continue;
@@ -413,9 +444,10 @@ lost:
 
 static void *watcher_main(void *arg) {
     mtrun_cluster *c = arg;
-    char wake[64];
-    snprintf(wake, sizeof wake, "mtrun/wake/%d", c->node);
-    const char *keys[2] = {FAILURE_KEY, wake};
+    char wake[64], failure[64];
+    round_key(c, wake, sizeof wake, "wake", c->node);
+    round_key(c, failure, sizeof failure, "failure", -1);
+    const char *keys[2] = {failure, wake};
     for (;;) {
         void *v = NULL;
         size_t len = 0;
@@ -425,9 +457,10 @@ static void *watcher_main(void *arg) {
         pthread_mutex_lock(&c->mu);
         if (st == MT_OK && which == 0) {
             int code;
+            bool restartable;
             char text[1024];
-            parse_failure(v, len, &code, text, sizeof text);
-            set_event_locked(c, code, false, "%s", text);
+            parse_failure(v, len, &code, &restartable, text, sizeof text);
+            set_event_locked(c, code, false, restartable, "%s", text);
         } else if (st != MT_OK) {
             store_lost_locked(c, mt_last_error());
         }
@@ -437,6 +470,8 @@ static void *watcher_main(void *arg) {
         return NULL;
     }
 }
+
+static int start_round(mtrun_cluster *c);
 
 int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout_s, int sigfd,
                        mtrun_cluster **out) {
@@ -479,19 +514,31 @@ int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout
         mtrun_cluster_close(c);
         return code;
     }
+    code = start_round(c);
+    if (code >= 0) {
+        mtrun_cluster_close(c);
+        return code;
+    }
+    *out = c;
+    return -1;
+}
 
+/* Starts the heartbeat and the watcher of the current round. Returns -1, or 1 after saying why. */
+static int start_round(mtrun_cluster *c) {
     int p[2];
     c->hb_seen = calloc((size_t)c->nnodes, sizeof *c->hb_seen);
     c->hb_changed = calloc((size_t)c->nnodes, sizeof *c->hb_changed);
     c->left = calloc((size_t)c->nnodes, 1);
     c->lost = calloc((size_t)c->nnodes, 1);
-    if (!c->hb_seen || !c->hb_changed || !c->left || !c->lost || pipe2(p, O_CLOEXEC | O_NONBLOCK)) {
+    if (!c->hb_seen || !c->hb_changed || !c->left || !c->lost ||
+        (c->notify_r < 0 && pipe2(p, O_CLOEXEC | O_NONBLOCK))) {
         mtrun_msg("cannot set up the heartbeat: %s", strerror(errno ? errno : ENOMEM));
-        mtrun_cluster_close(c);
         return 1;
     }
-    c->notify_r = p[0];
-    c->notify_w = p[1];
+    if (c->notify_r < 0) {
+        c->notify_r = p[0];
+        c->notify_w = p[1];
+    }
     double now = mtrun_now();
     c->last_ok = now;
     for (int n = 0; n < c->nnodes; n++) {
@@ -500,17 +547,14 @@ int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout
     }
     if (pthread_create(&c->hb_thread, NULL, heartbeat_main, c) != 0) {
         mtrun_msg("cannot start the heartbeat thread");
-        mtrun_cluster_close(c);
         return 1;
     }
     c->hb_started = true;
     if (pthread_create(&c->watch_thread, NULL, watcher_main, c) != 0) {
         mtrun_msg("cannot start the failure watcher thread");
-        mtrun_cluster_close(c);
         return 1;
     }
     c->watch_started = true;
-    *out = c;
     return -1;
 }
 
@@ -544,23 +588,23 @@ bool mtrun_cluster_settled(mtrun_cluster *c) {
     return s;
 }
 
-void mtrun_cluster_publish_failure(mtrun_cluster *c, int *code, char *text, size_t cap) {
-    char value[1200];
-    int n = snprintf(value, sizeof value, "%d\n%s", *code, text);
-    if (n >= (int)sizeof value) n = (int)sizeof value - 1;
+void mtrun_cluster_publish_failure(mtrun_cluster *c, int *code, bool *restartable, char *text,
+                                   size_t cap) {
+    char value[1200], key[64];
+    int n = format_failure(value, sizeof value, *code, *restartable, text);
+    round_key(c, key, sizeof key, "failure", -1);
     void *cur = NULL;
     size_t cur_len = 0;
-    if (mt_store_compare_set(c->main_conn, FAILURE_KEY, "", 0, value, (size_t)n, &cur, &cur_len) !=
-        MT_OK)
+    if (mt_store_compare_set(c->main_conn, key, "", 0, value, (size_t)n, &cur, &cur_len) != MT_OK)
         return;
     if (cur_len != (size_t)n || memcmp(cur, value, (size_t)n) != 0)
-        parse_failure(cur, cur_len, code, text, cap);
+        parse_failure(cur, cur_len, code, restartable, text, cap);
     free(cur);
 }
 
 void mtrun_cluster_leave(mtrun_cluster *c, int code) {
     char key[64], value[16];
-    snprintf(key, sizeof key, "mtrun/exit/%d", c->node);
+    round_key(c, key, sizeof key, "exit", c->node);
     int n = snprintf(value, sizeof value, "%d", code);
     (void)mt_store_set(c->main_conn, key, value, (size_t)n);
 }
@@ -574,7 +618,7 @@ static bool stop_watcher(mtrun_cluster *c) {
     pthread_mutex_unlock(&c->mu);
     if (!done && c->main_conn) {
         char wake[64];
-        snprintf(wake, sizeof wake, "mtrun/wake/%d", c->node);
+        round_key(c, wake, sizeof wake, "wake", c->node);
         (void)mt_store_set(c->main_conn, wake, "1", 1);
     }
     struct timespec until;
@@ -583,6 +627,42 @@ static bool stop_watcher(mtrun_cluster *c) {
     if (pthread_timedjoin_np(c->watch_thread, NULL, &until) != 0) return false;
     c->watch_started = false;
     return true;
+}
+
+int mtrun_cluster_next_round(mtrun_cluster *c, int sigfd) {
+    pthread_mutex_lock(&c->mu);
+    c->stop = true;
+    c->closing = true; /* what this round's threads still find is no longer news */
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (c->hb_started) pthread_join(c->hb_thread, NULL);
+    c->hb_started = false;
+    if (!stop_watcher(c)) {
+        mtrun_msg("the rendezvous store at %s:%d (%s) stopped answering; cannot restart the job",
+                  c->addr, c->port, c->host_label);
+        return 1;
+    }
+    free(c->hb_seen);
+    free(c->hb_changed);
+    free(c->left);
+    free(c->lost);
+    c->hb_seen = NULL;
+    c->hb_changed = NULL;
+    c->left = c->lost = NULL;
+    char buf[64];
+    while (read(c->notify_r, buf, sizeof buf) > 0) {
+    }
+    c->stop = c->closing = c->have_event = c->event_taken = c->settled = c->watch_done = false;
+    c->round++;
+    char key[64];
+    round_key(c, key, sizeof key, "joined", c->node);
+    if (mt_store_set(c->main_conn, key, "1", 1) != MT_OK) {
+        mtrun_msg("lost the rendezvous store at %s:%d (%s) while joining restart %d: %s", c->addr,
+                  c->port, c->host_label, c->round, mt_last_error());
+        return 1;
+    }
+    int code = wait_for_nodes(c, mtrun_now() + c->join_timeout, sigfd);
+    return code >= 0 ? code : start_round(c);
 }
 
 void mtrun_cluster_close(mtrun_cluster *c) {

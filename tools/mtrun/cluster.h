@@ -1,13 +1,17 @@
 /* The nodes of a multi-node job, seen from one mtrun: joining through node 0's store, publishing
  * and learning the job's first failure, heartbeats, and who has left.
  *
- * Store keys (all under "mtrun/", so they never meet the runtime's own keys):
- *   mtrun/arrivals   c10d: counter of joined nodes; the n-th node to arrive takes node rank n-1
- *   mtrun/config      "nnodes nproc_per_node node backend" of the first node to arrive (compare_set)
- *   mtrun/node/R      "host pid" of the mtrun that claimed node rank R (compare_set)
- *   mtrun/failure     "code\ntext": the job's first failure (compare_set: the first one wins)
- *   mtrun/hb/R        node R's heartbeat counter, bumped every second
- *   mtrun/exit/R      node R's exit code, set when it leaves (its ranks all gone)
+ * Store keys (all under "mtrun/", so they never meet the runtime's own keys, which mtrun's ranks
+ * write under "round/K/": MT_STORE_PREFIX). K counts the restarts (0 in the first round):
+ *   mtrun/arrivals     c10d: counter of joined nodes; the n-th node to arrive takes node rank n-1
+ *   mtrun/config       "nnodes nproc_per_node node backend" of the first node to arrive (compare_set)
+ *   mtrun/node/R       "host pid" of the mtrun that claimed node rank R (compare_set)
+ *   mtrun/rK/joined/R  node R has entered round K > 0 (a restart)
+ *   mtrun/rK/failure   "code\ntext" or "codeR\ntext" (a rank failed: a restart may follow): the
+ *                      round's first failure (compare_set: the first one wins)
+ *   mtrun/rK/hb/R      node R's heartbeat counter in round K, bumped every second
+ *   mtrun/rK/exit/R    node R's exit code, set when it leaves (its ranks all gone)
+ *   mtrun/rK/wake/R    wakes node R's failure watcher when the round ends
  */
 #ifndef MTRUN_CLUSTER_H
 #define MTRUN_CLUSTER_H
@@ -23,6 +27,7 @@ typedef struct mtrun_cluster mtrun_cluster;
 typedef struct mtrun_cluster_event {
     int code;        /* the exit code mtrun should end with */
     bool publish;    /* this node found it (a lost node): tell the others */
+    bool restartable; /* a rank failed: --max_restarts may start a new round */
     char text[1024]; /* printed as "mtrun: <text>; stopping the job" */
 } mtrun_cluster_event;
 
@@ -44,9 +49,15 @@ bool mtrun_cluster_check(mtrun_cluster *c, mtrun_cluster_event *ev);
 /* True once every other node has left or been declared lost. */
 bool mtrun_cluster_settled(mtrun_cluster *c);
 
-/* Publishes this node's failure; the job's first failure (maybe another node's) is returned in
- * *code and text. When the store cannot be reached, the local failure is kept. */
-void mtrun_cluster_publish_failure(mtrun_cluster *c, int *code, char *text, size_t cap);
+/* Publishes this node's failure; the round's first failure (maybe another node's) is returned in
+ * *code, *restartable and text. When the store cannot be reached, the local failure is kept. */
+void mtrun_cluster_publish_failure(mtrun_cluster *c, int *code, bool *restartable, char *text,
+                                   size_t cap);
+
+/* Ends this round (its ranks are all gone here) and enters the next one: waits until every node
+ * has entered it (at most the join timeout, then names the nodes that did not) and starts its
+ * heartbeat. Returns -1, or mtrun's exit code after saying why. */
+int mtrun_cluster_next_round(mtrun_cluster *c, int sigfd);
 
 /* Records that this node leaves with exit code `code`. */
 void mtrun_cluster_leave(mtrun_cluster *c, int code);

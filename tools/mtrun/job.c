@@ -42,7 +42,11 @@ typedef struct job {
     rank_slot *ranks;
     int n;
     phase ph;
-    bool failed;         /* the job's first failure is known */
+    bool failed;         /* the round's first failure is known */
+    bool restartable;    /* it was a rank's failure: --max_restarts may start another round */
+    bool signaled;       /* mtrun was told to stop: no other round */
+    int round;           /* restarts before this round */
+    char failure[1024];  /* the round's first failure, for the final message */
     int code;            /* mtrun's exit code */
     int port;            /* the store's port: MASTER_PORT for the ranks */
     double grace, timeout;
@@ -60,15 +64,23 @@ static void stop_ranks(job *j, int sig) {
     }
 }
 
-/* Records the job's first failure (later ones are ignored), agrees on it with the other nodes
+/* Another round follows this one. */
+static bool will_restart(const job *j) {
+    return j->failed && j->restartable && !j->signaled && j->round < j->o->max_restarts;
+}
+
+/* Records the round's first failure (later ones are ignored), agrees on it with the other nodes
  * when publish is set, prints the line and stops the ranks with sig. */
-static void fail(job *j, int code, const char *text, bool publish, int sig) {
+static void fail(job *j, int code, const char *text, bool publish, bool restartable, int sig) {
     if (j->failed) return;
     j->failed = true;
     char line[1024];
     snprintf(line, sizeof line, "%s", text);
-    if (j->cluster && publish) mtrun_cluster_publish_failure(j->cluster, &code, line, sizeof line);
+    if (j->cluster && publish)
+        mtrun_cluster_publish_failure(j->cluster, &code, &restartable, line, sizeof line);
     j->code = code;
+    j->restartable = restartable;
+    snprintf(j->failure, sizeof j->failure, "%s", line);
     mtrun_msg("%s; stopping the job", line);
     if (j->ph == RUNNING) stop_ranks(j, sig);
     else if (j->ph == DRAINING) j->ph = FINISHED; /* nothing left to stop here */
@@ -107,7 +119,7 @@ static void reap(job *j) {
                 char text[512];
                 int code;
                 describe_exit(j, r, status, text, sizeof text, &code);
-                fail(j, code, text, true, SIGTERM);
+                fail(j, code, text, true, true, SIGTERM);
             }
         }
         /* any other pid: a leftover child of a rank, re-parented to us */
@@ -129,7 +141,8 @@ static void on_signal(job *j, int sig) {
     snprintf(text, sizeof text, "node %d received %s", j->o->node_rank,
              mtrun_signal_name(sig, buf, sizeof buf));
     /* The signal is forwarded as it is (a rank may treat SIGINT differently from SIGTERM). */
-    fail(j, 128 + sig, text, true, sig);
+    j->signaled = true;
+    fail(j, 128 + sig, text, true, false, sig);
     if (j->ph == DRAINING) j->ph = FINISHED;
 }
 
@@ -156,7 +169,8 @@ static void ranks_done(job *j) {
         mtrun_stream_close(&j->ranks[i].out);
         mtrun_stream_close(&j->ranks[i].err);
     }
-    if (!j->cluster) {
+    /* A restart keeps every node in the job: the next round's join replaces leaving. */
+    if (!j->cluster || will_restart(j)) {
         j->ph = FINISHED;
         return;
     }
@@ -196,7 +210,7 @@ static void on_cluster(job *j) {
     mtrun_cluster_event ev;
     if (mtrun_cluster_check(j->cluster, &ev)) {
         if (j->ph == RUNNING || (j->ph == DRAINING && !j->failed))
-            fail(j, ev.code, ev.text, ev.publish, SIGTERM);
+            fail(j, ev.code, ev.text, ev.publish, ev.restartable, SIGTERM);
     }
     if (j->ph == DRAINING && mtrun_cluster_settled(j->cluster)) j->ph = FINISHED;
 }
@@ -211,13 +225,14 @@ static void start_ranks(job *j) {
     if (!path) {
         snprintf(text, sizeof text, "cannot execute '%s' on node %d: %s", o->program_argv[0],
                  o->node_rank, why);
-        fail(j, code, text, true, SIGTERM);
+        fail(j, code, text, true, false, SIGTERM);
         return;
     }
     mtrun_launch l = {.path = path, .argv = o->program_argv, .nnodes = o->nnodes,
                       .nproc_per_node = o->nproc_per_node, .node_rank = o->node_rank,
                       .master_addr = o->master_addr, .master_port = j->port,
-                      .job_id = o->rdzv_id, .role = o->role};
+                      .job_id = o->rdzv_id, .role = o->role, .restart_count = j->round,
+                      .max_restarts = o->max_restarts};
     for (int i = 0; i < j->n && j->ph == RUNNING; i++) {
         rank_slot *r = &j->ranks[i];
         int out_fd, err_fd;
@@ -226,7 +241,7 @@ static void start_ranks(job *j) {
             mtrun_binding_leave(j->binding);
             snprintf(text, sizeof text, "cannot start rank %d (node %d): %s", r->global,
                      o->node_rank, why_bind);
-            fail(j, 1, text, true, SIGTERM);
+            fail(j, 1, text, true, false, SIGTERM);
             break;
         }
         pid_t pid = mtrun_spawn_rank(&l, i, &out_fd, &err_fd);
@@ -239,7 +254,7 @@ static void start_ranks(job *j) {
                      "execute '%s': %s", r->global, o->node_rank, i, o->program_argv[0],
                      strerror(e));
             fail(j, e == ENOENT ? 127 : e == EACCES || e == ENOEXEC ? 126 : 1, text, true,
-                 SIGTERM);
+                 false, SIGTERM);
             break;
         }
         r->pid = pid;
@@ -256,10 +271,12 @@ static void start_ranks(job *j) {
             mtrun_write_all(STDERR_FILENO, line, strnlen(line, sizeof line - 1));
         char log_out[4096], log_err[4096];
         bool logged = o->logs != NULL;
-        if (logged && mtrun_logs_rank_paths(o->logs, 0, i, log_out, log_err, sizeof log_out)) {
+        /* attempt_K: each restart's files beside the earlier rounds', as torchrun keeps them */
+        if (logged &&
+            mtrun_logs_rank_paths(o->logs, j->round, i, log_out, log_err, sizeof log_out)) {
             snprintf(text, sizeof text, "cannot create the log directory of local rank %d in "
                      "%s: %s", i, o->logs->job_dir, strerror(errno));
-            fail(j, 1, text, true, SIGTERM);
+            fail(j, 1, text, true, false, SIGTERM);
             logged = false;
         }
         /* -1: a redirected stream goes to its file only */
@@ -272,7 +289,7 @@ static void start_ranks(job *j) {
         if (bad_out || bad_err) {
             snprintf(text, sizeof text, "cannot open the log files of rank %d in %s: %s",
                      r->global, o->logs->job_dir, strerror(errno));
-            fail(j, 1, text, true, SIGTERM);
+            fail(j, 1, text, true, false, SIGTERM);
         }
     }
     free(path);
@@ -300,7 +317,7 @@ static void loop(job *j, int sigfd) {
     mtrun_stream **streams = calloc((size_t)(2 * j->n + 2), sizeof *streams);
     if (!fds || !streams) {
         /* Cannot supervise: stop what runs rather than leave it unwatched. */
-        fail(j, 1, "out of memory in the supervision loop", true, SIGKILL);
+        fail(j, 1, "out of memory in the supervision loop", true, false, SIGKILL);
         free(fds);
         free(streams);
         for (int i = 0; i < j->n; i++)
@@ -324,7 +341,7 @@ static void loop(job *j, int sigfd) {
         int ready = poll(fds, (nfds_t)nf, poll_timeout_ms(j));
         if (ready < 0 && errno != EINTR) {
             mtrun_msg("poll failed: %s", strerror(errno));
-            fail(j, 1, "mtrun's supervision loop failed", true, SIGKILL);
+            fail(j, 1, "mtrun's supervision loop failed", true, false, SIGKILL);
             break;
         }
         for (int k = first_stream; ready > 0 && k < nf; k++)
@@ -350,11 +367,13 @@ static void loop(job *j, int sigfd) {
     free(streams);
 }
 
-int mtrun_job_run(const mtrun_options *o, int store_port, mtrun_cluster *cluster,
-                  mtrun_binding *binding, int sigfd, double timeout_s, double kill_grace_s) {
+int mtrun_job_run(const mtrun_options *o, int round, int store_port, mtrun_cluster *cluster,
+                  mtrun_binding *binding, int sigfd, double timeout_s, double kill_grace_s,
+                  char *restart_after, size_t cap) {
     job j = {.o = o, .cluster = cluster, .binding = binding, .n = o->nproc_per_node,
              .ph = RUNNING, .code = 0, .port = store_port, .grace = kill_grace_s,
-             .timeout = timeout_s};
+             .timeout = timeout_s, .round = round};
+    restart_after[0] = '\0';
     j.ranks = calloc((size_t)j.n, sizeof *j.ranks);
     if (!j.ranks) {
         mtrun_msg("out of memory for %d ranks", j.n);
@@ -373,5 +392,9 @@ int mtrun_job_run(const mtrun_options *o, int store_port, mtrun_cluster *cluster
         mtrun_stream_close(&j.ranks[i].err);
     }
     free(j.ranks);
+    if (will_restart(&j)) snprintf(restart_after, cap, "%s", j.failure);
+    else if (j.failed && j.restartable && !j.signaled && o->max_restarts > 0)
+        mtrun_msg("giving up after %d restart%s (--max_restarts %d); the last failure: %s",
+                  round, round == 1 ? "" : "s", o->max_restarts, j.failure);
     return j.code;
 }

@@ -3,10 +3,10 @@
 #include "binding.h"
 #include "cluster.h"
 #include "endpoint.h"
-#include "job.h"
 #include "logfiles.h"
 #include "msg.h"
 #include "options.h"
+#include "restart.h"
 
 #include "mesh/netif.h"
 
@@ -126,7 +126,7 @@ static int run(mtrun_options *o, mtrun_binding *binding) {
     int code = -1;
     double join = o->join_timeout >= 0 ? o->join_timeout : timeout;
     if (o->nnodes > 1) code = mtrun_cluster_join(o, port, join, timeout, sigfd, &cluster);
-    if (code < 0) code = mtrun_job_run(o, port, cluster, binding, sigfd, timeout, grace);
+    if (code < 0) code = mtrun_run_rounds(o, port, cluster, binding, sigfd, timeout, grace);
     mtrun_cluster_close(cluster);
     if (server) mt_store_server_stop(server);
     close(sigfd);

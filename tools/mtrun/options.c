@@ -40,7 +40,7 @@ static const char usage_text[] =
     "                        last_call_timeout=S (accepted, no effect), is_host=true|false\n"
     "  --local_addr ADDR     this node's address, to decide whether it hosts the store (c10d)\n"
     "  --role NAME           ROLE_NAME for the ranks (default \"default\")\n"
-    "  --max_restarts N      only 0: restarts are not supported yet\n"
+    "  --max_restarts N      after a rank fails, restart every rank up to N times (0)\n"
     "  --monitor_interval S  accepted; mtrun learns of rank exits at once, without polling\n"
     "  --log_dir DIR         also write each rank's output to files: DIR/ID_XXXXXX/attempt_0/\n"
     "                        LOCAL_RANK/stdout.log and stderr.log (ID: --rdzv_id)\n"
@@ -267,11 +267,7 @@ static int apply(option_id id, const char *name, const char *value, mtrun_option
     case OPT_MAX_RESTARTS: {
         int n;
         if (parse_int(value, 0, 1000000, &n)) return bad_value(name, value, "a number >= 0");
-        if (n > 0) {
-            mtrun_msg("--max_restarts %d: restarts are not supported yet (issue 15); use "
-                      "--max_restarts 0", n);
-            return 2;
-        }
+        o->max_restarts = n;
         break;
     }
     case OPT_MONITOR:

@@ -22,6 +22,7 @@ typedef struct mtrun_options {
     double last_call_timeout;   /* accepted; no effect while membership is fixed */
     int is_host;                /* --rdzv_conf is_host: 1, 0, or -1 to decide by address */
     const char *role;           /* --role: ROLE_NAME */
+    int max_restarts;           /* --max_restarts: rounds after the first one (restart.c) */
     double monitor_interval;    /* accepted; mtrun is woken by SIGCHLD rather than polling */
     bool hosts_store;           /* decided in main: this mtrun hosts the rendezvous store */
     char endpoint_host[256];    /* --rdzv_endpoint's host (master_addr points here) */

@@ -87,7 +87,7 @@ static char **build_env(const mtrun_launch *l, int local_rank, char ***owned, in
         "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
         "MASTER_PORT", "MT_RDZV_ID", "TORCHELASTIC_RUN_ID", "MT_NNODES", "MT_STORE_HOSTED",
         "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
-        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"};
+        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "MT_STORE_PREFIX"};
     enum { NSET = sizeof set_names / sizeof set_names[0] };
     char *mine[NSET + 2];
     int n = 0;
@@ -103,13 +103,15 @@ static char **build_env(const mtrun_launch *l, int local_rank, char ***owned, in
     mine[n++] = env_entry("TORCHELASTIC_RUN_ID", "%s", l->job_id);
     mine[n++] = env_entry("MT_NNODES", "%d", l->nnodes);
     mine[n++] = env_entry("MT_STORE_HOSTED", "1");
-    /* torchelastic's variables: one role holds every rank, and there are no restarts yet. */
+    /* torchelastic's variables: one role holds every rank. */
     mine[n++] = env_entry("GROUP_WORLD_SIZE", "%d", l->nnodes);
     mine[n++] = env_entry("ROLE_RANK", "%ld", rank);
     mine[n++] = env_entry("ROLE_WORLD_SIZE", "%ld", (long)l->nnodes * l->nproc_per_node);
     mine[n++] = env_entry("ROLE_NAME", "%s", l->role);
-    mine[n++] = env_entry("TORCHELASTIC_RESTART_COUNT", "0");
-    mine[n++] = env_entry("TORCHELASTIC_MAX_RESTARTS", "0");
+    mine[n++] = env_entry("TORCHELASTIC_RESTART_COUNT", "%d", l->restart_count);
+    mine[n++] = env_entry("TORCHELASTIC_MAX_RESTARTS", "%d", l->max_restarts);
+    /* Each round's ranks keep to their own keys in the store that outlives the round. */
+    mine[n++] = env_entry("MT_STORE_PREFIX", "round/%d/", l->restart_count);
     if (l->nproc_per_node > 1) {
         if (!getenv("OMP_NUM_THREADS")) mine[n++] = env_entry("OMP_NUM_THREADS", "1");
         if (!getenv("OPENBLAS_NUM_THREADS")) mine[n++] = env_entry("OPENBLAS_NUM_THREADS", "1");

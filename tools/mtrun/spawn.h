@@ -13,6 +13,7 @@ typedef struct mtrun_launch {
     int master_port;      /* the port the store really listens on */
     const char *job_id;
     const char *role;     /* ROLE_NAME */
+    int restart_count, max_restarts; /* TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS */
 } mtrun_launch;
 
 /* Finds the executable the way execvp would (PATH search when name has no '/'). On success
