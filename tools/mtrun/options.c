@@ -42,7 +42,7 @@ static const char usage_text[] =
     "  --role NAME           ROLE_NAME for the ranks (default \"default\")\n"
     "  --max_restarts N      after a rank fails, restart every rank up to N times (0)\n"
     "  --monitor_interval S  accepted; mtrun learns of rank exits at once, without polling\n"
-    "  --log_dir DIR         also write each rank's output to files: DIR/ID_XXXXXX/attempt_0/\n"
+    "  --log_dir DIR         also write each rank's output to files: DIR/ID_XXXXXX/attempt_K/\n"
     "                        LOCAL_RANK/stdout.log and stderr.log (ID: --rdzv_id)\n"
     "  --redirects N|LR:N,...  keep streams of local ranks off the console, in the files only:\n"
     "                        N = 0 none, 1 stdout, 2 stderr, 3 both (default 0); without\n"
