@@ -127,6 +127,24 @@ mt_status mt_ckpt_commit(const char *dir, const char *name, json_t *meta, long s
     return mt_ckpt_replace_file(dir, MT_CKPT_LATEST_FILE, line, (size_t)n);
 }
 
+json_t *mt_ckpt_meta_frame(long step, int world, json_t *mesh) {
+    time_t now = time(NULL);
+    char when[64];
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    return json_pack("{s:s,s:i,s:s,s:s,s:I,s:i,s:o,s:{},s:{},s:{}}", "format",
+                     MT_CKPT_FORMAT_NAME, "version", MT_CHECKPOINT_FORMAT_VERSION,
+                     "meshtrain_version", mt_version(), "created", when, "step", (json_int_t)step,
+                     "world_size", world, "mesh", mesh, "files", "tensors", "extras");
+}
+
+json_t *mt_ckpt_tensor_entry(int ndim, const int64_t *shape, int tp_dim) {
+    json_t *dims = json_array();
+    for (int d = 0; d < ndim; d++) json_array_append_new(dims, json_integer(shape[d]));
+    json_t *tp = tp_dim >= 0 ? json_pack("{s:s,s:i}", "placement", "shard", "dim", tp_dim)
+                             : json_pack("{s:s}", "placement", "replicate");
+    return json_pack("{s:s,s:o,s:o,s:[]}", "dtype", "f32", "shape", dims, "tp", tp, "chunks");
+}
+
 /* ---- the offline writer ---------------------------------------------------------------------- */
 
 static json_t *chunk_json(const char *file, uint64_t offset, uint64_t bytes, const void *data) {
@@ -149,14 +167,7 @@ mt_status mt_ckpt_write_whole(const char *dir, long step, const mt_ckpt_whole_te
     MT_TRY(mt_ckpt_remove_tree(tmp));
     MT_TRY(mt_ckpt_mkdirs(tmp));
     MT_TRY(mt_ckpt_join(path, sizeof path, tmp, file));
-    time_t now = time(NULL);
-    char when[64];
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    json_t *meta = json_pack("{s:s,s:i,s:s,s:s,s:I,s:i,s:{s:i},s:{},s:{},s:{}}", "format",
-                             MT_CKPT_FORMAT_NAME, "version", MT_CHECKPOINT_FORMAT_VERSION,
-                             "meshtrain_version", mt_version(), "created", when, "step",
-                             (json_int_t)step, "world_size", 1, "mesh", "world", 1, "files",
-                             "tensors", "extras");
+    json_t *meta = mt_ckpt_meta_frame(step, 1, json_pack("{s:i}", "world", 1));
     if (!meta) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: cannot build metadata");
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     mt_status st = fd >= 0 ? MT_OK
@@ -166,21 +177,18 @@ mt_status mt_ckpt_write_whole(const char *dir, long step, const mt_ckpt_whole_te
     for (size_t i = 0; i < n && st == MT_OK; i++) {
         const mt_ckpt_whole_tensor *t = &tensors[i];
         uint64_t numel = 1;
-        json_t *shape = json_array(), *zeros = json_array();
+        json_t *zeros = json_array();
         for (int d = 0; d < t->ndim; d++) {
             numel *= (uint64_t)t->shape[d];
-            json_array_append_new(shape, json_integer(t->shape[d]));
             json_array_append_new(zeros, json_integer(0));
         }
         uint64_t bytes = numel * sizeof(float);
-        json_t *chunk = chunk_json(file, at, bytes, t->data);
+        json_t *entry = mt_ckpt_tensor_entry(t->ndim, t->shape, t->tp_dim);
+        json_t *chunk = chunk_json(file, at, bytes, t->data); /* the whole tensor */
         json_object_set_new(chunk, "offsets", zeros);
-        json_object_set(chunk, "extents", shape);
-        json_t *tp = t->tp_dim >= 0 ? json_pack("{s:s,s:i}", "placement", "shard", "dim", t->tp_dim)
-                                    : json_pack("{s:s}", "placement", "replicate");
-        json_object_set_new(json_object_get(meta, "tensors"), t->name,
-                            json_pack("{s:s,s:o,s:o,s:[o]}", "dtype", "f32", "shape", shape,
-                                      "tp", tp, "chunks", chunk));
+        json_object_set(chunk, "extents", json_object_get(entry, "shape"));
+        json_array_append_new(json_object_get(entry, "chunks"), chunk);
+        json_object_set_new(json_object_get(meta, "tensors"), t->name, entry);
         st = mt_ckpt_write_all(fd, t->data, bytes, path);
         at += bytes;
     }

@@ -8,11 +8,21 @@
 
 #include <jansson.h>
 
+#include <stdint.h>
+
 /* dir/name.tmp/ holds every data file (fsynced); writes meta as metadata.json there, fsyncs it
  * and the folder, renames the folder to dir/name (a folder of that name is moved aside first
  * and removed by the next prune), fsyncs dir and replaces dir/latest with name. step and rank
  * only select the test crash points (ckpt_save.h). */
 mt_status mt_ckpt_commit(const char *dir, const char *name, json_t *meta, long step, int rank);
+
+/* metadata.json's frame for step on a world of world ranks (mesh: dimension name -> size, taken
+ * over): format, version, meshtrain version, creation time, and empty "files", "tensors" and
+ * "extras" for the writers to fill. NULL when out of memory. */
+json_t *mt_ckpt_meta_frame(long step, int world, json_t *mesh);
+
+/* A tensor's entry of "tensors", f32 with an empty "chunks" array. */
+json_t *mt_ckpt_tensor_entry(int ndim, const int64_t *shape, int tp_dim);
 
 /* Removes leftovers of interrupted saves in dir (step-*.tmp, step-*.replaced) and, with
  * keep > 0, all checkpoints but the newest keep - 1 besides step (the one just committed). */

@@ -31,7 +31,6 @@
 #include <meshtrain/mesh.h>
 #include <meshtrain/runtime.h>
 #include <meshtrain/store.h>
-#include <meshtrain/version.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -501,42 +500,24 @@ mt_status mt_checkpoint_stats_get(mt_module *root, mt_checkpoint_stats *out) {
     return MT_OK;
 }
 
-static json_t *tensor_defs(const mt_ckpt_plan *plan) {
-    json_t *tensors = json_object();
-    for (size_t i = 0; i < plan->n_params; i++) {
-        const mt_ckpt_param_layout *l = &plan->params[i].layout;
-        json_t *shape = json_array();
-        for (int d = 0; d < l->ndim; d++)
-            json_array_append_new(shape, json_integer(plan->params[i].shape[d]));
-        json_t *tp = l->tp_dim >= 0 ? json_pack("{s:s,s:i}", "placement", "shard", "dim", l->tp_dim)
-                                    : json_pack("{s:s}", "placement", "replicate");
-        for (int k = 0; k < (plan->has_optimizer ? MT_CKPT_KINDS : 1); k++) {
-            char name[1024];
-            mt_ckpt_tensor_name(plan, i, (mt_ckpt_kind)k, name, sizeof name);
-            json_object_set_new(tensors, name,
-                                json_pack("{s:s,s:O,s:O,s:[]}", "dtype", "f32", "shape", shape,
-                                          "tp", tp, "chunks"));
-        }
-        json_decref(shape);
-        json_decref(tp);
-    }
-    return tensors;
-}
-
+/* metadata.json of this save but for its chunks, files and extras: rank 0 adds every rank's. */
 static json_t *base_metadata(saver *s, const mt_ckpt_plan *plan, mt_adamw *opt) {
     mt_mesh *mesh = mt_module_mesh(s->root);
     json_t *dims = json_object();
     for (int d = 0; d < mt_mesh_ndim(mesh); d++)
         json_object_set_new(dims, mt_mesh_dim_name(mesh, d),
                             json_integer(mt_mesh_dim_size(mesh, d)));
-    time_t now = time(NULL);
-    char when[64];
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    json_t *meta = json_pack("{s:s,s:i,s:s,s:s,s:I,s:i,s:o,s:{},s:o,s:{}}", "format",
-                             MT_CKPT_FORMAT_NAME, "version", MT_CHECKPOINT_FORMAT_VERSION,
-                             "meshtrain_version", mt_version(), "created", when, "step",
-                             (json_int_t)s->step, "world_size", s->world, "mesh", dims, "files",
-                             "tensors", tensor_defs(plan), "extras");
+    json_t *meta = mt_ckpt_meta_frame(s->step, s->world, dims);
+    json_t *tensors = json_object_get(meta, "tensors");
+    for (size_t i = 0; meta && i < plan->n_params; i++) {
+        const mt_ckpt_param_layout *l = &plan->params[i].layout;
+        for (int k = 0; k < (plan->has_optimizer ? MT_CKPT_KINDS : 1); k++) {
+            char name[1024];
+            mt_ckpt_tensor_name(plan, i, (mt_ckpt_kind)k, name, sizeof name);
+            json_object_set_new(tensors, name,
+                                mt_ckpt_tensor_entry(l->ndim, plan->params[i].shape, l->tp_dim));
+        }
+    }
     if (meta && opt) {
         mt_adamw_options o = mt_adamw_get_options(opt);
         json_object_set_new(meta, "optimizer",
