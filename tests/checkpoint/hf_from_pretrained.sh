@@ -31,36 +31,8 @@ export MT_DEVICE=cpu
     --layers 2 --d-model 64 --heads 4 --seq 32 --batch 4 --steps 20 --save-every 20 \
     --eval-every 20 --seed 5 --checkpoint-dir "$TMP/ck" --metrics "$TMP/m.json" >/dev/null
 "$BUILD/bin/mt-ckpt" export "$TMP/ck" "$TMP/hf"
-"$PY" - "$TMP/hf" "$TMP/m.json" "$HERE" <<'PYEOF'
-import json, sys
-import numpy as np
-import torch
-import transformers
-sys.path.insert(0, sys.argv[3])
-import gpt2_numpy
-
-hf_dir, metrics = sys.argv[1], sys.argv[2]
-want = [json.loads(l)["val_loss"] for l in open(metrics) if "val_loss" in l][-1]
-model = transformers.GPT2LMHeadModel.from_pretrained(hf_dir).eval()
-ids = gpt2_numpy.read_ids(data="/usr/share/common-licenses/GPL-3")
-rows = gpt2_numpy.eval_windows(ids, seed=5, seq=32, batch=4, dp=2)
-losses = []
-with torch.no_grad():
-    for micro in (m for rank in rows for m in rank):
-        x = torch.tensor(np.asarray(micro), dtype=torch.long)
-        logits = model(x[:, :-1]).logits.double()
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                 x[:, 1:].reshape(-1))
-        losses.append(loss.item())
-hf = float(np.mean(losses))
-npy = gpt2_numpy.eval_loss(gpt2_numpy.load_model(hf_dir), ids, seed=5, seq=32, batch=4, dp=2)
-print("transformers %s GPT2LMHeadModel.from_pretrained: %.9g" % (transformers.__version__, hf))
-print("numpy GPT-2 forward:                            %.9g" % npy)
-print("train_gpt (dp 2 x tp 2) held-out loss:          %.9g" % want)
-rel = abs(hf - want) / abs(want)
-print("transformers vs train_gpt: %.2e relative -> %s" % (rel, "OK" if rel <= 1e-5 else "FAIL"))
-sys.exit(0 if rel <= 1e-5 else 1)
-PYEOF
+"$PY" "$HERE/hf_eval.py" "$TMP/hf" "$TMP/m.json" data /usr/share/common-licenses/GPL-3 5 32 4 2 \
+    "export of a dp 2 x tp 2 run"
 
 # 2. import what transformers saves
 "$PY" - "$TMP/hf_orig" "$TMP/ids.bin" <<'PYEOF'
@@ -80,29 +52,5 @@ PYEOF
 "$BUILD/bin/mtrun" --standalone --nproc_per_node 2 "$BUILD/bin/train_gpt" --tp 2 --batch 4 \
     --seed 5 --token-file "$TMP/ids.bin" --steps 0 --eval-every 1 --resume "$TMP/imp" \
     --metrics "$TMP/m_imp.json" >/dev/null
-"$PY" - "$TMP/hf_orig" "$TMP/m_imp.json" "$HERE" "$TMP/ids.bin" <<'PYEOF'
-import json, sys
-import numpy as np
-import torch
-import transformers
-sys.path.insert(0, sys.argv[3])
-import gpt2_numpy
-
-want = [json.loads(l)["val_loss"] for l in open(sys.argv[2]) if "val_loss" in l][-1]
-model = transformers.GPT2LMHeadModel.from_pretrained(sys.argv[1]).eval()
-ids = gpt2_numpy.read_ids(token_file=sys.argv[4])
-rows = gpt2_numpy.eval_windows(ids, seed=5, seq=32, batch=4, dp=1)
-losses = []
-with torch.no_grad():
-    for micro in (m for rank in rows for m in rank):
-        x = torch.tensor(np.asarray(micro, dtype=np.int64))
-        logits = model(x[:, :-1]).logits.double()
-        losses.append(torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1)).item())
-hf = float(np.mean(losses))
-print("import: transformers on its own save_pretrained: %.9g" % hf)
-print("import: train_gpt (tp 2) on mt-ckpt import of it: %.9g" % want)
-rel = abs(hf - want) / abs(want)
-print("transformers vs train_gpt: %.2e relative -> %s" % (rel, "OK" if rel <= 1e-5 else "FAIL"))
-sys.exit(0 if rel <= 1e-5 else 1)
-PYEOF
+"$PY" "$HERE/hf_eval.py" "$TMP/hf_orig" "$TMP/m_imp.json" token_file "$TMP/ids.bin" 5 32 4 1 \
+    "import of transformers' save_pretrained, evaluated by train_gpt on tp 2"
