@@ -207,8 +207,10 @@ static mt_status parse_tensor(const parse_ctx *c, mt_ckpt_meta *m, const char *n
             return bad(c, cwhere, "\"bytes\" is not 4 x the elements of its extents");
         covered += numel;
     }
-    /* Chunks do not overlap (each element is written once), so their sizes add up to the
-     * tensor's exactly; anything else is a damaged or foreign metadata file. */
+    /* A save writes each element once, so the chunks' sizes add up to the tensor's exactly;
+     * anything else is a damaged or foreign metadata file. A sum cannot tell two overlapping
+     * chunks beside a hole from a complete tensor; no save writes that, and checking every pair
+     * of boxes would cost ranks^2 per tensor, so a hand-made file of that kind is not caught. */
     if (covered != t->numel) {
         char why[200];
         snprintf(why, sizeof why, "its chunks hold %" PRIu64 " elements, its shape %" PRIu64,
@@ -330,8 +332,8 @@ static mt_status parse_root(const parse_ctx *c, json_t *root, mt_ckpt_meta *m) {
     m->tensors = calloc(json_object_size(tensors) + 1, sizeof *m->tensors);
     if (!m->tensors) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
     json_object_foreach(tensors, k, v) {
-        MT_TRY(parse_tensor(c, m, k, v, &m->tensors[m->n_tensors]));
-        m->n_tensors++;
+        /* Counted first: a failing entry's name and chunks are freed with the rest. */
+        MT_TRY(parse_tensor(c, m, k, v, &m->tensors[m->n_tensors++]));
     }
     qsort(m->tensors, m->n_tensors, sizeof *m->tensors, tensor_cmp);
 
@@ -340,8 +342,7 @@ static mt_status parse_root(const parse_ctx *c, json_t *root, mt_ckpt_meta *m) {
     m->extras = calloc(json_object_size(extras) + 1, sizeof *m->extras);
     if (!m->extras) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
     json_object_foreach(extras, k, v) {
-        MT_TRY(parse_extra(c, m, k, v, &m->extras[m->n_extras]));
-        m->n_extras++;
+        MT_TRY(parse_extra(c, m, k, v, &m->extras[m->n_extras++]));
     }
     return MT_OK;
 }

@@ -310,10 +310,18 @@ static int check_shape(options *o, int world, char *err) {
 static int resume_schedule(options *o, char *err) {
     void *text = NULL;
     size_t len = 0;
-    if (mt_checkpoint_read_extra(o->resume_path, RUN_EXTRA, &text, &len) != MT_OK) {
-        mt_clear_error(); /* an imported model: nothing to continue */
+    mt_status st = mt_checkpoint_read_extra(o->resume_path, RUN_EXTRA, &text, &len);
+    if (st == MT_ERR_NOT_FOUND) { /* an imported model (mt-ckpt import): nothing to continue */
+        mt_clear_error();
         return 0;
     }
+    if (st != MT_OK) { /* damaged, unreadable: not a reason to start over silently */
+        fail_msg(err, "--resume: %s", mt_last_error());
+        mt_clear_error();
+        return -1;
+    }
+    /* Saved by train_gpt, which saves its step and optimizer with its schedule. */
+    o->resume_optimizer = true;
     unsigned long long seed;
     float lr, wd, clip;
     int warmup;
@@ -381,14 +389,8 @@ static int resolve_resume(options *o, char *err) {
                             v[i], o->resume_path);
         *fields[i] = v[i];
     }
-    /* A checkpoint of train_gpt carries its step; an imported model (mt-ckpt import) does not,
-     * and starts at step 0 with a fresh optimizer. */
-    if (mt_checkpoint_read_extra(o->resume_path, STEP_EXTRA, &text, &len) == MT_OK) {
-        o->resume_optimizer = true;
-        free(text);
-    } else {
-        mt_clear_error();
-    }
+    /* A checkpoint of train_gpt carries its schedule, step and optimizer; an imported model
+     * (mt-ckpt import) does not, and starts at step 0 with a fresh optimizer. */
     return resume_schedule(o, err);
 }
 
