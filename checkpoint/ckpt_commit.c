@@ -109,13 +109,7 @@ mt_status mt_ckpt_commit(const char *dir, const char *name, json_t *meta, long s
     MT_TRY(mt_ckpt_join(path, sizeof path, tmp, MT_CKPT_META_FILE));
     char *text = json_dumps(meta, JSON_INDENT(1) | JSON_SORT_KEYS);
     if (!text) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: cannot format metadata");
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    mt_status st = fd >= 0 ? mt_ckpt_write_all(fd, text, strlen(text), path)
-                           : mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot create '%s'",
-                                            path);
-    if (st == MT_OK && fsync(fd) != 0)
-        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: fsync of '%s'", path);
-    if (fd >= 0) close(fd);
+    mt_status st = mt_ckpt_write_data_file(path, text, strlen(text), NULL, NULL);
     free(text);
     MT_TRY(st);
     MT_TRY(mt_ckpt_fsync_path(tmp));

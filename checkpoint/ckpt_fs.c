@@ -158,13 +158,7 @@ mt_status mt_ckpt_replace_file(const char *dir, const char *name, const void *da
         return mt_error(MT_ERR_INVALID_ARG, "checkpoint: file name '%s' is too long", name);
     MT_TRY(mt_ckpt_join(tmp, sizeof tmp, dir, tmp_name));
     MT_TRY(mt_ckpt_join(final, sizeof final, dir, name));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot create '%s'", tmp);
-    mt_status st = mt_ckpt_write_all(fd, data, len, tmp);
-    if (st == MT_OK && fsync(fd) != 0)
-        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: fsync of '%s'", tmp);
-    if (close(fd) != 0 && st == MT_OK)
-        st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot close '%s'", tmp);
+    mt_status st = mt_ckpt_write_data_file(tmp, data, len, NULL, NULL);
     if (st == MT_OK && rename(tmp, final) != 0)
         st = mt_error_errno(MT_ERR_IO, errno, "checkpoint: cannot rename '%s' to '%s'", tmp,
                             final);

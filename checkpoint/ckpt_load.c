@@ -56,13 +56,6 @@ static void loader_free(loader *l) {
     mt_ckpt_meta_free(&l->meta);
 }
 
-static void dims_text(const int64_t *d, int n, char *buf, size_t cap) {
-    size_t len = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < n && len < cap; i++)
-        len += (size_t)snprintf(buf + len, cap - len, "%s%lld", i ? ", " : "", (long long)d[i]);
-    if (len < cap) snprintf(buf + len, cap - len, "]");
-}
-
 /* The checkpoint's tensors against the model's: the same names and global shapes. */
 static mt_status check_tensors(loader *l) {
     const mt_ckpt_meta *m = &l->meta;
@@ -82,8 +75,8 @@ static mt_status check_tensors(loader *l) {
             for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == shape[d];
             if (!same) {
                 char a[128], b[128];
-                dims_text(t->shape, t->ndim, a, sizeof a);
-                dims_text(shape, p->ndim, b, sizeof b);
+                mt_ckpt_dims_text(t->shape, t->ndim, a, sizeof a);
+                mt_ckpt_dims_text(shape, p->ndim, b, sizeof b);
                 return mt_error(MT_ERR_MISMATCH, "checkpoint '%s': tensor '%s' has shape %s in "
                                 "the checkpoint and %s in the model", m->dir, name, a, b);
             }
@@ -348,7 +341,13 @@ mt_status mt_checkpoint_load(mt_module *root, mt_adamw *opt, const char *path,
     memset(&l, 0, sizeof l);
     if (st == MT_OK) st = read_local(&l, root, opt, path, extras, n_extras, rank, world);
     st = agree(rt, st);
-    if (st == MT_OK) st = apply(&l, root, opt, extras, n_extras);
+    if (st == MT_OK) {
+        st = apply(&l, root, opt, extras, n_extras);
+        /* A device copy that fails after the others succeeded leaves this rank's model part old
+         * and part new, and the other ranks loaded: nothing can recover that, so the program
+         * is failing (its mt_finalize aborts the job instead of waiting). */
+        if (st != MT_OK) mt_failure_note(st, mt_last_error());
+    }
     if (st == MT_OK && info) {
         info->step = l.meta.step;
         info->has_optimizer = l.meta.has_optimizer;

@@ -24,6 +24,15 @@
 
 uint64_t mt_ckpt_hash(const void *data, size_t len) { return XXH3_64bits(data, len); }
 
+const char *mt_ckpt_dims_text(const int64_t *dims, int ndim, char *buf, size_t cap) {
+    size_t len = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && len < cap; d++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%lld", d ? ", " : "",
+                                (long long)dims[d]);
+    if (len < cap) snprintf(buf + len, cap - len, "]");
+    return buf;
+}
+
 /* xxHash's streaming state, which XXH3_64bits_digest turns into the one-shot value. */
 struct mt_ckpt_hasher {
     XXH3_state_t *state;

@@ -110,6 +110,9 @@ uint64_t mt_ckpt_copy_intersection(int ndim, const mt_ckpt_chunk *c, const float
  * error. */
 mt_status mt_ckpt_read_tensor(mt_ckpt_reader *r, const mt_ckpt_tensor_meta *t, float *dst);
 
+/* "[d0, d1, ...]" into buf, for messages and tables. */
+const char *mt_ckpt_dims_text(const int64_t *dims, int ndim, char *buf, size_t cap);
+
 /* The XXH3-64 of a buffer, and its 16-hex-digit form. */
 uint64_t mt_ckpt_hash(const void *data, size_t len);
 void mt_ckpt_hash_hex(uint64_t h, char out[17]);

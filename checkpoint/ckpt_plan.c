@@ -64,7 +64,6 @@ static mt_status fill_unit(mt_ckpt_plan *plan, const mt_module *root, size_t ui,
     for (size_t i = 0; i < u->n_params; i++) {
         mt_param *p = u->params[i];
         mt_ckpt_param *cp = &plan->params[plan->n_params++];
-        cp->param = p;
         cp->unit = ui;
         cp->path = param_path(root, p);
         if (!cp->path) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
@@ -112,7 +111,6 @@ mt_status mt_ckpt_plan_build(mt_module *root, mt_adamw *opt, mt_ckpt_plan *out) 
     out->n_units = n;
     out->dev = ru->dev;
     out->has_optimizer = opt != NULL;
-    out->tp_rank = ru->tp_rank;
     out->replica_writer = !ru->replicate || mt_group_rank(ru->replicate) == 0;
     for (size_t i = 0; i < n && st == MT_OK; i++) {
         out->units[i].unit = units[i];

@@ -28,7 +28,6 @@ typedef struct mt_ckpt_unit {
 
 typedef struct mt_ckpt_param {
     char *path; /* below the root: "block0.attn.qkv.weight" */
-    mt_param *param;
     size_t unit;
     mt_ckpt_param_layout layout; /* offset: in its unit's flat buffer */
     int64_t shape[MT_PARAM_MAX_DIMS]; /* the global shape a checkpoint stores: without padding
@@ -45,7 +44,6 @@ typedef struct mt_ckpt_plan {
     /* Whether this rank writes: HSDP replicas other than replicate rank 0 hold copies; and
      * tp-replicated parameters are written by tp rank 0 only (mt_ckpt_plan_writes). */
     bool replica_writer;
-    int tp_rank;
 } mt_ckpt_plan;
 
 /* Builds the plan of root's units (root must be an FSDP unit) and opt's state (may be NULL; else

@@ -51,7 +51,6 @@ typedef struct saver {
     mt_module *root;
     mt_runtime *rt;
     mt_store *store;
-    mt_device *dev;
     int rank, world;
     long seq; /* saves started on this root: names the store keys */
     pthread_t thread;
@@ -60,7 +59,7 @@ typedef struct saver {
     /* The save in flight (read by the thread). */
     long step;
     int keep;
-    char dir[PATH_MAX], name[64], tmp[PATH_MAX], final[PATH_MAX], file[64];
+    char dir[PATH_MAX], name[64], tmp[PATH_MAX], file[64];
     mt_ckpt_stage stage; /* this rank's data file, in host memory */
     json_t *meta; /* rank 0: metadata.json without chunks, files and extras */
     double started_s;
@@ -457,7 +456,7 @@ static void saver_release(mt_module *module, void *user) {
 
 static saver *saver_of(mt_module *root) { return mt_module_hooks_user(root, &saver_owner); }
 
-static mt_status saver_get(mt_module *root, mt_device *dev, saver **out) {
+static mt_status saver_get(mt_module *root, saver **out) {
     saver *s = saver_of(root);
     if (!s) {
         s = calloc(1, sizeof *s);
@@ -465,7 +464,6 @@ static mt_status saver_get(mt_module *root, mt_device *dev, saver **out) {
         s->root = root;
         s->rt = mt_mesh_runtime(mt_module_mesh(root));
         s->store = mt_runtime_store(s->rt);
-        s->dev = dev;
         s->rank = mt_runtime_rank(s->rt);
         s->world = mt_runtime_world_size(s->rt);
         static const mt_module_hooks hooks = {.release = saver_release};
@@ -540,8 +538,9 @@ static mt_status prepare(saver *s, const mt_ckpt_plan *plan, mt_adamw *opt, cons
     snprintf(s->file, sizeof s->file, "rank-%05d.bin", s->rank);
     if (snprintf(s->dir, sizeof s->dir, "%s", dir) >= (int)sizeof s->dir)
         return mt_error(MT_ERR_INVALID_ARG, "checkpoint: folder name too long");
-    MT_TRY(mt_ckpt_join(s->final, sizeof s->final, dir, s->name));
-    if (snprintf(s->tmp, sizeof s->tmp, "%s.tmp", s->final) >= (int)sizeof s->tmp)
+    char final[PATH_MAX];
+    MT_TRY(mt_ckpt_join(final, sizeof final, dir, s->name));
+    if (snprintf(s->tmp, sizeof s->tmp, "%s.tmp", final) >= (int)sizeof s->tmp)
         return mt_error(MT_ERR_INVALID_ARG, "checkpoint: folder name too long");
     if (mt_ckpt_fail_point("stage", s->rank, s->step))
         return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: cannot stage step %ld: injected by "
@@ -569,7 +568,7 @@ mt_status mt_checkpoint_save(mt_module *root, mt_adamw *opt, const char *dir,
     mt_ckpt_plan plan;
     MT_TRY(mt_ckpt_plan_build(root, opt, &plan));
     saver *s = NULL;
-    mt_status st = saver_get(root, plan.dev, &s);
+    mt_status st = saver_get(root, &s);
     if (st == MT_OK) st = join_writer(s); /* the previous save's outcome, the same everywhere */
     if (st != MT_OK) {
         mt_ckpt_plan_free(&plan);

@@ -228,7 +228,10 @@ static int plan_one(export_state *x, const tensor_map *tm, int block) {
     }
     mt_st_entry *e = &x->entries[x->n];
     x->names[x->n] = strdup(theirs);
-    if (!x->names[x->n]) return -1;
+    if (!x->names[x->n]) {
+        fprintf(stderr, "mt-ckpt: out of memory\n");
+        return -1;
+    }
     e->name = x->names[x->n];
     e->ndim = their_shape(&x->cfg, tm, want, nd, e->shape);
     x->maps[x->n] = tm;
@@ -249,17 +252,18 @@ static mt_status load_entry(export_state *x, size_t i) {
     free(x->values);
     x->cached = x->n;
     x->values = malloc(n * sizeof(float));
-    float *raw = malloc(n * sizeof(float));
+    /* A tensor in the same layout is read in place; the others through a scratch copy. */
+    bool same = x->maps[i]->how == SAME;
+    float *raw = same ? x->values : malloc(n * sizeof(float));
     mt_status st = x->values && raw ? MT_OK
                                     : mt_error_set(MT_ERR_OUT_OF_MEMORY, "no memory for tensor "
                                                    "'%s' (%" PRIu64 " values)", full, n);
     if (st == MT_OK) st = mt_ckpt_read_tensor(x->reader, t, raw);
     if (st == MT_OK) {
-        if (x->maps[i]->how == SAME) memcpy(x->values, raw, n * sizeof(float));
-        else convert(x->maps[i]->how, shape, raw, x->values, true);
+        if (!same) convert(x->maps[i]->how, shape, raw, x->values, true);
         x->cached = i;
     }
-    free(raw);
+    if (!same) free(raw);
     return st;
 }
 
@@ -398,35 +402,38 @@ static int import_one(mt_st_file *f, const char *prefix, const gpt_config *c,
     for (int d = 0; same && d < tnd; d++) same = t->shape[d] == expect[d];
     if (!same) {
         char want[96];
-        size_t len = (size_t)snprintf(want, sizeof want, "[");
-        for (int d = 0; d < tnd; d++)
-            len += (size_t)snprintf(want + len, sizeof want - len, "%s%lld", d ? ", " : "",
-                                    (long long)expect[d]);
-        snprintf(want + len, sizeof want - len, "]");
         fprintf(stderr, "mt-ckpt: tensor '%s%s' %s (expected shape %s)\n", prefix, theirs,
-                t ? "has another shape" : "is missing", want);
+                t ? "has another shape" : "is missing",
+                mt_ckpt_dims_text(expect, tnd, want, sizeof want));
         return -1;
     }
     uint64_t n = numel_of(shape, nd);
-    float *in = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+    /* A tensor in the same layout is kept as read; the others are converted into out. */
+    float *in = malloc(n * sizeof(float)), *out = tm->how == SAME ? in : malloc(n * sizeof(float));
     if (!in || !out) {
         free(in);
-        free(out);
+        if (out != in) free(out);
         fprintf(stderr, "mt-ckpt: no memory for tensor '%s' (%" PRIu64 " values)\n", theirs, n);
         return -1;
     }
     if (mt_st_read_f32(f, t, in) != MT_OK) {
         mt_ckpt_tool_error();
         free(in);
-        free(out);
+        if (out != in) free(out);
         return -1;
     }
-    if (tm->how == SAME) memcpy(out, in, n * sizeof(float));
-    else convert(tm->how, shape, in, out, false);
-    free(in);
+    if (out != in) {
+        convert(tm->how, shape, in, out, false);
+        free(in);
+    }
     char full[300];
     snprintf(full, sizeof full, "model/%s", ours);
     x->names[x->n] = strdup(full);
+    if (!x->names[x->n]) {
+        fprintf(stderr, "mt-ckpt: out of memory\n");
+        free(out);
+        return -1;
+    }
     mt_ckpt_whole_tensor *w = &x->tensors[x->n++];
     w->name = x->names[x->n - 1];
     w->ndim = nd;

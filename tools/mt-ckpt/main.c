@@ -51,14 +51,6 @@ int mt_ckpt_tool_open(const char *path, mt_ckpt_meta *meta) {
     return MT_CKPT_EXIT_OK;
 }
 
-static void shape_text(const int64_t *shape, int ndim, char *buf, size_t cap) {
-    size_t len = (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < ndim && len < cap; d++)
-        len += (size_t)snprintf(buf + len, cap - len, "%s%lld", d ? ", " : "",
-                                (long long)shape[d]);
-    if (len < cap) snprintf(buf + len, cap - len, "]");
-}
-
 static int cmd_info(const char *path) {
     mt_ckpt_meta m;
     int rc = mt_ckpt_tool_open(path, &m);
@@ -84,7 +76,7 @@ static int cmd_info(const char *path) {
     for (size_t i = 0; i < m.n_tensors; i++) {
         const mt_ckpt_tensor_meta *t = &m.tensors[i];
         char shape[96], tp[16];
-        shape_text(t->shape, t->ndim, shape, sizeof shape);
+        mt_ckpt_dims_text(t->shape, t->ndim, shape, sizeof shape);
         if (t->tp_dim >= 0) snprintf(tp, sizeof tp, "shard(%d)", t->tp_dim);
         else snprintf(tp, sizeof tp, "replicate");
         printf("  %-*s  %-20s  %-9s  %6zu  %10s\n", (int)width, t->name, shape, tp, t->n_chunks,
