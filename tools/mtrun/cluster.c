@@ -176,17 +176,22 @@ static int connect_until(mtrun_cluster *c, const char *host, double deadline, in
     }
 }
 
-/* Publishes a failure found while joining, so that nodes already waiting stop now rather than
- * at their own timeout. */
-static void publish_join_failure(mtrun_cluster *c, int code, const char *text) {
+/* Publishes a non-restartable failure of round `round` unless one stands already. */
+static void publish_final_failure(mtrun_cluster *c, int round, int code, const char *text) {
     char value[1200], key[64];
     int n = format_failure(value, sizeof value, code, false, text);
-    round_key(c, key, sizeof key, "failure", -1);
+    snprintf(key, sizeof key, "mtrun/r%d/failure", round);
     void *cur = NULL;
     size_t cur_len = 0;
     if (mt_store_compare_set(c->main_conn, key, "", 0, value, (size_t)n, &cur, &cur_len) ==
         MT_OK)
         free(cur);
+}
+
+/* Publishes a failure found while joining, so that nodes already waiting stop now rather than
+ * at their own timeout. */
+static void publish_join_failure(mtrun_cluster *c, int code, const char *text) {
+    publish_final_failure(c, c->round, code, text);
 }
 
 /* Registers value under key unless another node did first; *cur (malloc'ed, caller frees) is the
@@ -607,6 +612,13 @@ void mtrun_cluster_leave(mtrun_cluster *c, int code) {
     round_key(c, key, sizeof key, "exit", c->node);
     int n = snprintf(value, sizeof value, "%d", code);
     (void)mt_store_set(c->main_conn, key, value, (size_t)n);
+}
+
+void mtrun_cluster_decline_next_round(mtrun_cluster *c, int code, const char *why) {
+    char text[1024];
+    snprintf(text, sizeof text, "node %d does not take part in restart %d of job '%s': %s",
+             c->node, c->round + 1, c->job, why);
+    publish_final_failure(c, c->round + 1, code > 0 && code < 256 ? code : 1, text);
 }
 
 /* Wakes the watcher through its own key and joins it, giving up after a few seconds if the store

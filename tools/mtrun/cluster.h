@@ -8,9 +8,11 @@
  *   mtrun/node/R       "host pid" of the mtrun that claimed node rank R (compare_set)
  *   mtrun/rK/joined/R  node R has entered round K > 0 (a restart)
  *   mtrun/rK/failure   "code\ntext" or "codeR\ntext" (a rank failed: a restart may follow): the
- *                      round's first failure (compare_set: the first one wins)
+ *                      round's first failure (compare_set: the first one wins); also set, before
+ *                      round K starts, by a node that ends with round K-1 (it will not join)
  *   mtrun/rK/hb/R      node R's heartbeat counter in round K, bumped every second
- *   mtrun/rK/exit/R    node R's exit code, set when it leaves (its ranks all gone)
+ *   mtrun/rK/exit/R    node R's exit code, set when its ranks are all gone (whether or not it
+ *                      goes on to round K+1)
  *   mtrun/rK/wake/R    wakes node R's failure watcher when the round ends
  */
 #ifndef MTRUN_CLUSTER_H
@@ -61,6 +63,11 @@ int mtrun_cluster_next_round(mtrun_cluster *c, int sigfd);
 
 /* Records that this node leaves with exit code `code`. */
 void mtrun_cluster_leave(mtrun_cluster *c, int code);
+
+/* Says to the other nodes that this node ends with this round (code, and why: "received
+ * SIGTERM", ...): a node entering the next round stops at once, naming it, instead of waiting the
+ * join timeout for it. Set as the next round's failure (compare_set: the first one wins). */
+void mtrun_cluster_decline_next_round(mtrun_cluster *c, int code, const char *why);
 
 /* Stops the heartbeat and closes the connections it can close. */
 void mtrun_cluster_close(mtrun_cluster *c);
