@@ -31,6 +31,7 @@ struct mtrun_cluster {
     int nnodes, node, nproc, port;
     int round;              /* restarts so far: every per-round key carries it */
     int backend;            /* mtrun_rdzv_backend */
+    int max_restarts;       /* --max_restarts: every node must agree (a restart needs them all) */
     char addr[256], job[256];
     double timeout, join_timeout;
     const char *join_what; /* what set join_timeout, for messages */
@@ -211,18 +212,27 @@ static const char *backend_name(int b) { return b == MTRUN_RDZV_C10D ? "c10d" : 
 
 static int check_config(mtrun_cluster *c) {
     char mine[128], key[] = "mtrun/config";
-    int n = snprintf(mine, sizeof mine, "%d %d %d %d", c->nnodes, c->nproc, c->node, c->backend);
+    int n = snprintf(mine, sizeof mine, "%d %d %d %d %d", c->nnodes, c->nproc, c->node,
+                     c->backend, c->max_restarts);
     void *cur;
     size_t cur_len;
     if (!register_first(c, key, mine, (size_t)n, &cur, &cur_len)) return 1;
     char theirs[128];
     copy_value(cur, cur_len, theirs, sizeof theirs);
-    int nn = 0, np = 0, who = -1, backend = -1;
-    int ok = sscanf(theirs, "%d %d %d %d", &nn, &np, &who, &backend) == 4;
+    int nn = 0, np = 0, who = -1, backend = -1, restarts = -1;
+    int ok = sscanf(theirs, "%d %d %d %d %d", &nn, &np, &who, &backend, &restarts) == 5;
     free(cur);
-    if (ok && nn == c->nnodes && np == c->nproc && backend == c->backend) return -1;
+    if (ok && nn == c->nnodes && np == c->nproc && backend == c->backend &&
+        restarts == c->max_restarts)
+        return -1;
     char text[512];
-    if (ok && nn == c->nnodes && np == c->nproc)
+    if (ok && nn == c->nnodes && np == c->nproc && backend == c->backend)
+        /* A node with fewer restarts would end while the others wait for it in the next round. */
+        snprintf(text, sizeof text,
+                 "node %d was started with --max_restarts %d but node %d with --max_restarts %d; "
+                 "every node of job '%s' needs the same value",
+                 c->node, c->max_restarts, who, restarts, c->job);
+    else if (ok && nn == c->nnodes && np == c->nproc)
         /* Static ranks and arrival-order ranks would collide: one way for the whole job. */
         snprintf(text, sizeof text,
                  "node %d was started with --rdzv_backend %s but node %d with --rdzv_backend %s; "
@@ -489,6 +499,7 @@ int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout
     c->node = o->node_rank;
     c->nproc = o->nproc_per_node;
     c->backend = (int)o->rdzv_backend;
+    c->max_restarts = o->max_restarts;
     c->port = port;
     c->timeout = timeout_s;
     c->join_timeout = join_s;

@@ -4,7 +4,8 @@
  * Store keys (all under "mtrun/", so they never meet the runtime's own keys, which mtrun's ranks
  * write under "round/K/": MT_STORE_PREFIX). K counts the restarts (0 in the first round):
  *   mtrun/arrivals     c10d: counter of joined nodes; the n-th node to arrive takes node rank n-1
- *   mtrun/config       "nnodes nproc_per_node node backend" of the first node to arrive (compare_set)
+ *   mtrun/config       "nnodes nproc_per_node node backend max_restarts" of the first node to
+ *                      arrive (compare_set)
  *   mtrun/node/R       "host pid" of the mtrun that claimed node rank R (compare_set)
  *   mtrun/rK/joined/R  node R has entered round K > 0 (a restart)
  *   mtrun/rK/failure   "code\ntext" or "codeR\ntext" (a rank failed: a restart may follow): the
@@ -35,8 +36,8 @@ typedef struct mtrun_cluster_event {
 
 /* Connects to the store at master_addr:port (over loopback when o->hosts_store), takes a node
  * rank in arrival order when o->node_rank is -1 (c10d) and writes it there, checks that this node
- * agrees with the others on --nnodes and --nproc_per_node, claims the node rank and waits until
- * every node has joined (at most join_s). timeout_s bounds heartbeats later. Signals arriving on
+ * agrees with the others on --nnodes, --nproc_per_node, the backend and --max_restarts, claims
+ * the node rank and waits until every node has joined (at most join_s). timeout_s bounds heartbeats later. Signals arriving on
  * sigfd meanwhile abort the wait. Returns -1 on success, else the exit code after printing why. */
 int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout_s, int sigfd,
                        mtrun_cluster **out);

@@ -152,6 +152,9 @@ static void on_signal(job *j, int sig) {
         /* Asked while already stopping: do not make the user wait for the grace period. */
         mtrun_msg("received %s while stopping the job; killing the ranks now",
                   mtrun_signal_name(sig, buf, sizeof buf));
+        j->signaled = true; /* told to stop: no restart either */
+        snprintf(j->signal_name, sizeof j->signal_name, "%s",
+                 mtrun_signal_name(sig, buf, sizeof buf));
         stop_ranks(j, SIGKILL);
         j->killed = true;
         j->deadline = mtrun_now() + AFTER_KILL_S;
@@ -162,7 +165,8 @@ static void on_signal(job *j, int sig) {
              mtrun_signal_name(sig, buf, sizeof buf));
     /* The signal is forwarded as it is (a rank may treat SIGINT differently from SIGTERM). */
     j->signaled = true;
-    snprintf(j->signal_name, sizeof j->signal_name, "%s", buf);
+    snprintf(j->signal_name, sizeof j->signal_name, "%s",
+             mtrun_signal_name(sig, buf, sizeof buf));
     fail(j, 128 + sig, text, true, false, sig);
     if (j->ph == DRAINING) j->ph = FINISHED;
 }
