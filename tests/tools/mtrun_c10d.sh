@@ -123,7 +123,8 @@ wait_rc "$PID_mixc" 15
 check "mixed backends: the c10d node exits 1 (got $RC)" test "$RC" = 1
 wait_rc "$PID_mixs" 15
 check "mixed backends: the static node exits 1 (got $RC)" test "$RC" = 1
-msg="node 0 was started with --rdzv_backend c10d but node 0 with --rdzv_backend static; every node of job 'mix_$$' needs the same backend"
+# Both took node rank 0: the message tells them apart by their mtrun's pid and host.
+msg="node 0 (mtrun pid $PID_mixc on host $(hostname)) was started with --rdzv_backend c10d but node 0 (mtrun pid $PID_mixs on host $(hostname)) with --rdzv_backend static; every node of job 'mix_$$' needs the same backend"
 check "mixed backends: the c10d node explains" has_text "$TMP/mixc.err" "mtrun: $msg"
 check "mixed backends: the static node explains" has_text "$TMP/mixs.err" "mtrun: $msg"
 check "mixed backends: no rank was started" bash -c "! grep -q started '$TMP/mixs.out' '$TMP/mixc.out'"

@@ -211,21 +211,25 @@ static bool register_first(mtrun_cluster *c, const char *key, const char *value,
 static const char *backend_name(int b) { return b == MTRUN_RDZV_C10D ? "c10d" : "static"; }
 
 static int check_config(mtrun_cluster *c) {
-    char mine[128], key[] = "mtrun/config";
-    int n = snprintf(mine, sizeof mine, "%d %d %d %d %d", c->nnodes, c->nproc, c->node,
-                     c->backend, c->max_restarts);
+    char mine[512], key[] = "mtrun/config", host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    /* The mtrun's pid and host: with mixed backends, both nodes may carry the same node rank. */
+    int n = snprintf(mine, sizeof mine, "%d %d %d %d %d %ld %s", c->nnodes, c->nproc, c->node,
+                     c->backend, c->max_restarts, (long)getpid(), host);
     void *cur;
     size_t cur_len;
     if (!register_first(c, key, mine, (size_t)n, &cur, &cur_len)) return 1;
-    char theirs[128];
+    char theirs[512], their_host[256] = "?";
     copy_value(cur, cur_len, theirs, sizeof theirs);
     int nn = 0, np = 0, who = -1, backend = -1, restarts = -1;
-    int ok = sscanf(theirs, "%d %d %d %d %d", &nn, &np, &who, &backend, &restarts) == 5;
+    long their_pid = 0;
+    int ok = sscanf(theirs, "%d %d %d %d %d %ld %255s", &nn, &np, &who, &backend, &restarts,
+                    &their_pid, their_host) == 7;
     free(cur);
     if (ok && nn == c->nnodes && np == c->nproc && backend == c->backend &&
         restarts == c->max_restarts)
         return -1;
-    char text[512];
+    char text[1024];
     if (ok && nn == c->nnodes && np == c->nproc && backend == c->backend)
         /* A node with fewer restarts would end while the others wait for it in the next round. */
         snprintf(text, sizeof text,
@@ -235,9 +239,11 @@ static int check_config(mtrun_cluster *c) {
     else if (ok && nn == c->nnodes && np == c->nproc)
         /* Static ranks and arrival-order ranks would collide: one way for the whole job. */
         snprintf(text, sizeof text,
-                 "node %d was started with --rdzv_backend %s but node %d with --rdzv_backend %s; "
-                 "every node of job '%s' needs the same backend",
-                 c->node, backend_name(c->backend), who, backend_name(backend), c->job);
+                 "node %d (mtrun pid %ld on host %s) was started with --rdzv_backend %s but "
+                 "node %d (mtrun pid %ld on host %s) with --rdzv_backend %s; every node of job "
+                 "'%s' needs the same backend",
+                 c->node, (long)getpid(), host, backend_name(c->backend), who, their_pid,
+                 their_host, backend_name(backend), c->job);
     else
         snprintf(text, sizeof text,
                  "node %d was started with --nnodes %d --nproc_per_node %d but node %d with "

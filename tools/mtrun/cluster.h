@@ -4,8 +4,8 @@
  * Store keys (all under "mtrun/", so they never meet the runtime's own keys, which mtrun's ranks
  * write under "round/K/": MT_STORE_PREFIX). K counts the restarts (0 in the first round):
  *   mtrun/arrivals     c10d: counter of joined nodes; the n-th node to arrive takes node rank n-1
- *   mtrun/config       "nnodes nproc_per_node node backend max_restarts" of the first node to
- *                      arrive (compare_set)
+ *   mtrun/config       "nnodes nproc_per_node node backend max_restarts pid host" of the first
+ *                      node to arrive (compare_set)
  *   mtrun/node/R       "host pid" of the mtrun that claimed node rank R (compare_set)
  *   mtrun/rK/joined/R  node R has entered round K > 0 (a restart)
  *   mtrun/rK/failure   "code\ntext" or "codeR\ntext" (a rank failed: a restart may follow): the
