@@ -36,6 +36,9 @@
 #include <time.h>
 #include <unistd.h>
 
+_Static_assert(MT_ENV_PREFIX_MAX == MT_STORE_MAX_PREFIX + 1,
+               "MT_ENV_PREFIX_MAX must hold a store key prefix of MT_STORE_MAX_PREFIX bytes");
+
 #define IDENTITY_MAX (MT_ENV_HOST_MAX + 16)
 /* How long a failing store host waits for the others to read the abort before it exits. */
 #define ABORT_LINGER_S 2.0

@@ -36,6 +36,7 @@ struct mt_store {
     bool broken;
     char addr[300]; /* "host:port" for messages */
     char prefix[MT_STORE_MAX_PREFIX + 1]; /* put before every key on the wire (rounds of a job) */
+    size_t prefix_len;                    /* strlen(prefix); both under mu */
     pthread_mutex_t mu;
     mt_store_buf req;
 };
@@ -335,9 +336,9 @@ const char *mt_store_address(const mt_store *store) { return store ? store->addr
 
 /* ---- requests ------------------------------------------------------------------------------ */
 
-/* Writes prefix + key as one wire string. */
+/* Writes prefix + key as one wire string. Caller holds mu. */
 static void put_key(mt_store *s, const char *key) {
-    size_t p = strlen(s->prefix), k = strlen(key);
+    size_t p = s->prefix_len, k = strlen(key);
     mt_store_buf_u32(&s->req, (uint32_t)(p + k));
     mt_store_buf_raw(&s->req, s->prefix, p);
     mt_store_buf_raw(&s->req, key, k);
@@ -345,17 +346,28 @@ static void put_key(mt_store *s, const char *key) {
 
 mt_status mt_store_set_prefix(mt_store *s, const char *prefix) {
     if (!prefix) prefix = "";
-    if (strlen(prefix) > MT_STORE_MAX_PREFIX)
+    size_t n = strlen(prefix);
+    if (n > MT_STORE_MAX_PREFIX)
         return mt_error(MT_ERR_INVALID_ARG, "store at %s: key prefix '%.48s' is %zu bytes, over "
-                        "the limit of %d", s->addr, prefix, strlen(prefix), MT_STORE_MAX_PREFIX);
-    snprintf(s->prefix, sizeof s->prefix, "%s", prefix);
+                        "the limit of %d", s->addr, prefix, n, MT_STORE_MAX_PREFIX);
+    pthread_mutex_lock(&s->mu);
+    memcpy(s->prefix, prefix, n + 1);
+    s->prefix_len = n;
+    pthread_mutex_unlock(&s->mu);
     return MT_OK;
 }
 
-static mt_status check_key(const mt_store *s, const char *op, const char *key) {
+static size_t prefix_len(mt_store *s) {
+    pthread_mutex_lock(&s->mu);
+    size_t n = s->prefix_len;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+static mt_status check_key(mt_store *s, const char *op, const char *key) {
     if (!key || !*key)
         return mt_error(MT_ERR_INVALID_ARG, "store at %s: %s with an empty key", s->addr, op);
-    size_t n = strlen(s->prefix) + strlen(key);
+    size_t n = prefix_len(s) + strlen(key);
     if (n > MT_STORE_MAX_KEY)
         return mt_error(MT_ERR_INVALID_ARG, "store at %s: %s: key '%.48s...' is %zu bytes, over "
                         "the limit of %d bytes (MT_STORE_MAX_KEY)", s->addr, op, key, n,
@@ -685,7 +697,8 @@ mt_status mt_store_barrier_abortable(mt_store *s, const char *name, int rank, in
     if (!name || !*name || world <= 0 || rank < 0 || rank >= world)
         return mt_error(MT_ERR_INVALID_ARG, "barrier '%s': rank %d and world size %d are invalid",
                         name ? name : "", rank, world);
-    if (strlen(name) > MT_STORE_MAX_KEY - 64)
+    /* 64: room for "barrier/", "/<generation>/arrived/<rank>" and the like around the name */
+    if (prefix_len(s) + strlen(name) > MT_STORE_MAX_KEY - 64)
         return mt_error(MT_ERR_INVALID_ARG, "barrier name '%.48s...' is too long", name);
     timeout_s = resolve_timeout(timeout_s);
     /* Arrivals count up forever; generation g is arrivals g*world+1 .. (g+1)*world, so a name is

@@ -636,7 +636,8 @@ static int listen_on(const char *bind_addr, const char *serv, int family, int *e
     return fd;
 }
 
-static mt_status open_listener(const char *bind_addr, int port, int *out_fd, int *out_port) {
+static mt_status open_listener(const char *bind_addr, int port, int *out_fd, int *out_port,
+                               int *listen_err) {
     bool any = !bind_addr || !*bind_addr;
     char serv[16];
     snprintf(serv, sizeof serv, "%d", port);
@@ -649,6 +650,7 @@ static mt_status open_listener(const char *bind_addr, int port, int *out_fd, int
         fd = listen_on(bind_addr, serv, AF_UNSPEC, &err);
     }
     if (fd < 0) {
+        *listen_err = err;
         const char *hint = err == EADDRINUSE ? " (another job's store? choose another "
                                                "MASTER_PORT / --master_port)" : "";
         return mt_error(MT_ERR_IO, "store server: cannot listen on %s:%d: %s%s",
@@ -665,7 +667,14 @@ static mt_status open_listener(const char *bind_addr, int port, int *out_fd, int
 
 mt_status mt_store_server_start(const char *bind_addr, int port, const char *job_id,
                                 mt_store_server **out) {
+    int listen_err;
+    return mt_store_server_start_err(bind_addr, port, job_id, out, &listen_err);
+}
+
+mt_status mt_store_server_start_err(const char *bind_addr, int port, const char *job_id,
+                                    mt_store_server **out, int *listen_err) {
     *out = NULL;
+    *listen_err = 0;
     if (port < 0 || port > 65535)
         return mt_error(MT_ERR_INVALID_ARG, "store server: port %d is outside 0..65535", port);
     if (!job_id) job_id = "";
@@ -677,7 +686,7 @@ mt_status mt_store_server_start(const char *bind_addr, int port, const char *job
     s->listen_fd = s->wake[0] = s->wake[1] = -1;
     snprintf(s->job_id, sizeof s->job_id, "%s", job_id);
     s->handshake_timeout = handshake_timeout_from_env();
-    mt_status st = open_listener(bind_addr, port, &s->listen_fd, &s->port);
+    mt_status st = open_listener(bind_addr, port, &s->listen_fd, &s->port, listen_err);
     if (st != MT_OK) goto fail;
     if (pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
         st = mt_error_errno(MT_ERR_SYSTEM, errno, "store server: cannot create its wake-up pipe");

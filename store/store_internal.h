@@ -44,6 +44,11 @@ mt_status mt_store_set_prefix(mt_store *store, const char *prefix);
 /* "host:port" of a client's server, for messages. */
 const char *mt_store_address(const mt_store *store);
 
+/* mt_store_server_start that also says why the port could not be listened on: *listen_err is
+ * that errno (EADDRINUSE: the port is taken), 0 when the failure was another one. */
+mt_status mt_store_server_start_err(const char *bind_addr, int port, const char *job_id,
+                                    mt_store_server **out, int *listen_err);
+
 /* Number of clients currently connected to a server (the runtime waits for them to leave before
  * stopping its server; tests). */
 int mt_store_server_clients(mt_store_server *server);

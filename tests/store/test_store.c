@@ -299,6 +299,20 @@ static void test_prefix(int port, mt_store *plain) {
     memset(long_prefix, 'p', sizeof long_prefix - 1);
     long_prefix[sizeof long_prefix - 1] = '\0';
     CHECK_ERR(mt_store_set_prefix(r1, long_prefix), MT_ERR_INVALID_ARG, "key prefix");
+    /* The longest prefix counts against the key and barrier name limits. */
+    long_prefix[MT_STORE_MAX_PREFIX] = '\0';
+    CHECK_OK(mt_store_set_prefix(r1, long_prefix));
+    static char name[MT_STORE_MAX_KEY + 1];
+    memset(name, 'n', MT_STORE_MAX_KEY - MT_STORE_MAX_PREFIX + 1);
+    name[MT_STORE_MAX_KEY - MT_STORE_MAX_PREFIX + 1] = '\0';
+    CHECK_ERR(mt_store_set(r1, name, "x", 1), MT_ERR_INVALID_ARG, "MT_STORE_MAX_KEY");
+    name[MT_STORE_MAX_KEY - MT_STORE_MAX_PREFIX] = '\0';
+    CHECK_OK(mt_store_set(r1, name, "x", 1));
+    name[MT_STORE_MAX_KEY - 64 - MT_STORE_MAX_PREFIX + 1] = '\0';
+    CHECK_ERR(mt_store_barrier(r1, name, 0, 1, 5), MT_ERR_INVALID_ARG, "barrier name",
+              "is too long");
+    name[MT_STORE_MAX_KEY - 64 - MT_STORE_MAX_PREFIX] = '\0';
+    CHECK_OK(mt_store_barrier(r1, name, 0, 1, 5));
     mt_store_close(r1);
 }
 

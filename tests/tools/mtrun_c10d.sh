@@ -98,6 +98,20 @@ hosting local_addr_same "mtrun: node 1 never joined job 'local_addr_same_$$'" \
 hosting is_host_false "mtrun: this node could not reach the rendezvous store" \
     --rdzv-conf join_timeout=2,is_host=false
 
+# A c10d node that cannot host the store for another reason than a taken port (here: out of file
+# descriptors) says why and stops, rather than joining as a client of a store nobody hosts.
+port=$(free_port)
+start_bg nofd bash -c 'ulimit -n 6; exec "$@"' nofd "$MTRUN" --nnodes 2 --rdzv-backend c10d \
+    --rdzv-endpoint "127.0.0.1:$port" --rdzv-id nofd_$$ --rdzv-conf join_timeout=2 \
+    "$WORKER" --marker "$MARKER"
+wait_rc "$PID_nofd" 15
+check "cannot host: exits 1 (got $RC)" test "$RC" = 1
+check "cannot host: says why" grep -qE \
+    "^mtrun: cannot host the rendezvous store on port $port: store server: .*Too many open files$" \
+    "$TMP/nofd.err"
+check "cannot host: does not wait for a store" bash -c "! grep -q 'rendezvous store at' '$TMP/nofd.err'"
+[ "$FAILURES" = 0 ] || show nofd
+
 # A static node and a c10d node in one job: both stop, naming the two backends.
 port=$(free_port)
 start_bg mixs "$MTRUN" --nnodes 2 --node-rank 0 --master-port "$port" --rdzv-id mix_$$ \
@@ -109,7 +123,8 @@ wait_rc "$PID_mixc" 15
 check "mixed backends: the c10d node exits 1 (got $RC)" test "$RC" = 1
 wait_rc "$PID_mixs" 15
 check "mixed backends: the static node exits 1 (got $RC)" test "$RC" = 1
-msg="node 0 was started with --rdzv_backend c10d but node 0 with --rdzv_backend static; every node of job 'mix_$$' needs the same backend"
+# Both took node rank 0: the message tells them apart by their mtrun's pid and host.
+msg="node 0 (mtrun pid $PID_mixc on host $(hostname)) was started with --rdzv_backend c10d but node 0 (mtrun pid $PID_mixs on host $(hostname)) with --rdzv_backend static; every node of job 'mix_$$' needs the same backend"
 check "mixed backends: the c10d node explains" has_text "$TMP/mixc.err" "mtrun: $msg"
 check "mixed backends: the static node explains" has_text "$TMP/mixs.err" "mtrun: $msg"
 check "mixed backends: no rank was started" bash -c "! grep -q started '$TMP/mixs.out' '$TMP/mixc.out'"

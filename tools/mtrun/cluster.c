@@ -31,6 +31,7 @@ struct mtrun_cluster {
     int nnodes, node, nproc, port;
     int round;              /* restarts so far: every per-round key carries it */
     int backend;            /* mtrun_rdzv_backend */
+    int max_restarts;       /* --max_restarts: every node must agree (a restart needs them all) */
     char addr[256], job[256];
     double timeout, join_timeout;
     const char *join_what; /* what set join_timeout, for messages */
@@ -176,17 +177,22 @@ static int connect_until(mtrun_cluster *c, const char *host, double deadline, in
     }
 }
 
-/* Publishes a failure found while joining, so that nodes already waiting stop now rather than
- * at their own timeout. */
-static void publish_join_failure(mtrun_cluster *c, int code, const char *text) {
+/* Publishes a non-restartable failure of round `round` unless one stands already. */
+static void publish_final_failure(mtrun_cluster *c, int round, int code, const char *text) {
     char value[1200], key[64];
     int n = format_failure(value, sizeof value, code, false, text);
-    round_key(c, key, sizeof key, "failure", -1);
+    snprintf(key, sizeof key, "mtrun/r%d/failure", round);
     void *cur = NULL;
     size_t cur_len = 0;
     if (mt_store_compare_set(c->main_conn, key, "", 0, value, (size_t)n, &cur, &cur_len) ==
         MT_OK)
         free(cur);
+}
+
+/* Publishes a failure found while joining, so that nodes already waiting stop now rather than
+ * at their own timeout. */
+static void publish_join_failure(mtrun_cluster *c, int code, const char *text) {
+    publish_final_failure(c, c->round, code, text);
 }
 
 /* Registers value under key unless another node did first; *cur (malloc'ed, caller frees) is the
@@ -205,24 +211,39 @@ static bool register_first(mtrun_cluster *c, const char *key, const char *value,
 static const char *backend_name(int b) { return b == MTRUN_RDZV_C10D ? "c10d" : "static"; }
 
 static int check_config(mtrun_cluster *c) {
-    char mine[128], key[] = "mtrun/config";
-    int n = snprintf(mine, sizeof mine, "%d %d %d %d", c->nnodes, c->nproc, c->node, c->backend);
+    char mine[512], key[] = "mtrun/config", host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    /* The mtrun's pid and host: with mixed backends, both nodes may carry the same node rank. */
+    int n = snprintf(mine, sizeof mine, "%d %d %d %d %d %ld %s", c->nnodes, c->nproc, c->node,
+                     c->backend, c->max_restarts, (long)getpid(), host);
     void *cur;
     size_t cur_len;
     if (!register_first(c, key, mine, (size_t)n, &cur, &cur_len)) return 1;
-    char theirs[128];
+    char theirs[512], their_host[256] = "?";
     copy_value(cur, cur_len, theirs, sizeof theirs);
-    int nn = 0, np = 0, who = -1, backend = -1;
-    int ok = sscanf(theirs, "%d %d %d %d", &nn, &np, &who, &backend) == 4;
+    int nn = 0, np = 0, who = -1, backend = -1, restarts = -1;
+    long their_pid = 0;
+    int ok = sscanf(theirs, "%d %d %d %d %d %ld %255s", &nn, &np, &who, &backend, &restarts,
+                    &their_pid, their_host) == 7;
     free(cur);
-    if (ok && nn == c->nnodes && np == c->nproc && backend == c->backend) return -1;
-    char text[512];
-    if (ok && nn == c->nnodes && np == c->nproc)
+    if (ok && nn == c->nnodes && np == c->nproc && backend == c->backend &&
+        restarts == c->max_restarts)
+        return -1;
+    char text[1024];
+    if (ok && nn == c->nnodes && np == c->nproc && backend == c->backend)
+        /* A node with fewer restarts would end while the others wait for it in the next round. */
+        snprintf(text, sizeof text,
+                 "node %d was started with --max_restarts %d but node %d with --max_restarts %d; "
+                 "every node of job '%s' needs the same value",
+                 c->node, c->max_restarts, who, restarts, c->job);
+    else if (ok && nn == c->nnodes && np == c->nproc)
         /* Static ranks and arrival-order ranks would collide: one way for the whole job. */
         snprintf(text, sizeof text,
-                 "node %d was started with --rdzv_backend %s but node %d with --rdzv_backend %s; "
-                 "every node of job '%s' needs the same backend",
-                 c->node, backend_name(c->backend), who, backend_name(backend), c->job);
+                 "node %d (mtrun pid %ld on host %s) was started with --rdzv_backend %s but "
+                 "node %d (mtrun pid %ld on host %s) with --rdzv_backend %s; every node of job "
+                 "'%s' needs the same backend",
+                 c->node, (long)getpid(), host, backend_name(c->backend), who, their_pid,
+                 their_host, backend_name(backend), c->job);
     else
         snprintf(text, sizeof text,
                  "node %d was started with --nnodes %d --nproc_per_node %d but node %d with "
@@ -484,6 +505,7 @@ int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout
     c->node = o->node_rank;
     c->nproc = o->nproc_per_node;
     c->backend = (int)o->rdzv_backend;
+    c->max_restarts = o->max_restarts;
     c->port = port;
     c->timeout = timeout_s;
     c->join_timeout = join_s;
@@ -607,6 +629,13 @@ void mtrun_cluster_leave(mtrun_cluster *c, int code) {
     round_key(c, key, sizeof key, "exit", c->node);
     int n = snprintf(value, sizeof value, "%d", code);
     (void)mt_store_set(c->main_conn, key, value, (size_t)n);
+}
+
+void mtrun_cluster_decline_next_round(mtrun_cluster *c, int code, const char *why) {
+    char text[1024];
+    snprintf(text, sizeof text, "node %d does not take part in restart %d of job '%s': %s",
+             c->node, c->round + 1, c->job, why);
+    publish_final_failure(c, c->round + 1, code > 0 && code < 256 ? code : 1, text);
 }
 
 /* Wakes the watcher through its own key and joins it, giving up after a few seconds if the store

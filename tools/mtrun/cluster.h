@@ -4,13 +4,16 @@
  * Store keys (all under "mtrun/", so they never meet the runtime's own keys, which mtrun's ranks
  * write under "round/K/": MT_STORE_PREFIX). K counts the restarts (0 in the first round):
  *   mtrun/arrivals     c10d: counter of joined nodes; the n-th node to arrive takes node rank n-1
- *   mtrun/config       "nnodes nproc_per_node node backend" of the first node to arrive (compare_set)
+ *   mtrun/config       "nnodes nproc_per_node node backend max_restarts pid host" of the first
+ *                      node to arrive (compare_set)
  *   mtrun/node/R       "host pid" of the mtrun that claimed node rank R (compare_set)
  *   mtrun/rK/joined/R  node R has entered round K > 0 (a restart)
  *   mtrun/rK/failure   "code\ntext" or "codeR\ntext" (a rank failed: a restart may follow): the
- *                      round's first failure (compare_set: the first one wins)
+ *                      round's first failure (compare_set: the first one wins); also set, before
+ *                      round K starts, by a node that ends with round K-1 (it will not join)
  *   mtrun/rK/hb/R      node R's heartbeat counter in round K, bumped every second
- *   mtrun/rK/exit/R    node R's exit code, set when it leaves (its ranks all gone)
+ *   mtrun/rK/exit/R    node R's exit code, set when its ranks are all gone (whether or not it
+ *                      goes on to round K+1)
  *   mtrun/rK/wake/R    wakes node R's failure watcher when the round ends
  */
 #ifndef MTRUN_CLUSTER_H
@@ -33,8 +36,8 @@ typedef struct mtrun_cluster_event {
 
 /* Connects to the store at master_addr:port (over loopback when o->hosts_store), takes a node
  * rank in arrival order when o->node_rank is -1 (c10d) and writes it there, checks that this node
- * agrees with the others on --nnodes and --nproc_per_node, claims the node rank and waits until
- * every node has joined (at most join_s). timeout_s bounds heartbeats later. Signals arriving on
+ * agrees with the others on --nnodes, --nproc_per_node, the backend and --max_restarts, claims
+ * the node rank and waits until every node has joined (at most join_s). timeout_s bounds heartbeats later. Signals arriving on
  * sigfd meanwhile abort the wait. Returns -1 on success, else the exit code after printing why. */
 int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout_s, int sigfd,
                        mtrun_cluster **out);
@@ -61,6 +64,11 @@ int mtrun_cluster_next_round(mtrun_cluster *c, int sigfd);
 
 /* Records that this node leaves with exit code `code`. */
 void mtrun_cluster_leave(mtrun_cluster *c, int code);
+
+/* Says to the other nodes that this node ends with this round (code, and why: "received
+ * SIGTERM", ...): a node entering the next round stops at once, naming it, instead of waiting the
+ * join timeout for it. Set as the next round's failure (compare_set: the first one wins). */
+void mtrun_cluster_decline_next_round(mtrun_cluster *c, int code, const char *why);
 
 /* Stops the heartbeat and closes the connections it can close. */
 void mtrun_cluster_close(mtrun_cluster *c);

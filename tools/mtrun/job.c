@@ -45,6 +45,8 @@ typedef struct job {
     bool failed;         /* the round's first failure is known */
     bool restartable;    /* it was a rank's failure: --max_restarts may start another round */
     bool signaled;       /* mtrun was told to stop: no other round */
+    char signal_name[32]; /* which signal, for the other nodes */
+    bool declined;       /* the other nodes were told that this node ends with this round */
     int round;           /* restarts before this round */
     char failure[1024];  /* the round's first failure, for the final message */
     int code;            /* mtrun's exit code */
@@ -67,6 +69,24 @@ static void stop_ranks(job *j, int sig) {
 /* Another round follows this one. */
 static bool will_restart(const job *j) {
     return j->failed && j->restartable && !j->signaled && j->round < j->o->max_restarts;
+}
+
+/* This node ends with this round: tells the nodes that go on why, so that they do not wait for
+ * it. Once; only when the outcome here is final. */
+static void decline_next_round(job *j) {
+    if (!j->cluster || j->declined || will_restart(j)) return;
+    j->declined = true;
+    char why[1200];
+    if (j->signaled)
+        snprintf(why, sizeof why, "it received %s", j->signal_name);
+    else if (j->failed && j->restartable)
+        snprintf(why, sizeof why, "it has no restart left (--max_restarts %d)",
+                 j->o->max_restarts);
+    else if (j->failed)
+        snprintf(why, sizeof why, "it stopped after: %s", j->failure);
+    else
+        snprintf(why, sizeof why, "its ranks all exited with code 0 and its mtrun has ended");
+    mtrun_cluster_decline_next_round(j->cluster, j->code ? j->code : 1, why);
 }
 
 /* Records the round's first failure (later ones are ignored), agrees on it with the other nodes
@@ -132,6 +152,9 @@ static void on_signal(job *j, int sig) {
         /* Asked while already stopping: do not make the user wait for the grace period. */
         mtrun_msg("received %s while stopping the job; killing the ranks now",
                   mtrun_signal_name(sig, buf, sizeof buf));
+        j->signaled = true; /* told to stop: no restart either */
+        snprintf(j->signal_name, sizeof j->signal_name, "%s",
+                 mtrun_signal_name(sig, buf, sizeof buf));
         stop_ranks(j, SIGKILL);
         j->killed = true;
         j->deadline = mtrun_now() + AFTER_KILL_S;
@@ -142,6 +165,8 @@ static void on_signal(job *j, int sig) {
              mtrun_signal_name(sig, buf, sizeof buf));
     /* The signal is forwarded as it is (a rank may treat SIGINT differently from SIGTERM). */
     j->signaled = true;
+    snprintf(j->signal_name, sizeof j->signal_name, "%s",
+             mtrun_signal_name(sig, buf, sizeof buf));
     fail(j, 128 + sig, text, true, false, sig);
     if (j->ph == DRAINING) j->ph = FINISHED;
 }
@@ -169,12 +194,18 @@ static void ranks_done(job *j) {
         mtrun_stream_close(&j->ranks[i].out);
         mtrun_stream_close(&j->ranks[i].err);
     }
-    /* A restart keeps every node in the job: the next round's join replaces leaving. */
-    if (!j->cluster || will_restart(j)) {
+    if (!j->cluster) {
         j->ph = FINISHED;
         return;
     }
+    /* Before leaving: a node that restarts may read this as soon as it sees the exit key. */
+    if (j->failed) decline_next_round(j);
+    /* Even before a restart: a node that does not restart waits for every node's exit key. */
     mtrun_cluster_leave(j->cluster, j->code);
+    if (will_restart(j)) {
+        j->ph = FINISHED;
+        return;
+    }
     if (j->o->hosts_store && !mtrun_cluster_settled(j->cluster)) {
         /* After a success, other nodes may legitimately run much longer: the heartbeat bounds
          * the wait (a dead node is declared lost after MT_TIMEOUT_S). After a failure the others
@@ -392,6 +423,7 @@ int mtrun_job_run(const mtrun_options *o, int round, int store_port, mtrun_clust
         mtrun_stream_close(&j.ranks[i].err);
     }
     free(j.ranks);
+    decline_next_round(&j);
     if (will_restart(&j)) snprintf(restart_after, cap, "%s", j.failure);
     else if (j.failed && j.restartable && !j.signaled && o->max_restarts > 0)
         mtrun_msg("giving up after %d restart%s (--max_restarts %d); the last failure: %s",

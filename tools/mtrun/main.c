@@ -9,6 +9,7 @@
 #include "restart.h"
 
 #include "mesh/netif.h"
+#include "store/store_internal.h" /* mt_store_server_start_err */
 
 #include <meshtrain/store.h>
 
@@ -107,15 +108,17 @@ static int run(mtrun_options *o, mtrun_binding *binding) {
             mtrun_msg("%s", mt_last_error());
             return 2;
         }
-        if (mt_store_server_start(bind_addr, o->master_port, o->rdzv_id, &server) != MT_OK) {
-            if (!c10d_may_leave_hosting(o)) {
+        int listen_err = 0;
+        if (mt_store_server_start_err(bind_addr, o->master_port, o->rdzv_id, &server,
+                                      &listen_err) != MT_OK) {
+            if (listen_err != EADDRINUSE || !c10d_may_leave_hosting(o)) {
                 mtrun_msg("cannot host the rendezvous store on port %d: %s", o->master_port,
                           mt_last_error());
                 return 1;
             }
-            /* Another mtrun of this machine hosts it already (several nodes on one machine):
-             * join as a client. A port held by anything else fails the connection, which says
-             * so. */
+            /* The port is taken: another mtrun of this machine hosts it already (several nodes
+             * on one machine), join as a client. A port held by anything else fails the
+             * connection, which says so. Any other failure to host is this node's error. */
             o->hosts_store = false;
         } else {
             port = mt_store_server_port(server);
