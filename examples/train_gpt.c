@@ -37,6 +37,7 @@ typedef struct options {
     uint64_t seed;
     mt_dtype param_dtype, reduce_dtype;
     bool prefetch;
+    int recompute_every; /* --activation-checkpointing: 0 none, K: blocks 0, K, 2K, ... */
     const char *device, *metrics; /* device NULL: MT_DEVICE or auto */
     const char *data;       /* --data: bytes as tokens (DEFAULT_DATA unless a token file) */
     const char *token_file; /* --token-file: little-endian uint16 ids; NULL: --data */
@@ -114,6 +115,9 @@ static const char usage[] =
     "  --param-dtype T     f32 or bf16: parameters gathered and computed in (f32)\n"
     "  --reduce-dtype T    f32 or bf16: gradients reduced in (f32)\n"
     "  --no-prefetch       issue each all-gather when its unit starts\n"
+    "  --activation-checkpointing none|full|every:K\n"
+    "                      blocks that recompute their activations in backward instead of\n"
+    "                      keeping them: none, all, or every K-th (blocks 0, K, 2K, ...) (none)\n"
     "  --device D          cpu, cuda or auto (MT_DEVICE, else auto)\n"
     "  --vocab N           vocabulary size; every token id must be below it (256)\n"
     "  --data FILE         training text, bytes as tokens (" DEFAULT_DATA ")\n"
@@ -164,6 +168,23 @@ static int parse_dtype(const char *name, const char *val, mt_dtype *out, char *e
     if (mt_dtype_parse(val, out) != MT_OK) {
         mt_clear_error();
         return fail_msg(err, "%s '%s' must be f32 or bf16", name, val);
+    }
+    return 0;
+}
+
+/* none: 0, full: 1 (every block), every:K: K. */
+static int parse_recompute(const char *name, const char *val, int *every, char *err) {
+    if (!strcmp(val, "none")) *every = 0;
+    else if (!strcmp(val, "full")) *every = 1;
+    else if (!strncmp(val, "every:", 6)) {
+        char *end;
+        errno = 0;
+        long k = strtol(val + 6, &end, 10);
+        if (errno || end == val + 6 || *end || k < 1 || k > INT32_MAX)
+            return fail_msg(err, "%s '%s': K in every:K must be an integer >= 1", name, val);
+        *every = (int)k;
+    } else {
+        return fail_msg(err, "%s '%s' must be none, full or every:K", name, val);
     }
     return 0;
 }
@@ -225,6 +246,8 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         else if (!strcmp(name, "--peak-tflops"))
             rc = parse_float(name, val, 0.0f, &o->peak_tflops, err);
         else if (!strcmp(name, "--param-dtype")) rc = parse_dtype(name, val, &o->param_dtype, err);
+        else if (!strcmp(name, "--activation-checkpointing"))
+            rc = parse_recompute(name, val, &o->recompute_every, err);
         else if (!strcmp(name, "--reduce-dtype"))
             rc = parse_dtype(name, val, &o->reduce_dtype, err);
         else if (!strcmp(name, "--seed")) {
@@ -661,10 +684,12 @@ static mt_status print_summary(trainer *t) {
     free(all);
     long tokens = (long)o->dp * o->batch * o->grad_accum * o->seq;
     printf(PROG ": GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %zu parameters; "
-           "params %s, gradients reduced in %s, prefetch %s\n",
+           "params %s, gradients reduced in %s, prefetch %s, %d of %d blocks recompute\n",
            o->layers, o->d_model, o->heads, o->seq, o->vocab, mt_gpt_param_count(t->gpt),
            mt_dtype_name(o->param_dtype), mt_dtype_name(o->reduce_dtype),
-           o->prefetch ? "on" : "off");
+           o->prefetch ? "on" : "off",
+           o->recompute_every ? (o->layers + o->recompute_every - 1) / o->recompute_every : 0,
+           o->layers);
     if (t->peak_flops > 0.0)
         printf(PROG ": %.4g FLOP per token (6 x params + 12 x layers x d_model x seq); MFU "
                "against %d x %.4g TFLOP/s (%s)\n", t->flops_per_token, t->world_size,
@@ -710,6 +735,10 @@ static mt_status build(trainer *t) {
     mt_module *root = mt_gpt_root(t->gpt);
     MT_TRY(mt_fsdp_shard(root, &fo));
     if (!o->prefetch) MT_TRY(mt_fsdp_set_prefetch(root, false));
+    /* After sharding: FSDP's hooks are outside recompute's, so a block's backward gathers its
+     * parameters (prefetching the next block's) before its forward runs again. */
+    for (int l = 0; o->recompute_every > 0 && l < o->layers; l += o->recompute_every)
+        MT_TRY(mt_recompute_enable(mt_gpt_block(t->gpt, l)));
 
     /* After sharding: the optimizer holds state for this rank's shards only. */
     mt_adamw_options ao = {.lr = o->lr, .weight_decay = o->weight_decay};

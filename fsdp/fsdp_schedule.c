@@ -147,17 +147,29 @@ static mt_status pre_hook(mt_fsdp_unit *u, bool backward) {
     return st == MT_OK ? MT_OK : mark_broken(r, st);
 }
 
+/* A recompute forward (activation recompute re-running a module for its backward, with this
+ * unit's hooks inside its registration): part of the backward, not a forward pass. The unit is
+ * gathered only when it was resharded (no second gather of parameters kept since the forward),
+ * and nothing is prefetched in forward order (those units ran their backward already) or
+ * recorded. */
+static mt_status pre_recompute(mt_fsdp_unit *u) {
+    MT_TRY(check_broken(u->root, u));
+    mt_status st = mt_fsdp_unshard_wait(u);
+    return st == MT_OK ? MT_OK : mark_broken(u->root, st);
+}
+
 static mt_status pre_forward(mt_module *module, void *unit) {
-    (void)module;
     mt_fsdp_unit *u = unit;
+    if (mt_module_recomputing(module)) return pre_recompute(u);
     if (u == u->root->unit) u->root->pass++;
     u->forward_pass = u->root->pass;
     return pre_hook(u, false);
 }
 
 static mt_status post_forward(mt_module *module, void *unit, mt_status user_status) {
-    (void)module;
     mt_fsdp_unit *u = unit;
+    /* After a recompute forward the backward follows at once: the parameters stay. */
+    if (mt_module_recomputing(module)) return user_status;
     mt_fsdp_root *r = u->root;
     char saved[1024];
     if (user_status != MT_OK) snprintf(saved, sizeof saved, "%s", mt_last_error());

@@ -18,6 +18,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,9 @@ typedef struct block_acts {
 } block_acts;
 
 #define BLOCK_ACT_COUNT (sizeof(block_acts) / sizeof(float *))
+/* block_discard keeps the last one, res_out. */
+_Static_assert(offsetof(block_acts, res_out) == (BLOCK_ACT_COUNT - 1) * sizeof(float *),
+               "res_out must stay the last member of block_acts");
 
 /* One forward (and backward) pass: the ctx every module function receives. */
 typedef struct gpt_pass {
@@ -213,6 +217,8 @@ static mt_status block_forward_run(mt_gpt *g, gpt_pass *pass, int l, const void 
     const float *x = block_input(pass, l);
     int n = (int)pass->n, C = g->C, cl = g->c_local, fl = g->f_local;
     size_t nc = pass->n * (size_t)C;
+    /* A re-run (activation recompute) finds the output it kept: computed again, like the rest. */
+    mt_model_free_all(dev, (float **)a, BLOCK_ACT_COUNT);
     MT_TRY(block_alloc(g, pass, a));
     MT_TRY(mt_op_layernorm_forward(dev, x, w[P_LN1_W], w[P_LN1_B], pass->n, C, a->ln1,
                                    a->ln1_mean, a->ln1_rstd));
@@ -244,6 +250,15 @@ static mt_status block_forward(mt_module *module, void *ctx) {
     if (st == MT_OK) st = block_forward_run(g, pass, blk->index, w, wt);
     mt_model_free_all(g->dev, scratch, BLOCK_PARAMS);
     if (st != MT_OK) return mt_error_wrap(st, "gpt: forward of block %d", blk->index);
+    return MT_OK;
+}
+
+/* Activation recompute (recompute.h): after the forward only the output stays, the next
+ * block's input and the head's; the backward's re-run forward computes the rest again. */
+static mt_status block_discard(mt_module *module, void *ctx) {
+    gpt_block *blk = mt_module_user(module);
+    gpt_pass *pass = ctx;
+    mt_model_free_all(blk->gpt->dev, (float **)&pass->acts[blk->index], BLOCK_ACT_COUNT - 1);
     return MT_OK;
 }
 
@@ -442,7 +457,8 @@ static mt_status add_block(mt_gpt *g, mt_mesh *mesh, int l) {
     blk->index = l;
     char name[32];
     snprintf(name, sizeof name, "block%d", l);
-    static const mt_module_ops ops = {.forward = block_forward, .backward = block_backward};
+    static const mt_module_ops ops = {.forward = block_forward, .backward = block_backward,
+                                      .discard = block_discard};
     mt_module *m = NULL;
     MT_TRY(mt_model_add_child(mesh, g->root, name, &ops, blk, &m));
     g->block_modules[l] = m;

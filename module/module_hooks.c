@@ -118,9 +118,10 @@ static mt_status hook_failed(mt_module *m, const char *which, mt_status st) {
                     mt_status_str(st));
 }
 
-/* Pre hooks in order; *ran gets how many registrations' pre hooks succeeded (or had none). */
-static mt_status run_pre(mt_module *m, bool backward, size_t *ran) {
-    for (*ran = 0; *ran < m->n_hooks; ++*ran) {
+/* Pre hooks in order from registration `from`; *ran gets the index past the last registration
+ * whose pre hook succeeded (or had none). */
+static mt_status run_pre(mt_module *m, bool backward, size_t from, size_t *ran) {
+    for (*ran = from; *ran < m->n_hooks; ++*ran) {
         const mt_module_hook_entry *e = &m->hooks[*ran];
         mt_module_pre_hook fn = backward ? e->hooks.pre_backward : e->hooks.pre_forward;
         if (!fn) continue;
@@ -131,12 +132,12 @@ static mt_status run_pre(mt_module *m, bool backward, size_t *ran) {
     return MT_OK;
 }
 
-/* The post hooks of the first n registrations, latest first, each given the outcome so far. A
+/* The post hooks of registrations [from, n), latest first, each given the outcome so far. A
  * failure that a hook passes on keeps its message whatever the hook logged meanwhile; a hook
  * that fails on its own is reported with its message. */
-static mt_status run_post(mt_module *m, bool backward, size_t n, mt_status st) {
+static mt_status run_post(mt_module *m, bool backward, size_t from, size_t n, mt_status st) {
     char saved[2048];
-    while (n-- > 0) {
+    while (n-- > from) {
         const mt_module_hook_entry *e = &m->hooks[n];
         mt_module_post_hook fn = backward ? e->hooks.post_backward : e->hooks.post_forward;
         if (!fn) continue;
@@ -150,16 +151,25 @@ static mt_status run_post(mt_module *m, bool backward, size_t n, mt_status st) {
     return st;
 }
 
+/* The registrations from `from` on around the module's function. */
+static mt_status run_from(mt_module *m, void *ctx, bool backward, size_t from) {
+    m->running++;
+    void *outer_ctx = m->ctx;
+    m->ctx = ctx;
+    size_t ran;
+    mt_status st = run_pre(m, backward, from, &ran);
+    if (st == MT_OK) st = run_user(m, ctx, backward);
+    st = run_post(m, backward, from, ran, st);
+    m->ctx = outer_ctx;
+    m->running--;
+    return st;
+}
+
 static mt_status run(mt_module *m, void *ctx, bool backward) {
     if (!m)
         return mt_error(MT_ERR_INVALID_ARG, "%s: module is NULL",
                         backward ? "mt_module_backward" : "mt_module_forward");
-    m->running++;
-    size_t ran;
-    mt_status st = run_pre(m, backward, &ran);
-    if (st == MT_OK) st = run_user(m, ctx, backward);
-    st = run_post(m, backward, ran, st);
-    m->running--;
+    mt_status st = run_from(m, ctx, backward, 0);
     /* A root's call is a whole pass: its outcome tells mt_finalize whether this process is
      * failing (then it does not wait for ranks that may be stuck waiting for it). */
     if (!m->parent) {
@@ -171,3 +181,21 @@ static mt_status run(mt_module *m, void *ctx, bool backward) {
 
 mt_status mt_module_forward(mt_module *module, void *ctx) { return run(module, ctx, false); }
 mt_status mt_module_backward(mt_module *module, void *ctx) { return run(module, ctx, true); }
+
+bool mt_module_recomputing(const mt_module *module) {
+    for (const mt_module *m = module; m; m = m->parent)
+        if (m->recomputing > 0) return true;
+    return false;
+}
+
+mt_status mt_module_forward_inner(mt_module *module, const void *owner, void *ctx) {
+    size_t mine;
+    if (!find_hooks(module, owner, &mine))
+        return mt_error(MT_ERR_INTERNAL, "module '%s': a recompute forward for an owner without "
+                        "hooks there", module->name);
+    module->recomputing++;
+    mt_status st = run_from(module, ctx, false, mine + 1);
+    module->recomputing--;
+    return st;
+}
+

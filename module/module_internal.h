@@ -53,11 +53,27 @@ struct mt_module {
     mt_module_hook_entry *hooks; /* in registration order */
     size_t n_hooks, cap_hooks;
     int running; /* forward/backward calls in progress: hooks cannot change meanwhile */
+    void *ctx;   /* the ctx of the innermost call in progress (a hook has no other way to it) */
+    /* Forwards in progress that re-run the module for its backward (activation recompute,
+     * mt_module_forward_inner): libraries whose hooks ran in the first forward act differently
+     * (FSDP neither reshards nor prefetches nor counts a pass); see mt_module_recomputing. */
+    int recomputing;
     /* Set when a library fixed the parameters of this subtree in place (FSDP: "an FSDP unit"):
      * no parameter or child may be added at or below it. Says what, for messages. */
     const char *sealed_by;
     const char *sealed_hint; /* what to do instead, for messages */
 };
+
+/* True while module or a module above it runs a recompute forward (its subtree's hooks see a
+ * forward whose backward follows at once). */
+bool mt_module_recomputing(const mt_module *module);
+
+/* Runs module's forward as the registrations after owner's see it (owner's and the earlier ones
+ * are not run): their pre-forward hooks, the module's function, their post-forward hooks, with
+ * module->recomputing set. Activation recompute calls it from its pre-backward hook: FSDP
+ * registered after it (inner) then gathers for this forward; registered before it, FSDP's
+ * pre-backward has already gathered. ctx goes to the module's function. */
+mt_status mt_module_forward_inner(mt_module *module, const void *owner, void *ctx);
 
 /* Ends every hook registration of module, latest first (mt_module_destroy). */
 void mt_module_release_hooks(mt_module *module);

@@ -16,6 +16,7 @@
 #include <meshtrain/module.h>
 #include <meshtrain/ops.h>
 #include <meshtrain/optim.h>
+#include <meshtrain/recompute.h>
 #include <meshtrain/runtime.h>
 #include <meshtrain/status.h>
 #include <meshtrain/store.h>

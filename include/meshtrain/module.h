@@ -51,6 +51,12 @@ typedef mt_status (*mt_module_fn)(mt_module *module, void *ctx);
 typedef struct mt_module_ops {
     mt_module_fn forward;
     mt_module_fn backward;
+    /* Optional: frees what the forward saved for the backward, keeping the module's output (the
+     * next module reads it) and whatever it read as input. After it, a second forward with the
+     * same ctx must be able to run and save it all again (and must compute the same values):
+     * that is what activation recompute (recompute.h) does before the backward. A module without
+     * it cannot recompute. */
+    mt_module_fn discard;
 } mt_module_ops;
 
 /* Creates a module on the mesh's runtime and device. ops is copied; user is the module's own

@@ -125,7 +125,7 @@ static mt_status bwd(mt_module *m, void *vctx) {
     return MT_OK;
 }
 
-static const mt_module_ops toy_ops = {fwd, bwd};
+static const mt_module_ops toy_ops = {.forward = fwd, .backward = bwd};
 
 static mt_status add(toy *t, mt_module *m, int pid, int ndim, const int64_t *shape) {
     MT_TRY(mt_module_add_param(m, p_names[pid], ndim, shape, (mt_tp_placement){MT_TP_REPLICATE, 0},

@@ -46,7 +46,7 @@ typedef struct model {
 } model;
 
 static mt_status build(mt_mesh *mesh, model *md) {
-    static const mt_module_ops ops = {fwd, bwd};
+    static const mt_module_ops ops = {.forward = fwd, .backward = bwd};
     static const char *names[NL] = {"l0", "l1", "l2"};
     static const int64_t shapes[NL][2] = {{4, 1}, {2, 3}, {5, 1}};
     const mt_tp_placement rep = {MT_TP_REPLICATE, 0};

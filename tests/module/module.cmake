@@ -16,3 +16,7 @@ endif()
 # Guards for user code: unique names in a tree, mt_param_f32 refusing bf16 and sharded values.
 mt_add_unit_test(test_module_tree SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_module_tree.c
                  TIMEOUT 60 LABELS module ENV MT_DEVICE=cpu MT_TIMEOUT_S=30)
+# Activation recompute (module/recompute.c): refusals, FSDP's gathers in both orders of enabling,
+# the GPT bit for bit equal without it and its activation peak against the formula.
+mt_add_unit_test(test_recompute SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_recompute.c
+                 TIMEOUT 120 LABELS module ENV MT_DEVICE=cpu MT_TIMEOUT_S=30)

@@ -117,7 +117,7 @@ static void expect_trace(const char *want) {
 }
 
 static void run_tree(mt_mesh *mesh) {
-    static const mt_module_ops ops = {fwd, bwd};
+    static const mt_module_ops ops = {.forward = fwd, .backward = bwd};
     mt_module *root = NULL, *a = NULL, *a1 = NULL, *b = NULL;
     CHECK_OK(mt_module_create(mesh, "root", NULL, NULL, &root));
     CHECK_OK(mt_module_create(mesh, "a", &ops, NULL, &a));
