@@ -21,6 +21,10 @@
 #               dp 2 x tp 2, against 1 rank
 #   token_errors  a bad id, --data with --token-file, an odd-sized token file, --vocab below a
 #               byte of --data, a vocabulary tp cannot split: one clear message each
+#   recompute   --activation-checkpointing full and every:2 against none, dp 2 x tp 2 (4 ranks)
+#               and dp 1 x tp 2: step losses and gradient norms bit for bit equal, and so the
+#               parameters and optimizer state of the checkpoint saved after the last step (every
+#               rank's file byte for byte); the activation peak lower with recompute
 set -u
 MTRUN=$1
 PROG=$2
@@ -136,6 +140,41 @@ refused() {
     if grep -qF 'step ' "$TMP/$name.out"; then
         fail "$name: a training step ran"
     fi
+}
+
+# bitwise REF NAME: NAME's step losses and gradient norms are REF's exactly (metrics print f32
+# values with 9 digits: equal text is equal bits), its last checkpoint's rank files are REF's byte
+# for byte, and its activation peak (rank 0) is lower
+bitwise() {
+    if python3 - "$TMP/$1.jsonl" "$TMP/$2.jsonl" "$2 vs $1" <<'EOF'; then
+import json, sys
+ref_path, got_path, label = sys.argv[1:4]
+def steps(path):
+    return [json.loads(l) for l in open(path) if l.strip() and '"loss"' in l]
+ref, got = steps(ref_path), steps(got_path)
+if len(ref) != len(got) or not ref:
+    sys.exit(f"{label}: {len(got)} steps against {len(ref)}")
+for a, b in zip(ref, got):
+    for key in ("loss", "grad_norm"):
+        if a[key] != b[key]:
+            sys.exit(f"{label}: step {a['step']} {key} {b[key]!r} against {a[key]!r}")
+pa, pb = ref[-1]["peak_bytes"]["activations"], got[-1]["peak_bytes"]["activations"]
+if not pb < pa:
+    sys.exit(f"{label}: activation peak {pb} bytes, not below {pa} without recompute")
+print(f"{label}: {len(ref)} steps bit for bit equal; activation peak {pb} bytes against {pa}")
+EOF
+        pass "$2: losses and gradient norms equal $1's bit for bit"
+    else
+        fail "$2: losses or gradient norms differ from $1's"
+    fi
+    local f n=0
+    for f in "$TMP/$1.ckpt"/step-*/rank-*.bin; do
+        [ -f "$f" ] || continue
+        n=$((n + 1))
+        cmp -s "$f" "$TMP/$2.ckpt/${f#"$TMP/$1.ckpt/"}" || fail "$2: ${f#"$TMP/$1.ckpt/"} differs"
+    done
+    if [ "$n" -gt 0 ]; then pass "$2: $n checkpoint rank files equal $1's byte for byte"
+    else fail "$1: no checkpoint rank files"; fi
 }
 
 case $VARIANT in
@@ -287,6 +326,23 @@ sys.exit(0 if ok else 1)
 EOF
     grep -F 'loss curve' "$TMP/falls.out" || fail "no loss curve summary"
     ;;
+recompute)
+    for mesh in "4 --dp 2 --tp 2 --batch 2" "2 --tp 2 --batch 4"; do
+        read -ra args <<<"$mesh"
+        np=${args[0]}
+        for ac in none full every:2; do
+            name=ac${np}_${ac/:/}
+            train "$name" "$np" "${TINY[@]}" --layers 3 "${args[@]:1}" --save-every 5 \
+                --checkpoint-dir "$TMP/$name.ckpt" --activation-checkpointing "$ac"
+        done
+        check "ac${np}_full: 3 of 3 blocks recompute" has_text "$TMP/ac${np}_full.out" \
+            "3 of 3 blocks recompute"
+        check "ac${np}_every2: 2 of 3 blocks recompute" has_text "$TMP/ac${np}_every2.out" \
+            "2 of 3 blocks recompute"
+        bitwise "ac${np}_none" "ac${np}_full"
+        bitwise "ac${np}_none" "ac${np}_every2"
+    done
+    ;;
 errors)
     small=$TMP/small.txt
     head -c 50 /usr/share/common-licenses/GPL-3 >"$small" 2>/dev/null || printf '%050d' 0 >"$small"
@@ -304,6 +360,12 @@ errors)
     refused dtype 2 "--param-dtype 'f16' must be f32 or bf16" --param-dtype f16
     refused device 2 "--device 'tpu' must be cpu, cuda or auto" --device tpu
     refused value 2 "--steps needs a value" --steps
+    refused ac 2 "--activation-checkpointing 'some' must be none, full or every:K" \
+        --activation-checkpointing some
+    refused ac_k 2 "--activation-checkpointing 'every:0': K in every:K must be an integer >= 1" \
+        --activation-checkpointing every:0
+    refused ac_junk 2 "--activation-checkpointing 'every:2x': K in every:K must be an integer" \
+        --activation-checkpointing every:2x
     # Without a launcher, each rank exits non-zero by itself (nobody stops it).
     port=$(free_port)
     for r in 0 1; do
