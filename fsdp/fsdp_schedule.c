@@ -8,6 +8,9 @@
  * by its post-hook after finishing the previous one (at most one in flight), and the outermost
  * post-hook finishes the last one and reshards everything, so gradients are complete and memory
  * is back to the shards when mt_module_backward returns.
+ *
+ * A forward that activation recompute re-runs inside a backward (mt_module_recomputing) is no
+ * pass: the unit is gathered only if it was resharded, and kept for the backward (pre_recompute).
  */
 #include "fsdp/fsdp_internal.h"
 

@@ -4,7 +4,8 @@
  * Tensor-parallel over the mesh's "tp" dimension (tp.h): QKV and MLP-up column-parallel,
  * attention and MLP-down row-parallel, heads split across tp, vocabulary-parallel embedding and
  * cross-entropy; LayerNorms replicated. Each block is a module (shard them with FSDP, then the
- * root, which owns the embeddings and final LayerNorm). Initialisation is defined on the global
+ * root, which owns the embeddings and final LayerNorm), which can recompute its activations in
+ * backward (mt_recompute_enable(mt_gpt_block(gpt, l)), recompute.h: it keeps only its output). Initialisation is defined on the global
  * tensors from the seed (GPT-2's: normal(0, 0.02), residual projections scaled by
  * 1/sqrt(2 * layers), biases 0, LayerNorm 1/0), so the same seed gives the same model for any
  * dp x tp. */
