@@ -15,7 +15,9 @@
  *   full <= none + fwd (fwd includes the head's forward, which is not re-run),
  * so a ratio above the goal (1.4) is explained by the forward's share of the step. The
  * activation peak of a none and a full step is printed too. Rounds interleave the three so that
- * a busy moment of the machine slows all of them.
+ * a busy moment of the machine slows all of them. On a shared machine run it with
+ * OPENBLAS_NUM_THREADS=1: the CPU time is then the compute alone (with threads, OpenBLAS's
+ * yielding workers add to it).
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 
