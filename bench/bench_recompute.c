@@ -39,6 +39,7 @@ static int parse_args(int argc, char **argv, options *o) {
     *o = (options){.layers = 4, .d_model = 128, .heads = 4, .seq = 128, .batch = 4,
                    .rounds = 10};
     for (int i = 1; i < argc; i++) {
+        const char *name = argv[i];
         int *dst = !strcmp(argv[i], "--layers")    ? &o->layers
                    : !strcmp(argv[i], "--d-model") ? &o->d_model
                    : !strcmp(argv[i], "--heads")   ? &o->heads
@@ -47,8 +48,9 @@ static int parse_args(int argc, char **argv, options *o) {
                    : !strcmp(argv[i], "--rounds")  ? &o->rounds
                                                    : NULL;
         if (!dst || i + 1 >= argc || (*dst = atoi(argv[++i])) < 1) {
-            fprintf(stderr, PROG ": bad option %s (--layers, --d-model, --heads, --seq, --batch, "
-                            "--rounds take an integer >= 1)\n", argv[i]);
+            fprintf(stderr, PROG ": bad option %s%s%s (--layers, --d-model, --heads, --seq, "
+                            "--batch, --rounds take an integer >= 1)\n", name,
+                    argv[i] != name ? " " : "", argv[i] != name ? argv[i] : "");
             return -1;
         }
     }
