@@ -35,8 +35,9 @@ extern "C" {
  * ops.discard, already recomputes, or is running. */
 MT_API mt_status mt_recompute_enable(mt_module *module);
 
-/* Stops it (from the next forward on); MT_ERR_INVALID_ARG when module does not recompute or is
- * running. */
+/* Stops it; MT_ERR_INVALID_ARG when module does not recompute or is running. Not between a
+ * forward and its backward: that forward discarded what the backward needs, and nothing would
+ * recompute it (enabling there is harmless: the backward re-runs a forward that kept all). */
 MT_API mt_status mt_recompute_disable(mt_module *module);
 
 /* Whether module recomputes. */

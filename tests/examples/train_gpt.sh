@@ -21,8 +21,8 @@
 #               dp 2 x tp 2, against 1 rank
 #   token_errors  a bad id, --data with --token-file, an odd-sized token file, --vocab below a
 #               byte of --data, a vocabulary tp cannot split: one clear message each
-#   recompute   --activation-checkpointing full and every:2 against none, dp 2 x tp 2 (4 ranks)
-#               and dp 1 x tp 2: step losses and gradient norms bit for bit equal, and so the
+#   recompute   --activation-checkpointing full and every:2 against none, dp 2 x tp 2 (4 ranks),
+#               dp 1 x tp 2 and dp 2 with --param-dtype bf16: step losses and gradient norms bit for bit equal, and so the
 #               parameters and optimizer state of the checkpoint saved after the last step (every
 #               rank's file byte for byte); the activation peak lower with recompute
 set -u
@@ -327,20 +327,21 @@ EOF
     grep -F 'loss curve' "$TMP/falls.out" || fail "no loss curve summary"
     ;;
 recompute)
-    for mesh in "4 --dp 2 --tp 2 --batch 2" "2 --tp 2 --batch 4"; do
-        read -ra args <<<"$mesh"
-        np=${args[0]}
+    # NAME NPROC ARGS: dp 2 x tp 2; tp 2; dp 2 with bf16 parameters (the recompute re-reads them)
+    for run in "dptp 4 --dp 2 --tp 2 --batch 2" "tp 2 --tp 2 --batch 4" \
+        "bf16 2 --dp 2 --batch 2 --param-dtype bf16"; do
+        read -ra args <<<"$run"
         for ac in none full every:2; do
-            name=ac${np}_${ac/:/}
-            train "$name" "$np" "${TINY[@]}" --layers 3 "${args[@]:1}" --save-every 5 \
+            name=${args[0]}_${ac/:/}
+            train "$name" "${args[1]}" "${TINY[@]}" --layers 3 "${args[@]:2}" --save-every 5 \
                 --checkpoint-dir "$TMP/$name.ckpt" --activation-checkpointing "$ac"
         done
-        check "ac${np}_full: 3 of 3 blocks recompute" has_text "$TMP/ac${np}_full.out" \
+        check "${args[0]}_full: 3 of 3 blocks recompute" has_text "$TMP/${args[0]}_full.out" \
             "3 of 3 blocks recompute"
-        check "ac${np}_every2: 2 of 3 blocks recompute" has_text "$TMP/ac${np}_every2.out" \
+        check "${args[0]}_every2: 2 of 3 blocks recompute" has_text "$TMP/${args[0]}_every2.out" \
             "2 of 3 blocks recompute"
-        bitwise "ac${np}_none" "ac${np}_full"
-        bitwise "ac${np}_none" "ac${np}_every2"
+        bitwise "${args[0]}_none" "${args[0]}_full"
+        bitwise "${args[0]}_none" "${args[0]}_every2"
     done
     ;;
 errors)
