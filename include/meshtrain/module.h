@@ -52,10 +52,10 @@ typedef struct mt_module_ops {
     mt_module_fn forward;
     mt_module_fn backward;
     /* Optional: frees what the forward saved for the backward, keeping the module's output (the
-     * next module reads it) and whatever it read as input. After it, a second forward with the
-     * same ctx must be able to run and save it all again (and must compute the same values):
-     * that is what activation recompute (recompute.h) does before the backward. A module without
-     * it cannot recompute. */
+     * next module reads it) and whatever it read as input. A module with it also accepts a
+     * second forward with the same ctx, after discard or not, which saves it all again (freeing
+     * or reusing what is there) and computes the same values: activation recompute (recompute.h)
+     * runs one before the backward. A module without it cannot recompute. */
     mt_module_fn discard;
 } mt_module_ops;
 
