@@ -1,7 +1,8 @@
 /* Internal: the module tree's objects, shared by module/ and the libraries built on it (fsdp/,
  * and next checkpointing, CPU offload, activation checkpointing). What such a library keeps per
  * module it attaches through a hook registration (mt_module_add_hooks' user, found again with
- * mt_module_hooks_user), never as fields here. */
+ * mt_module_hooks_user), never as fields here; what is here is the tree's own state, including
+ * that of a call in progress (ctx, recomputing), which any library's hooks may read. */
 #ifndef MT_MODULE_MODULE_INTERNAL_H
 #define MT_MODULE_MODULE_INTERNAL_H
 
