@@ -96,6 +96,7 @@ typedef struct trainer {
     /* Memory: the per-rank peaks predicted before step 0, and the highest measured (any rank,
      * any step), in mem_names' order. */
     uint64_t predicted[6], measured[6];
+    uint64_t predicted_setup, measured_setup; /* the total before step 0 (build and sharding) */
 } trainer;
 
 static const char usage[] =
@@ -591,7 +592,8 @@ static void write_step_metrics(trainer *t, int step, float loss, float lr, float
     for (int i = 0; i < MEM_FIELDS; i++)
         fprintf(f, "%s\"%s\": %llu", i ? ", " : "", mem_names[i],
                 (unsigned long long)t->predicted[i]);
-    fputs("}}\n", f);
+    fprintf(f, "}, \"setup_peak_bytes\": {\"predicted\": %llu, \"measured\": %llu}}\n",
+            (unsigned long long)t->predicted_setup, (unsigned long long)t->measured_setup);
     fflush(f);
 }
 
@@ -629,9 +631,13 @@ static mt_status predict_memory(trainer *t) {
     MT_TRY(mt_gpt_memory_predict(&cfg, &plan, &p));
     for (int i = 0; i < MEM_FIELDS - 1; i++) t->predicted[i] = p.peak[i];
     t->predicted[MEM_FIELDS - 1] = p.total_peak;
+    t->predicted_setup = p.setup_peak;
     if (t->rank != 0) return MT_OK;
     mt_mem_stats ms;
     mt_device_mem_stats(mt_runtime_device(t->rt), &ms);
+    /* Building and sharding the model may need more than a step (a large model on many dp
+     * ranks with a small batch): what must fit is the larger. */
+    size_t need = p.setup_peak > p.total_peak ? p.setup_peak : p.total_peak;
     char a[32], b[32];
     printf(PROG ": predicted per-rank peak of a step%s:\n",
            plan.cpu_device ? "" : " (NCCL's own buffers not included in comm)");
@@ -640,18 +646,20 @@ static mt_status predict_memory(trainer *t) {
     printf("  %-12s %12s  (during %s; %s of it held between steps)\n", "total",
            mt_format_bytes(p.total_peak, a, sizeof a), p.total_peak_at,
            mt_format_bytes(p.persistent, b, sizeof b));
+    printf("  %-12s %12s  (building and sharding the model, before step 0)\n", "setup",
+           mt_format_bytes(p.setup_peak, a, sizeof a));
     if (ms.capacity == 0)
         printf("  %-12s %12s  (MT_CPU_DEVICE_MEMORY sets one)\n", "capacity", "unlimited");
-    else if (p.total_peak <= ms.capacity)
+    else if (need <= ms.capacity)
         printf("  %-12s %12s  (fits: %s to spare)\n", "capacity",
                mt_format_bytes(ms.capacity, a, sizeof a),
-               mt_format_bytes(ms.capacity - p.total_peak, b, sizeof b));
+               mt_format_bytes(ms.capacity - need, b, sizeof b));
     else
         printf("  %-12s %12s\n" PROG ": WARNING: the predicted peak %s exceeds the device's "
                "capacity %s: this configuration is expected to run out of device memory (a "
                "smaller --batch, more --dp or --tp, or bf16 parameters need less)\n",
                "capacity", mt_format_bytes(ms.capacity, b, sizeof b),
-               mt_format_bytes(p.total_peak, a, sizeof a), b);
+               mt_format_bytes(need, a, sizeof a), b);
     fflush(stdout);
     return MT_OK;
 }
@@ -668,6 +676,11 @@ static void print_memory_comparison(const trainer *t) {
                mt_format_bytes((size_t)t->predicted[i], a, sizeof a),
                mt_format_bytes((size_t)t->measured[i], b, sizeof b), ratio);
     }
+    char a[32], b[32];
+    printf("  %-12s %12s %12s %9.3f\n", "setup total",
+           mt_format_bytes((size_t)t->predicted_setup, a, sizeof a),
+           mt_format_bytes((size_t)t->measured_setup, b, sizeof b),
+           t->predicted_setup ? (double)t->measured_setup / (double)t->predicted_setup : 0.0);
 }
 
 /* ---- model FLOPs utilisation ---------------------------------------------------------------- */
@@ -954,10 +967,14 @@ static void print_loss_curve(const trainer *t) {
 
 static mt_status train(trainer *t) {
     const options *o = t->opt;
+    /* Before anything is allocated: a configuration that cannot fit is said so first. */
+    MT_TRY(predict_memory(t));
     MT_TRY(build(t));
+    uint64_t setup[MEM_FIELDS];
+    MT_TRY(gather_peaks(t, setup));
+    t->measured_setup = setup[MEM_FIELDS - 1];
     setup_mfu(t);
     MT_TRY(print_summary(t));
-    MT_TRY(predict_memory(t));
     if (o->resume_path[0]) MT_TRY(resume(t));
     mt_module *root = mt_gpt_root(t->gpt);
     for (int step = t->first_step; step <= o->steps; step++) {

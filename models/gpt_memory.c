@@ -424,6 +424,25 @@ static void persistent(sim *m) {
     if (m->plan->cpu_device) alloc(m, MT_MEM_COMM, comm_scratch(m));
 }
 
+/* ---- before the first step ------------------------------------------------------------------ */
+
+/* The highest total while the model is built (mt_gpt_create: every tp-local parameter in f32),
+ * each unit is sharded in turn (mt_fsdp_shard: the blocks, then the root; the shards are made
+ * before the unit's parameters go) and AdamW makes its state. */
+static size_t setup_peak(const sim *m) {
+    bool bf16 = m->plan->param_dtype == MT_BF16;
+    size_t L = m->s.L, numel[2] = {root_numel(&m->s), block_numel(&m->s)};
+    size_t total = (numel[0] + L * numel[1]) * sizeof(float), peak = total;
+    for (size_t k = 0; k <= L; k++) {
+        size_t i = k < L ? 1 + k : 0; /* the blocks first, the root last */
+        total += m->units[i].S * (2 * sizeof(float) + (bf16 ? sizeof(uint16_t) : 0));
+        if (total > peak) peak = total;
+        total -= numel[i == 0 ? 0 : 1] * sizeof(float);
+    }
+    for (size_t i = 0; i <= L; i++) total += 2 * m->units[i].S * sizeof(float);
+    return total > peak ? total : peak;
+}
+
 /* ---- checks and the entry point -------------------------------------------------------------- */
 
 static mt_status check_plan(const mt_gpt_config *c, const mt_gpt_memory_plan *p) {
@@ -503,6 +522,7 @@ mt_status mt_gpt_memory_predict(const mt_gpt_config *cfg, const mt_gpt_memory_pl
     unit_sizes(&m.units[0], root_numel(&m.s), plan->dp);
     for (size_t l = 0; l < m.s.L; l++) unit_sizes(&m.units[1 + l], block_numel(&m.s), plan->dp);
 
+    out->setup_peak = setup_peak(&m);
     persistent(&m);
     out->persistent = m.tl.total;
     for (int mb = 0; mb < plan->grad_accum; mb++) {

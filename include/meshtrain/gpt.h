@@ -102,6 +102,7 @@ typedef struct mt_gpt_memory_prediction {
     size_t at_total_peak[MT_MEM_CATEGORY_COUNT]; /* each category at that moment */
     size_t persistent;                  /* held between steps: shards, optimizer, comm scratch */
     char total_peak_at[64];             /* where the total peaks, e.g. "backward of block 1" */
+    size_t setup_peak; /* the highest total before step 0: the model built, then sharded */
 } mt_gpt_memory_prediction;
 
 /* Predicts the per-rank peaks of one training step of the model cfg under plan (cfg->tp_dim is

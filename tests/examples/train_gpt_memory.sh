@@ -4,8 +4,9 @@
 # usage: train_gpt_memory.sh MTRUN TRAIN_GPT VARIANT
 #   matrix    every configuration of VARIANTS below: each category's predicted peak and the
 #             total's against the highest measured (--metrics peak_bytes: max over ranks, over
-#             steps), within 10% or 1 MiB (whichever is looser) and, for the configurations
-#             marked exact (what the code does today, no AC or SP), to the byte
+#             steps), and the total before step 0 (setup_peak_bytes: building and sharding),
+#             within 10% or 1 MiB (whichever is looser) and, for the configurations marked
+#             exact (what the code does today, no AC or SP), to the byte
 #   capacity  MT_CPU_DEVICE_MEMORY at the predicted total: the run says it fits and completes;
 #             one byte less: the run warns before step 0 and runs out of device memory
 set -u
@@ -70,6 +71,13 @@ for k in ["params", "grads", "optimizer", "activations", "comm", "total"]:
           (k, p, m, m / p if p else float("nan"), "" if ok else "<-- off"))
     if not ok:
         bad.append(k)
+setup = rows[0]["setup_peak_bytes"]
+p, m = setup["predicted"], setup["measured"]
+ok = abs(p - m) <= max(0.10 * m, 1 << 20) and (check != "exact" or p == m) and p > 0
+print("  %-12s predicted %10d measured %10d ratio %.4f %s" %
+      ("setup total", p, m, m / p if p else float("nan"), "" if ok else "<-- off"))
+if not ok:
+    bad.append("setup total")
 if bad:
     sys.exit("off: " + ", ".join(bad))
 EOF
