@@ -57,6 +57,7 @@ typedef struct sim {
     const mt_gpt_memory_plan *plan;
     gpt_shape s;
     bool bf16_scratch; /* bf16 products widen operands into activations scratch (CPU) */
+    bool sp;           /* sequence parallelism, which at tp 1 has nothing to shard */
     size_t es_param, es_reduce;
     sim_unit *units; /* [0]: the root; [1 + l]: block l */
     sim_unit *rs_pending;
@@ -262,7 +263,7 @@ static bool checkpointed(const sim *m, size_t l) {
 /* block_forward_run's allocations after the saved activations: its four linears. */
 static void block_forward_compute(sim *m) {
     const gpt_shape *s = &m->s;
-    bool sp = m->plan->sequence_parallel;
+    bool sp = m->sp;
     linear_forward(m, s->N, s->C, 3 * s->cl, sp); /* qkv, column */
     linear_forward(m, s->N, s->cl, s->C, sp);     /* attention projection, row */
     linear_forward(m, s->N, s->C, s->fl, sp);     /* fc, column */
@@ -288,7 +289,7 @@ static void block_backward(sim *m, size_t l) {
     const gpt_shape *s = &m->s;
     size_t small[8], acts[BLOCK_ACTS];
     size_t ns = block_small_params(s, small), N = s->N, C = s->C, cl = s->cl, fl = s->fl;
-    bool sp = m->plan->sequence_parallel;
+    bool sp = m->sp;
     block_act_sizes(s, acts);
     phase(m, "backward of block", l);
     pre_backward(m, &m->units[1 + l]);
@@ -315,7 +316,7 @@ static void block_backward(sim *m, size_t l) {
 static void embed(sim *m) {
     const gpt_shape *s = &m->s;
     size_t copies[2] = {s->vl * s->C, s->T * s->C};
-    size_t temp = m->plan->sequence_parallel ? s->N * s->C : 0;
+    size_t temp = m->sp ? s->N * s->C : 0;
     phase(m, "embedding", NO_INDEX);
     param_copies(m, copies, 2, false);
     act(m, s->rows * s->C);
@@ -334,7 +335,7 @@ static void head_forward(sim *m) {
     act(m, s->rows);
     act(m, s->rows);
     act(m, s->N * s->V); /* logits */
-    linear_forward(m, s->N, s->C, s->V, m->plan->sequence_parallel);
+    linear_forward(m, s->N, s->C, s->V, m->sp);
     act(m, s->N * s->V); /* d_logits */
     size_t xent = 4 * s->N;
     act_transient(m, &xent, 1);
@@ -350,7 +351,7 @@ static void head_backward(sim *m) {
     phase(m, "head backward", NO_INDEX);
     param_copies(m, &lnf_w, 1, false);
     act(m, s->rows * s->C);
-    linear_backward(m, s->N, s->C, s->V, true, m->plan->sequence_parallel);
+    linear_backward(m, s->N, s->C, s->V, true, m->sp);
     act(m, s->rows * s->C); /* d_res */
     act_free(m, s->rows * s->C);
     param_copies(m, &lnf_w, 1, true);
@@ -402,7 +403,7 @@ static size_t comm_scratch(const sim *m) {
     size_t tp_sizes[4][2] = {{s->N * s->C, 0}, {s->N, 0}, {2 * s->N, 0}, {1, 0}};
     for (int i = 0; i < 4; i++) {
         size_t b = mt_comm_scratch_all_reduce(tp_sizes[i][0], sizeof(float), p->tp, small);
-        if (i == 0 && p->sequence_parallel) /* SP: reduce-scatters to rows instead */
+        if (i == 0 && m->sp) /* SP: reduce-scatters to rows instead */
             b = mt_comm_scratch_reduce_scatter(s->rows * s->C, sizeof(float), p->tp, small);
         if (b > tp) tp = b;
     }
@@ -512,6 +513,7 @@ mt_status mt_gpt_memory_predict(const mt_gpt_config *cfg, const mt_gpt_memory_pl
     m.plan = plan;
     m.s = shape_of(cfg, plan);
     m.bf16_scratch = plan->cpu_device && plan->param_dtype == MT_BF16;
+    m.sp = plan->sequence_parallel && plan->tp > 1;
     m.es_param = plan->param_dtype == MT_BF16 ? 2 : 4;
     m.es_reduce = plan->reduce_dtype == MT_BF16 ? 2 : 4;
     m.units = calloc(m.s.L + 1, sizeof *m.units);
