@@ -46,10 +46,9 @@ typedef struct gpt_shape {
 
 /* An FSDP unit: the flat buffer's sizes and which of its buffers exist now. */
 typedef struct sim_unit {
-    const char *name;
     size_t padded, S;
     bool root;
-    bool full, full_grad, rs; /* gathered parameters, gradient buffer, reduce-scatter staging */
+    bool full, full_grad; /* gathered parameters, gradient buffer */
 } sim_unit;
 
 typedef struct sim {
@@ -65,18 +64,23 @@ typedef struct sim {
     int mb;    /* the micro-batch replayed */
 } sim;
 
-/* Names the phase; under accumulation with the micro-batch, since the gradient buffers kept
- * without sync make the micro-batches' peaks differ. */
+#define NO_INDEX ((size_t)-1)
+
+/* Names the phase (what, then block l unless NO_INDEX); under accumulation with the micro-batch,
+ * since the gradient buffers kept without sync make the micro-batches' peaks differ. */
 static void phase(sim *m, const char *what, size_t l) {
     char mb[24] = "";
     if (m->plan->grad_accum > 1) snprintf(mb, sizeof mb, "micro-batch %d: ", m->mb + 1);
-    if (l == (size_t)-1) mt_mem_timeline_phase(&m->tl, "%s%s", mb, what);
+    if (l == NO_INDEX) mt_mem_timeline_phase(&m->tl, "%s%s", mb, what);
     else mt_mem_timeline_phase(&m->tl, "%s%s %zu", mb, what, l);
 }
-#define NO_INDEX ((size_t)-1)
 
-static void alloc(sim *m, mt_mem_category c, size_t bytes) { mt_mem_timeline_alloc(&m->tl, c, bytes); }
-static void release(sim *m, mt_mem_category c, size_t bytes) { mt_mem_timeline_free(&m->tl, c, bytes); }
+static void alloc(sim *m, mt_mem_category c, size_t bytes) {
+    mt_mem_timeline_alloc(&m->tl, c, bytes);
+}
+static void release(sim *m, mt_mem_category c, size_t bytes) {
+    mt_mem_timeline_free(&m->tl, c, bytes);
+}
 
 /* mt_model_act_alloc / mt_tp_scratch: at least one float. */
 static size_t act_bytes(size_t elems) { return (elems ? elems : 1) * sizeof(float); }
@@ -171,14 +175,13 @@ static void finish_pending_rs(sim *m) {
     release(m, MT_MEM_COMM, p->S * m->es_reduce);
     if (m->plan->reduce_dtype == MT_BF16) release(m, MT_MEM_COMM, p->padded * m->es_reduce);
     release(m, MT_MEM_GRADS, p->padded * sizeof(float));
-    p->rs = p->full_grad = false;
+    p->full_grad = false;
 }
 
 /* issue_rs: the received shard, and a bf16 copy of the gradient to send when reducing in bf16. */
 static void issue_rs(sim *m, sim_unit *u) {
     alloc(m, MT_MEM_COMM, u->S * m->es_reduce);
     if (m->plan->reduce_dtype == MT_BF16) alloc(m, MT_MEM_COMM, u->padded * m->es_reduce);
-    u->rs = true;
     m->rs_pending = u;
 }
 
@@ -204,7 +207,7 @@ static void post_backward(sim *m, sim_unit *u) {
     }
 }
 
-/* ---- tp linears (tp/tp_linear.c) and bf16 products (core/cpu/ops_bf16.c) ---------------------- */
+/* ---- tp linears (tp/tp_linear.c) and bf16 products (core/cpu/ops_bf16.c) -------------------- */
 
 /* A linear forward of rows x fin -> fout: with bf16 weights on the CPU, the rounded input and the
  * widened weight exist during the product. SP (to check): a column linear first gathers its
@@ -383,7 +386,7 @@ static void micro_batch(sim *m) {
     release(m, MT_MEM_ACTIVATIONS, 2 * s->N * sizeof(int));
 }
 
-/* ---- between steps ----------------------------------------------------------------------------- */
+/* ---- between steps --------------------------------------------------------------------------- */
 
 /* The transport's scratch kept by each group after the first step (CPU device only): the shard
  * group's reduce-scatters and one-float all-reduces (the loss, the clip norm); tp's all-reduces
