@@ -23,7 +23,8 @@ export MT_TIMEOUT_S=${MT_TIMEOUT_S:-60} MT_DEVICE=cpu
 # steady state the prediction describes.
 MODEL=(--layers 3 --d-model 128 --heads 4 --seq 64 --batch 4 --steps 3 --lr 1e-3 --seed 3)
 
-# The configurations: NAME RANKS CHECK OPTIONS... (CHECK: exact, or spec for 10% / 1 MiB alone).
+# The configurations: NAME RANKS CHECK OPTIONS... (CHECK: exact, or spec for 10% / 1 MiB alone;
+# an option VAR=VALUE is put in the run's environment instead).
 # Activation checkpointing and sequence parallelism go here when train_gpt has their options
 # (--activation-checkpointing full|every:K, --sequence-parallel), as spec first, e.g.
 #   "ac_full 2 spec --dp 2 --activation-checkpointing full"
@@ -39,14 +40,22 @@ VARIANTS=(
     "accum2 2 exact --dp 2 --grad-accum 2 --batch 2"
     "no_prefetch 2 exact --dp 2 --no-prefetch"
     "dp2_tp2_bf16_accum 4 exact --dp 2 --tp 2 --param-dtype bf16 --reduce-dtype bf16 --grad-accum 2"
+    # The transport's scratch: every collective direct (large threshold), every one a ring.
+    "direct_collectives 4 exact MT_COMM_SMALL_BYTES=1000000 --dp 2 --tp 2"
+    "ring_collectives 4 exact MT_COMM_SMALL_BYTES=256 --dp 2 --tp 2 --reduce-dtype bf16"
 )
 
-# run NAME RANKS OPTIONS...: one mtrun; metrics in $TMP/NAME.jsonl, output in $TMP/NAME.out/.err
+# run NAME RANKS [VAR=VALUE...] OPTIONS...: one mtrun; metrics in $TMP/NAME.jsonl, output in
+# $TMP/NAME.out/.err
 run() {
-    local name=$1 np=$2
+    local name=$1 np=$2 vars=() opts=()
     shift 2
-    timeout 200 "$MTRUN" --standalone --nproc_per_node "$np" "$PROG" "${MODEL[@]}" \
-        --metrics "$TMP/$name.jsonl" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
+    for a in "$@"; do
+        if [[ $a =~ ^[A-Z_]+= ]]; then vars+=("$a"); else opts+=("$a"); fi
+    done
+    env "${vars[@]}" timeout 200 "$MTRUN" --standalone --nproc_per_node "$np" "$PROG" \
+        "${MODEL[@]}" --metrics "$TMP/$name.jsonl" "${opts[@]}" >"$TMP/$name.out" \
+        2>"$TMP/$name.err"
 }
 
 # compare NAME CHECK: the predictions against the measured peaks; prints the table.
