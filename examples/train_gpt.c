@@ -600,7 +600,8 @@ static void write_step_metrics(trainer *t, int step, float loss, float lr, float
 /* ---- memory prediction ----------------------------------------------------------------------- */
 
 /* The one place the options become a memory plan (mt_gpt_memory_predict): options that change
- * what the step allocates are set here. */
+ * what the step allocates are set here (--activation-checkpointing and --sequence-parallel, when
+ * they come, set plan->activation_checkpointing, ac_every and sequence_parallel). */
 static void fill_memory_plan(const trainer *t, mt_gpt_memory_plan *plan) {
     const options *o = t->opt;
     *plan = mt_gpt_memory_plan_defaults();
