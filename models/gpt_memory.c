@@ -403,9 +403,9 @@ static size_t comm_scratch(const sim *m) {
         if (rs > dp) dp = rs;
         if (ar > rep) rep = ar;
     }
-    size_t tp_sizes[4][2] = {{s->N * s->C, 0}, {s->N, 0}, {2 * s->N, 0}, {1, 0}};
+    size_t tp_counts[4] = {s->N * s->C, s->N, 2 * s->N, 1};
     for (int i = 0; i < 4; i++) {
-        size_t b = mt_comm_scratch_all_reduce(tp_sizes[i][0], sizeof(float), p->tp, small);
+        size_t b = mt_comm_scratch_all_reduce(tp_counts[i], sizeof(float), p->tp, small);
         if (i == 0 && m->sp) /* SP: reduce-scatters to rows instead */
             b = mt_comm_scratch_reduce_scatter(s->rows * s->C, sizeof(float), p->tp, small);
         if (b > tp) tp = b;
