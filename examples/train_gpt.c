@@ -71,6 +71,8 @@ typedef struct dataset {
     const char *path, *unit;         /* the file read; "bytes" or "tokens", for messages */
 } dataset;
 
+#define MEM_FIELDS 6 /* the memory figures: mem_names */
+
 /* Everything one training run holds. */
 typedef struct trainer {
     const options *opt;
@@ -95,7 +97,7 @@ typedef struct trainer {
     int64_t steps_done;     /* saved with every checkpoint */
     /* Memory: the per-rank peaks predicted before step 0, and the highest measured (any rank,
      * any step), in mem_names' order. */
-    uint64_t predicted[6], measured[6];
+    uint64_t predicted[MEM_FIELDS], measured[MEM_FIELDS];
     uint64_t predicted_setup, measured_setup; /* the total before step 0 (build and sharding) */
 } trainer;
 
@@ -524,9 +526,9 @@ static float lr_at(const options *o, int step) {
     return o->lr;
 }
 
-/* The memory figures of the metrics: params, grads, optimizer, activations, comm peaks and the
- * peak of the total, each the maximum over ranks. */
-#define MEM_FIELDS 6
+/* The memory figures of the metrics (MEM_FIELDS): params, grads, optimizer, activations, comm
+ * peaks (mt_mem_category's first five, in its order) and the peak of the total, each the maximum
+ * over ranks. */
 static const char *const mem_names[MEM_FIELDS] = {"params", "grads", "optimizer", "activations",
                                                   "comm", "total"};
 
