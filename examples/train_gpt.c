@@ -72,6 +72,8 @@ typedef struct dataset {
     const char *path, *unit;         /* the file read; "bytes" or "tokens", for messages */
 } dataset;
 
+#define MEM_FIELDS 6 /* the memory figures: mem_names */
+
 /* Everything one training run holds. */
 typedef struct trainer {
     const options *opt;
@@ -94,6 +96,10 @@ typedef struct trainer {
     char config_json[256];  /* the model configuration saved with every checkpoint */
     char run_json[256];     /* and the schedule's options */
     int64_t steps_done;     /* saved with every checkpoint */
+    /* Memory: the per-rank peaks predicted before step 0, and the highest measured (any rank,
+     * any step), in mem_names' order. */
+    uint64_t predicted[MEM_FIELDS], measured[MEM_FIELDS];
+    uint64_t predicted_setup, measured_setup; /* the total before step 0 (build and sharding) */
 } trainer;
 
 static const char usage[] =
@@ -543,9 +549,9 @@ static float lr_at(const options *o, int step) {
     return o->lr;
 }
 
-/* The memory figures of the metrics: params, grads, optimizer, activations, comm peaks and the
- * peak of the total, each the maximum over ranks. */
-#define MEM_FIELDS 6
+/* The memory figures of the metrics (MEM_FIELDS): params, grads, optimizer, activations, comm
+ * peaks (mt_mem_category's first five, in its order) and the peak of the total, each the maximum
+ * over ranks. */
 static const char *const mem_names[MEM_FIELDS] = {"params", "grads", "optimizer", "activations",
                                                   "comm", "total"};
 
@@ -607,8 +613,100 @@ static void write_step_metrics(trainer *t, int step, float loss, float lr, float
     fputs(", \"peak_bytes\": {", f);
     for (int i = 0; i < MEM_FIELDS; i++)
         fprintf(f, "%s\"%s\": %llu", i ? ", " : "", mem_names[i], (unsigned long long)peaks[i]);
-    fputs("}}\n", f);
+    fputs("}, \"predicted_peak_bytes\": {", f);
+    for (int i = 0; i < MEM_FIELDS; i++)
+        fprintf(f, "%s\"%s\": %llu", i ? ", " : "", mem_names[i],
+                (unsigned long long)t->predicted[i]);
+    fprintf(f, "}, \"setup_peak_bytes\": {\"predicted\": %llu, \"measured\": %llu}}\n",
+            (unsigned long long)t->predicted_setup, (unsigned long long)t->measured_setup);
     fflush(f);
+}
+
+/* ---- memory prediction ----------------------------------------------------------------------- */
+
+/* The one place the options become a memory plan (mt_gpt_memory_predict): options that change
+ * what the step allocates are set here (--activation-checkpointing and --sequence-parallel, when
+ * they come, set plan->activation_checkpointing, ac_every and sequence_parallel). */
+static void fill_memory_plan(const trainer *t, mt_gpt_memory_plan *plan) {
+    const options *o = t->opt;
+    *plan = mt_gpt_memory_plan_defaults();
+    plan->dp = o->dp;
+    plan->tp = o->tp;
+    plan->batch = o->batch;
+    plan->grad_accum = o->grad_accum;
+    plan->param_dtype = o->param_dtype;
+    plan->reduce_dtype = o->reduce_dtype;
+    plan->prefetch = o->prefetch;
+    plan->cpu_device = mt_device_get_kind(mt_runtime_device(t->rt)) == MT_DEVICE_CPU;
+    /* The transport reads this (comm/host/ucx.c); a value it ignores is ignored here too. */
+    const char *small = getenv("MT_COMM_SMALL_BYTES");
+    char *end;
+    unsigned long long v = small && *small ? strtoull(small, &end, 10) : 0;
+    if (v > 0 && *end == '\0') plan->comm_small_bytes = (size_t)v;
+}
+
+/* Predicts the per-rank peaks of a step before step 0; rank 0 prints them with the device's
+ * capacity, and says plainly when the predicted total does not fit. */
+static mt_status predict_memory(trainer *t) {
+    const options *o = t->opt;
+    mt_gpt_config cfg = {.layers = o->layers, .d_model = o->d_model, .heads = o->heads,
+                         .seq = o->seq, .vocab = o->vocab, .seed = o->seed};
+    mt_gpt_memory_plan plan;
+    mt_gpt_memory_prediction p;
+    fill_memory_plan(t, &plan);
+    MT_TRY(mt_gpt_memory_predict(&cfg, &plan, &p));
+    for (int i = 0; i < MEM_FIELDS - 1; i++) t->predicted[i] = p.peak[i];
+    t->predicted[MEM_FIELDS - 1] = p.total_peak;
+    t->predicted_setup = p.setup_peak;
+    if (t->rank != 0) return MT_OK;
+    mt_mem_stats ms;
+    mt_device_mem_stats(mt_runtime_device(t->rt), &ms);
+    /* Building and sharding the model may need more than a step (a large model on many dp
+     * ranks with a small batch): what must fit is the larger. */
+    size_t need = p.setup_peak > p.total_peak ? p.setup_peak : p.total_peak;
+    char a[32], b[32];
+    printf(PROG ": predicted per-rank peak of a step%s:\n",
+           plan.cpu_device ? "" : " (NCCL's own buffers not included in comm)");
+    for (int i = 0; i < MEM_FIELDS - 1; i++)
+        printf("  %-12s %12s\n", mem_names[i], mt_format_bytes(p.peak[i], a, sizeof a));
+    printf("  %-12s %12s  (during %s; %s of it held between steps)\n", "total",
+           mt_format_bytes(p.total_peak, a, sizeof a), p.total_peak_at,
+           mt_format_bytes(p.persistent, b, sizeof b));
+    printf("  %-12s %12s  (building and sharding the model, before step 0)\n", "setup",
+           mt_format_bytes(p.setup_peak, a, sizeof a));
+    if (ms.capacity == 0)
+        printf("  %-12s %12s  (MT_CPU_DEVICE_MEMORY sets one)\n", "capacity", "unlimited");
+    else if (need <= ms.capacity)
+        printf("  %-12s %12s  (fits: %s to spare)\n", "capacity",
+               mt_format_bytes(ms.capacity, a, sizeof a),
+               mt_format_bytes(ms.capacity - need, b, sizeof b));
+    else
+        printf("  %-12s %12s\n" PROG ": WARNING: the predicted peak %s exceeds the device's "
+               "capacity %s: this configuration is expected to run out of device memory (a "
+               "smaller --batch, more --dp or --tp, or bf16 parameters need less)\n",
+               "capacity", mt_format_bytes(ms.capacity, b, sizeof b),
+               mt_format_bytes(need, a, sizeof a), b);
+    fflush(stdout);
+    return MT_OK;
+}
+
+/* Rank 0, at the end: the highest measured peaks (over ranks and steps) beside the predictions. */
+static void print_memory_comparison(const trainer *t) {
+    printf("memory per rank: predicted vs measured peak (max over ranks and steps):\n");
+    printf("  %-12s %12s %12s %9s\n", "category", "predicted", "measured", "ratio");
+    for (int i = 0; i < MEM_FIELDS; i++) {
+        char a[32], b[32], ratio[16] = "-";
+        if (t->predicted[i] > 0)
+            snprintf(ratio, sizeof ratio, "%.3f", (double)t->measured[i] / (double)t->predicted[i]);
+        printf("  %-12s %12s %12s %9s\n", mem_names[i],
+               mt_format_bytes((size_t)t->predicted[i], a, sizeof a),
+               mt_format_bytes((size_t)t->measured[i], b, sizeof b), ratio);
+    }
+    char a[32], b[32];
+    printf("  %-12s %12s %12s %9.3f\n", "setup total",
+           mt_format_bytes((size_t)t->predicted_setup, a, sizeof a),
+           mt_format_bytes((size_t)t->measured_setup, b, sizeof b),
+           t->predicted_setup ? (double)t->measured_setup / (double)t->predicted_setup : 0.0);
 }
 
 /* ---- model FLOPs utilisation ---------------------------------------------------------------- */
@@ -856,6 +954,8 @@ static mt_status train_step(trainer *t, int step) {
     uint64_t peaks[MEM_FIELDS];
     MT_TRY(gather_peaks(t, peaks));
     if (t->rank != 0) return MT_OK;
+    for (int i = 0; i < MEM_FIELDS; i++)
+        if (peaks[i] > t->measured[i]) t->measured[i] = peaks[i];
 
     double tokens = (double)o->dp * o->batch * o->grad_accum * o->seq;
     double tps = tokens / (ms / 1e3);
@@ -899,7 +999,12 @@ static void print_loss_curve(const trainer *t) {
 
 static mt_status train(trainer *t) {
     const options *o = t->opt;
+    /* Before anything is allocated: a configuration that cannot fit is said so first. */
+    MT_TRY(predict_memory(t));
     MT_TRY(build(t));
+    uint64_t setup[MEM_FIELDS];
+    MT_TRY(gather_peaks(t, setup));
+    t->measured_setup = setup[MEM_FIELDS - 1];
     setup_mfu(t);
     MT_TRY(print_summary(t));
     if (o->resume_path[0]) MT_TRY(resume(t));
@@ -935,6 +1040,7 @@ static mt_status train(trainer *t) {
                        tps * t->flops_per_token / 1e12, t->peak_flops / 1e12);
             printf("\n");
         }
+        if (o->steps > t->first_step) print_memory_comparison(t);
         printf("memory (rank 0, last step):\n%s\n",
                mt_memory_report(mt_runtime_device(t->rt), report, sizeof report));
         fflush(stdout);

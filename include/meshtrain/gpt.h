@@ -13,10 +13,13 @@
 #define MESHTRAIN_GPT_H
 
 #include <meshtrain/api.h>
+#include <meshtrain/dtype.h>
+#include <meshtrain/memory.h>
 #include <meshtrain/mesh.h>
 #include <meshtrain/module.h>
 #include <meshtrain/status.h>
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,6 +57,60 @@ mt_status mt_gpt_forward_backward(mt_gpt *gpt, const int *tokens, int batch, flo
                                   float *loss);
 /* Forward only (evaluation): the mean cross-entropy. */
 MT_API mt_status mt_gpt_forward(mt_gpt *gpt, const int *tokens, int batch, float *loss);
+
+/* ---- memory prediction (models/gpt_memory.c) ---------------------------------------------------
+ * The per-rank device memory of one training step (forward, backward and optimizer step of every
+ * micro-batch), per category and in total, predicted before the first step by replaying the
+ * step's allocations and frees in the order the model (models/gpt.c), FSDP (fsdp/), the tp layers
+ * (tp/), AdamW and the host transport (comm/) make them. Exact for the code as it is on the CPU
+ * device (what train_gpt's --metrics peak_bytes measure); activation checkpointing and sequence
+ * parallelism are modelled from their design and are to be checked once they land. Every rank of
+ * a dp x tp mesh holds the same sizes except the last tp rank's smaller vocabulary slice, so the
+ * prediction (tp rank 0's) is also the maximum over ranks. */
+
+typedef enum mt_gpt_ac_mode {
+    MT_GPT_AC_NONE = 0, /* every block keeps its activations until its backward */
+    MT_GPT_AC_FULL,     /* every block keeps only its output and recomputes in backward */
+    MT_GPT_AC_EVERY     /* blocks 0, K, 2K, ... (K = ac_every) do, the others keep all */
+} mt_gpt_ac_mode;
+
+typedef struct mt_gpt_memory_plan {
+    int dp;         /* ranks of the FSDP shard group (>= 1) */
+    int replicate;  /* HSDP: ranks of the replicate group (1: plain FSDP) */
+    int tp;         /* tensor-parallel size (>= 1) */
+    int batch;      /* sequences per rank per micro-batch */
+    int grad_accum; /* micro-batches per step; gradients are reduced after the last only */
+    mt_dtype param_dtype, reduce_dtype;   /* as mt_fsdp_options */
+    int reshard_after_forward;            /* as mt_fsdp_options: 1, 0 or -1 (default) */
+    bool prefetch;                        /* mt_fsdp_set_prefetch */
+    mt_gpt_ac_mode activation_checkpointing;
+    int ac_every;                         /* K of MT_GPT_AC_EVERY */
+    bool sequence_parallel;               /* rows outside attention and MLP sharded over tp */
+    /* The CPU device: bf16 products widen their operands into activations scratch, and the host
+     * transport's scratch (per group, kept between collectives) is device memory charged to comm.
+     * false (CUDA): neither; NCCL's own buffers (charged to comm when a communicator is made)
+     * are not predicted. */
+    bool cpu_device;
+    size_t comm_small_bytes; /* the transport's MT_COMM_SMALL_BYTES; 0: its default, 64 KiB */
+} mt_gpt_memory_plan;
+
+/* One rank, tp 1, dp 1, batch 8, f32, default resharding, prefetch on, no AC or SP, CPU. */
+MT_API mt_gpt_memory_plan mt_gpt_memory_plan_defaults(void);
+
+typedef struct mt_gpt_memory_prediction {
+    size_t peak[MT_MEM_CATEGORY_COUNT]; /* the highest bytes of each category during a step */
+    size_t total_peak;                  /* the highest sum: categories peak at other moments */
+    size_t at_total_peak[MT_MEM_CATEGORY_COUNT]; /* each category at that moment */
+    size_t persistent;                  /* held between steps: shards, optimizer, comm scratch */
+    char total_peak_at[64];             /* where the total peaks, e.g. "backward of block 1" */
+    size_t setup_peak; /* the highest total before step 0: the model built, then sharded */
+} mt_gpt_memory_prediction;
+
+/* Predicts the per-rank peaks of one training step of the model cfg under plan (cfg->tp_dim is
+ * ignored: plan->tp is the size). MT_ERR_INVALID_ARG naming the value for a configuration the
+ * model or the plan refuses (heads not divisible by tp, batch 0, ...). */
+MT_API mt_status mt_gpt_memory_predict(const mt_gpt_config *cfg, const mt_gpt_memory_plan *plan,
+                                       mt_gpt_memory_prediction *out);
 
 #ifdef __cplusplus
 }

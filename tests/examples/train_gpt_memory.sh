@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# train_gpt's memory prediction (mt_gpt_memory_predict, docs/train_gpt.md) against the device's
+# accounting, through mtrun as a user runs it.
+# usage: train_gpt_memory.sh MTRUN TRAIN_GPT VARIANT
+#   matrix    every configuration of VARIANTS below: each category's predicted peak and the
+#             total's against the highest measured (--metrics peak_bytes: max over ranks, over
+#             steps), and the total before step 0 (setup_peak_bytes: building and sharding),
+#             within 10% or 1 MiB (whichever is looser) and, for the configurations marked
+#             exact (what the code does today, no AC or SP), to the byte
+#   capacity  MT_CPU_DEVICE_MEMORY at the predicted total: the run says it fits and completes;
+#             one byte less: the run warns before step 0 and runs out of device memory
+set -u
+MTRUN=$1
+PROG=$2
+VARIANT=$3
+TMP_PREFIX=train_gpt_memory
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+export MT_TIMEOUT_S=${MT_TIMEOUT_S:-60} MT_DEVICE=cpu
+
+# Large enough that every category but comm is above 1 MiB (so the 10% bound is the one that
+# counts), small enough for a few seconds on 2 cores. 3 steps: step 0 runs before FSDP's order
+# is recorded (no prefetch) and the transport's scratch grows in it; the later steps are the
+# steady state the prediction describes.
+MODEL=(--layers 3 --d-model 128 --heads 4 --seq 64 --batch 4 --steps 3 --lr 1e-3 --seed 3)
+
+# The configurations: NAME RANKS CHECK OPTIONS... (CHECK: exact, or spec for 10% / 1 MiB alone;
+# an option VAR=VALUE is put in the run's environment instead).
+# Activation checkpointing and sequence parallelism go here when train_gpt has their options
+# (--activation-checkpointing full|every:K, --sequence-parallel), as spec first, e.g.
+#   "ac_full 2 spec --dp 2 --activation-checkpointing full"
+#   "sp_tp2 2 spec --tp 2 --sequence-parallel"
+VARIANTS=(
+    "one_rank 1 exact"
+    "dp2 2 exact --dp 2"
+    "dp4 4 exact --dp 4"
+    "tp2 2 exact --tp 2"
+    "dp2_tp2 4 exact --dp 2 --tp 2"
+    "bf16 2 exact --dp 2 --param-dtype bf16 --reduce-dtype bf16"
+    "bf16_tp2 2 exact --tp 2 --param-dtype bf16"
+    "accum2 2 exact --dp 2 --grad-accum 2 --batch 2"
+    "no_prefetch 2 exact --dp 2 --no-prefetch"
+    "dp2_tp2_bf16_accum 4 exact --dp 2 --tp 2 --param-dtype bf16 --reduce-dtype bf16 --grad-accum 2"
+    # The transport's scratch: every collective direct (large threshold), every one a ring.
+    "direct_collectives 4 exact MT_COMM_SMALL_BYTES=1000000 --dp 2 --tp 2"
+    "ring_collectives 4 exact MT_COMM_SMALL_BYTES=256 --dp 2 --tp 2 --reduce-dtype bf16"
+)
+
+# run NAME RANKS [VAR=VALUE...] OPTIONS...: one mtrun; metrics in $TMP/NAME.jsonl, output in
+# $TMP/NAME.out/.err
+run() {
+    local name=$1 np=$2 vars=() opts=()
+    shift 2
+    for a in "$@"; do
+        if [[ $a =~ ^[A-Z_]+= ]]; then vars+=("$a"); else opts+=("$a"); fi
+    done
+    env "${vars[@]}" timeout 200 "$MTRUN" --standalone --nproc_per_node "$np" "$PROG" \
+        "${MODEL[@]}" --metrics "$TMP/$name.jsonl" "${opts[@]}" >"$TMP/$name.out" \
+        2>"$TMP/$name.err"
+}
+
+# compare NAME CHECK: the predictions against the measured peaks; prints the table.
+compare() {
+    python3 - "$TMP/$1.jsonl" "$2" <<'EOF'
+import json, sys
+path, check = sys.argv[1], sys.argv[2]
+rows = [json.loads(l) for l in open(path) if l.strip()]
+rows = [r for r in rows if "peak_bytes" in r]
+if len(rows) < 2:
+    sys.exit("%d step lines in %s: need 2 or more" % (len(rows), path))
+pred = rows[0]["predicted_peak_bytes"]
+bad = []
+for k in ["params", "grads", "optimizer", "activations", "comm", "total"]:
+    p = pred[k]
+    m = max(r["peak_bytes"][k] for r in rows)
+    if any(r["predicted_peak_bytes"][k] != p for r in rows):
+        bad.append("%s: the prediction changes between steps" % k)
+    slack = max(0.10 * m, 1 << 20)
+    ok = abs(p - m) <= slack and (check != "exact" or p == m) and p > 0
+    print("  %-12s predicted %10d measured %10d ratio %.4f %s" %
+          (k, p, m, m / p if p else float("nan"), "" if ok else "<-- off"))
+    if not ok:
+        bad.append(k)
+setup = rows[0]["setup_peak_bytes"]
+p, m = setup["predicted"], setup["measured"]
+ok = abs(p - m) <= max(0.10 * m, 1 << 20) and (check != "exact" or p == m) and p > 0
+print("  %-12s predicted %10d measured %10d ratio %.4f %s" %
+      ("setup total", p, m, m / p if p else float("nan"), "" if ok else "<-- off"))
+if not ok:
+    bad.append("setup total")
+if bad:
+    sys.exit("off: " + ", ".join(bad))
+EOF
+}
+
+case $VARIANT in
+matrix)
+    for v in "${VARIANTS[@]}"; do
+        read -r -a f <<<"$v"
+        name=${f[0]} np=${f[1]} how=${f[2]}
+        if ! run "$name" "$np" "${f[@]:3}"; then
+            fail "$name: training failed ($v)"
+            show "$name"
+            continue
+        fi
+        check "$name: predicted peaks match the measured ones ($how; ${f[*]:3})" compare "$name" "$how"
+        check "$name: the prediction is printed before step 0" has_text "$TMP/$name.out" \
+            "predicted per-rank peak of a step"
+        check "$name: the comparison is printed at the end" has_text "$TMP/$name.out" \
+            "predicted vs measured peak"
+    done
+    ;;
+capacity)
+    run probe 1 --steps 1 || fail "probe: training failed"
+    total=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["predicted_peak_bytes"]["total"])' "$TMP/probe.jsonl")
+    MT_CPU_DEVICE_MEMORY=$total run fits 1
+    check "capacity = the predicted total ($total bytes): the run completes" test $? -eq 0
+    check "fits: said before step 0" has_text "$TMP/fits.out" "(fits: 0 B to spare)"
+    MT_CPU_DEVICE_MEMORY=$((total - 1)) run short 1
+    rc=$?
+    check "capacity one byte below the prediction: the run fails (rc $rc)" test $rc -ne 0
+    check "short: the warning before step 0" has_text "$TMP/short.out" \
+        "WARNING: the predicted peak"
+    check "short: the device refused an allocation" grep -q "out of memory\|exceed" "$TMP/short.err"
+    ;;
+*)
+    fail "unknown variant '$VARIANT'"
+    ;;
+esac
+finish

@@ -1,0 +1,109 @@
+/* mt_gpt_memory_predict (models/gpt_memory.c) without running anything: its argument checks, and
+ * the activation checkpointing and sequence parallelism terms against what their designs say
+ * they save (the code itself is compared with the device's accounting by
+ * tests/examples/train_gpt_memory.sh). */
+#include "check.h"
+
+#include <meshtrain/gpt.h>
+
+#include <string.h>
+
+static const mt_gpt_config cfg = {.layers = 3, .d_model = 64, .heads = 4, .seq = 32,
+                                  .vocab = 64, .seed = 1};
+
+static mt_gpt_memory_prediction predict(const mt_gpt_memory_plan *plan) {
+    mt_gpt_memory_prediction p;
+    memset(&p, 0, sizeof p);
+    CHECK_OK(mt_gpt_memory_predict(&cfg, plan, &p));
+    return p;
+}
+
+/* Bytes of the 12 activations of one block a checkpointed block discards after its forward
+ * (all of block_acts but its output), f32, tp 1: ln1, qkv, atty, res_mid, ln2, fc, fc_gelu are
+ * 1 + 3 + 1 + 1 + 1 + 4 + 4 = 15 N x C, four N-row statistics, the attention probabilities. */
+static size_t discarded_bytes(int batch) {
+    size_t N = (size_t)batch * cfg.seq, C = cfg.d_model;
+    size_t att = (size_t)batch * cfg.heads * cfg.seq * cfg.seq;
+    return (15 * N * C + 4 * N + att) * sizeof(float);
+}
+
+static void test_errors(void) {
+    mt_gpt_memory_plan plan = mt_gpt_memory_plan_defaults();
+    mt_gpt_memory_prediction p;
+    CHECK(mt_gpt_memory_predict(NULL, &plan, &p) == MT_ERR_INVALID_ARG);
+    plan.tp = 3;
+    CHECK(mt_gpt_memory_predict(&cfg, &plan, &p) == MT_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(mt_last_error(), "heads 4, tp 3") != NULL, "%s", mt_last_error());
+    plan = mt_gpt_memory_plan_defaults();
+    plan.batch = 0;
+    CHECK(mt_gpt_memory_predict(&cfg, &plan, &p) == MT_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(mt_last_error(), "batch 0") != NULL, "%s", mt_last_error());
+    plan = mt_gpt_memory_plan_defaults();
+    plan.activation_checkpointing = MT_GPT_AC_EVERY;
+    plan.ac_every = 0;
+    CHECK(mt_gpt_memory_predict(&cfg, &plan, &p) == MT_ERR_INVALID_ARG);
+    plan = mt_gpt_memory_plan_defaults();
+    plan.tp = 4;
+    plan.batch = 1;
+    plan.sequence_parallel = true;
+    mt_gpt_config odd = cfg;
+    odd.seq = 30; /* 30 rows do not split over tp 4 */
+    CHECK(mt_gpt_memory_predict(&odd, &plan, &p) == MT_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(mt_last_error(), "tp 4") != NULL, "%s", mt_last_error());
+    mt_clear_error();
+}
+
+/* Activations peak in the backward of the last block, where every block's are held:
+ * checkpointing all blocks saves the discarded activations of the other L - 1 there (the last
+ * recomputes its own), checkpointing every L-th (block 0 only) saves block 0's, every 1 is full.
+ * The total may then peak elsewhere (a block later, where gradient buffers pile up). */
+static void test_activation_checkpointing(void) {
+    mt_gpt_memory_plan plan = mt_gpt_memory_plan_defaults();
+    plan.batch = 4;
+    mt_gpt_memory_prediction none = predict(&plan);
+    plan.activation_checkpointing = MT_GPT_AC_FULL;
+    mt_gpt_memory_prediction full = predict(&plan);
+    plan.activation_checkpointing = MT_GPT_AC_EVERY;
+    plan.ac_every = 1;
+    mt_gpt_memory_prediction every1 = predict(&plan);
+    plan.ac_every = cfg.layers;
+    mt_gpt_memory_prediction everyL = predict(&plan);
+    const int A = MT_MEM_ACTIVATIONS;
+    size_t d = discarded_bytes(plan.batch);
+    CHECK_MSG(none.peak[A] - full.peak[A] == (size_t)(cfg.layers - 1) * d,
+              "none %zu, full %zu, discarded per block %zu", none.peak[A], full.peak[A], d);
+    CHECK_MSG(none.peak[A] - everyL.peak[A] == d, "none %zu, every %d %zu", none.peak[A],
+              cfg.layers, everyL.peak[A]);
+    CHECK(full.total_peak < none.total_peak);
+    CHECK(every1.total_peak == full.total_peak);
+    CHECK(!memcmp(every1.peak, full.peak, sizeof full.peak));
+    for (int c = MT_MEM_PARAMS; c <= MT_MEM_OPTIMIZER; c++)
+        CHECK(full.peak[c] == none.peak[c] && everyL.peak[c] == none.peak[c]);
+    CHECK(full.setup_peak == none.setup_peak);
+}
+
+/* Sequence parallelism shards rows outside attention and MLP over tp: less activation memory,
+ * the same parameters, gradients and optimizer state; at tp 1 there is nothing to shard. */
+static void test_sequence_parallel(void) {
+    mt_gpt_memory_plan plan = mt_gpt_memory_plan_defaults();
+    plan.tp = 2;
+    mt_gpt_memory_prediction off = predict(&plan);
+    plan.sequence_parallel = true;
+    mt_gpt_memory_prediction on = predict(&plan);
+    CHECK_MSG(on.peak[MT_MEM_ACTIVATIONS] < off.peak[MT_MEM_ACTIVATIONS], "SP %zu, without %zu",
+              on.peak[MT_MEM_ACTIVATIONS], off.peak[MT_MEM_ACTIVATIONS]);
+    for (int c = MT_MEM_PARAMS; c <= MT_MEM_OPTIMIZER; c++) CHECK(on.peak[c] == off.peak[c]);
+    plan.tp = 1;
+    mt_gpt_memory_prediction sp1 = predict(&plan);
+    plan.sequence_parallel = false;
+    mt_gpt_memory_prediction plain1 = predict(&plan);
+    CHECK(sp1.total_peak == plain1.total_peak);
+    CHECK(!memcmp(sp1.peak, plain1.peak, sizeof sp1.peak));
+}
+
+int main(void) {
+    test_errors();
+    test_activation_checkpointing();
+    test_sequence_parallel();
+    return check_report("test_gpt_memory");
+}
