@@ -624,9 +624,8 @@ static void write_step_metrics(trainer *t, int step, float loss, float lr, float
 
 /* ---- memory prediction ----------------------------------------------------------------------- */
 
-/* The one place the options become a memory plan (mt_gpt_memory_predict): options that change
- * what the step allocates are set here (--activation-checkpointing and --sequence-parallel, when
- * they come, set plan->activation_checkpointing, ac_every and sequence_parallel). */
+/* The one place the options become a memory plan (mt_gpt_memory_predict): every option that
+ * changes what the step allocates is set here. */
 static void fill_memory_plan(const trainer *t, mt_gpt_memory_plan *plan) {
     const options *o = t->opt;
     *plan = mt_gpt_memory_plan_defaults();
@@ -637,6 +636,10 @@ static void fill_memory_plan(const trainer *t, mt_gpt_memory_plan *plan) {
     plan->param_dtype = o->param_dtype;
     plan->reduce_dtype = o->reduce_dtype;
     plan->prefetch = o->prefetch;
+    plan->activation_checkpointing = o->recompute_every == 0   ? MT_GPT_AC_NONE
+                                     : o->recompute_every == 1 ? MT_GPT_AC_FULL
+                                                               : MT_GPT_AC_EVERY;
+    plan->ac_every = o->recompute_every;
     plan->cpu_device = mt_device_get_kind(mt_runtime_device(t->rt)) == MT_DEVICE_CPU;
     /* The transport reads this (comm/host/ucx.c); a value it ignores is ignored here too. */
     const char *small = getenv("MT_COMM_SMALL_BYTES");

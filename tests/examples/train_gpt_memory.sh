@@ -25,10 +25,8 @@ MODEL=(--layers 3 --d-model 128 --heads 4 --seq 64 --batch 4 --steps 3 --lr 1e-3
 
 # The configurations: NAME RANKS CHECK OPTIONS... (CHECK: exact, or spec for 10% / 1 MiB alone;
 # an option VAR=VALUE is put in the run's environment instead).
-# Activation checkpointing and sequence parallelism go here when train_gpt has their options
-# (--activation-checkpointing full|every:K, --sequence-parallel), as spec first, e.g.
-#   "ac_full 2 spec --dp 2 --activation-checkpointing full"
-#   "sp_tp2 2 spec --tp 2 --sequence-parallel"
+# A new option that changes what a step allocates comes in as spec first, then exact once the
+# prediction matches to the byte.
 VARIANTS=(
     "one_rank 1 exact"
     "dp2 2 exact --dp 2"
@@ -43,6 +41,10 @@ VARIANTS=(
     # The transport's scratch: every collective direct (large threshold), every one a ring.
     "direct_collectives 4 exact MT_COMM_SMALL_BYTES=1000000 --dp 2 --tp 2"
     "ring_collectives 4 exact MT_COMM_SMALL_BYTES=256 --dp 2 --tp 2 --reduce-dtype bf16"
+    # Activation recompute.
+    "ac_full 2 exact --dp 2 --activation-checkpointing full"
+    "ac_every2_tp2 4 exact --dp 2 --tp 2 --activation-checkpointing every:2"
+    "ac_full_bf16_tp2 2 exact --tp 2 --param-dtype bf16 --activation-checkpointing full"
 )
 
 # run NAME RANKS [VAR=VALUE...] OPTIONS...: one mtrun; metrics in $TMP/NAME.jsonl, output in
