@@ -37,6 +37,7 @@ typedef struct options {
     uint64_t seed;
     mt_dtype param_dtype, reduce_dtype;
     bool prefetch;
+    bool predict_only; /* --predict-memory: print the memory prediction and stop */
     int recompute_every; /* --activation-checkpointing: 0 none, K: blocks 0, K, 2K, ... */
     const char *device, *metrics; /* device NULL: MT_DEVICE or auto */
     const char *data;       /* --data: bytes as tokens (DEFAULT_DATA unless a token file) */
@@ -89,6 +90,7 @@ typedef struct trainer {
     float *step_losses; /* rank 0: every step's loss, for the closing summary */
     double flops_per_token; /* training FLOPs per token: 6 x params + attention */
     double peak_flops;      /* all ranks' bf16 dense peak, FLOP/s; 0 = unknown (no MFU) */
+    bool predicted_fits;    /* the predicted peaks fit the device's capacity (or it has none) */
     char peak_source[128];  /* where the peak came from, for the summary */
     double timed_ms;        /* steps after the first: time and tokens, for the throughput */
     double timed_tokens;
@@ -121,6 +123,8 @@ static const char usage[] =
     "  --param-dtype T     f32 or bf16: parameters gathered and computed in (f32)\n"
     "  --reduce-dtype T    f32 or bf16: gradients reduced in (f32)\n"
     "  --no-prefetch       issue each all-gather when its unit starts\n"
+    "  --predict-memory    print the predicted per-rank memory peaks and stop, before anything\n"
+    "                      is allocated (exit 3 when they exceed MT_CPU_DEVICE_MEMORY)\n"
     "  --activation-checkpointing none|full|every:K\n"
     "                      blocks that recompute their activations in backward instead of\n"
     "                      keeping them: none, all, or every K-th (blocks 0, K, 2K, ...) (none)\n"
@@ -210,6 +214,10 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
         if (strcmp(arg, "--no-prefetch") == 0) {
             o->prefetch = false;
+            continue;
+        }
+        if (strcmp(arg, "--predict-memory") == 0) {
+            o->predict_only = true;
             continue;
         }
         if (strncmp(arg, "--", 2) != 0) return fail_msg(err, "unexpected argument '%s'", arg);
@@ -661,12 +669,13 @@ static mt_status predict_memory(trainer *t) {
     for (int i = 0; i < MEM_FIELDS - 1; i++) t->predicted[i] = p.peak[i];
     t->predicted[MEM_FIELDS - 1] = p.total_peak;
     t->predicted_setup = p.setup_peak;
-    if (t->rank != 0) return MT_OK;
     mt_mem_stats ms;
     mt_device_mem_stats(mt_runtime_device(t->rt), &ms);
     /* Building and sharding the model may need more than a step (a large model on many dp
      * ranks with a small batch): what must fit is the larger. */
     size_t need = p.setup_peak > p.total_peak ? p.setup_peak : p.total_peak;
+    t->predicted_fits = ms.capacity == 0 || need <= ms.capacity;
+    if (t->rank != 0) return MT_OK;
     char a[32], b[32];
     printf(PROG ": predicted per-rank peak of a step%s:\n",
            plan.cpu_device ? "" : " (NCCL's own buffers not included in comm)");
@@ -1004,6 +1013,7 @@ static mt_status train(trainer *t) {
     const options *o = t->opt;
     /* Before anything is allocated: a configuration that cannot fit is said so first. */
     MT_TRY(predict_memory(t));
+    if (o->predict_only) return MT_OK;
     MT_TRY(build(t));
     uint64_t setup[MEM_FIELDS];
     MT_TRY(gather_peaks(t, setup));
@@ -1119,5 +1129,6 @@ int main(int argc, char **argv) {
     free(t.step_losses);
     free(t.data.ids);
     mt_finalize(t.rt);
+    if (st == MT_OK && opt.predict_only && !t.predicted_fits) return 3;
     return st == MT_OK ? 0 : code;
 }
