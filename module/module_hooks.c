@@ -150,13 +150,23 @@ static mt_status run_post(mt_module *m, bool backward, size_t n, mt_status st) {
     return st;
 }
 
+/* A deferred parameter without values has nothing to compute with: refused
+ * before any hook runs, naming it (FSDP's gathering checks its unit's the same way). */
+static mt_status check_params_ready(const mt_module *m, bool backward) {
+    for (size_t i = 0; i < m->n_params; i++)
+        MT_TRY(mt_param_check_ready(m->params[i], backward ? "the module's backward"
+                                                           : "the module's forward"));
+    return MT_OK;
+}
+
 static mt_status run(mt_module *m, void *ctx, bool backward) {
     if (!m)
         return mt_error(MT_ERR_INVALID_ARG, "%s: module is NULL",
                         backward ? "mt_module_backward" : "mt_module_forward");
     m->running++;
-    size_t ran;
-    mt_status st = run_pre(m, backward, &ran);
+    size_t ran = 0;
+    mt_status st = check_params_ready(m, backward);
+    if (st == MT_OK) st = run_pre(m, backward, &ran);
     if (st == MT_OK) st = run_user(m, ctx, backward);
     st = run_post(m, backward, ran, st);
     m->running--;
