@@ -694,8 +694,10 @@ static mt_status build(trainer *t) {
     MT_TRY(mt_mesh_group(t->mesh, "dp", &t->dp_group));
     t->dp_rank = mt_mesh_coord(t->mesh, 0);
 
+    /* Deferred: no rank ever holds a whole parameter; each initialises only its shards after
+     * sharding, and a resumed run loads them instead. */
     mt_gpt_config cfg = {.layers = o->layers, .d_model = o->d_model, .heads = o->heads,
-                         .seq = o->seq, .vocab = o->vocab, .seed = o->seed};
+                         .seq = o->seq, .vocab = o->vocab, .seed = o->seed, .defer_init = true};
     snprintf(t->config_json, sizeof t->config_json, CONFIG_FORMAT, o->layers, o->d_model,
              o->heads, o->seq, o->vocab);
     snprintf(t->run_json, sizeof t->run_json, RUN_FORMAT, (unsigned long long)o->seed,
@@ -710,6 +712,9 @@ static mt_status build(trainer *t) {
     mt_module *root = mt_gpt_root(t->gpt);
     MT_TRY(mt_fsdp_shard(root, &fo));
     if (!o->prefetch) MT_TRY(mt_fsdp_set_prefetch(root, false));
+    /* The seed's initial values, shard by shard; a resumed run loads the checkpoint's instead
+     * (resume, after the optimizer exists to load its state into). */
+    if (!o->resume_path[0]) MT_TRY(mt_module_init_params(root));
 
     /* After sharding: the optimizer holds state for this rank's shards only. */
     mt_adamw_options ao = {.lr = o->lr, .weight_decay = o->weight_decay};

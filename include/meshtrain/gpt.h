@@ -16,6 +16,7 @@
 #include <meshtrain/module.h>
 #include <meshtrain/status.h>
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +33,12 @@ typedef struct mt_gpt_config {
                   * more rows than vocab, the extra ones zero and no id's */
     uint64_t seed;
     const char *tp_dim; /* the mesh dimension of tensor parallelism; NULL: MT_TP_DIM_DEFAULT */
+    /* false: mt_gpt_create initialises every parameter (allocating its tp-local part). true: the
+     * parameters are created without storage (deferred, module.h) with their initialisers
+     * recorded: shard the model with FSDP, then call mt_module_init_params(mt_gpt_root(gpt))
+     * (each rank computes only its shards) or load a checkpoint instead. The values are the same
+     * either way, bit for bit. */
+    bool defer_init;
 } mt_gpt_config;
 
 typedef struct mt_gpt mt_gpt;
