@@ -5,3 +5,10 @@ target_link_libraries(test_gpt_grad PRIVATE m)
 mt_add_mp_test(gpt_grad_fd TIMEOUT 120 LABELS tp ENV MT_TIMEOUT_S=60 MT_DEVICE=cpu
   COMMAND ${CMAKE_BINARY_DIR}/bin/mtrun --standalone --nproc_per_node 1
           ${MT_TEST_BIN}/test_gpt_grad)
+# A GPT built deferred on 8 ranks under a device cap: constructed and sharded under a third of
+# the whole f32 model (eager creation fails there), 3 training steps under 70% of it.
+mt_add_test_program(prog_gpt_deferred_mem ${CMAKE_CURRENT_LIST_DIR}/prog_gpt_deferred_mem.c)
+target_link_libraries(prog_gpt_deferred_mem PRIVATE m)
+mt_add_mp_test(gpt_deferred_mem TIMEOUT 180 LABELS tp ENV MT_TIMEOUT_S=60
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/gpt_deferred_mem.sh ${CMAKE_BINARY_DIR}/bin/mtrun
+          $<TARGET_FILE:prog_gpt_deferred_mem>)
