@@ -186,6 +186,11 @@ static void check_refusals(model *m) {
     CHECK_MSG(strstr(mt_last_error(), "optimizer") && strstr(mt_last_error(), "deferred"), "%s",
               mt_last_error());
     mt_adamw_destroy(opt);
+    /* Refused before anything is written (the folder is never created). */
+    st = mt_checkpoint_save(m->mod[0], NULL, "/nonexistent/test_param_init", NULL);
+    CHECK(st == MT_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(mt_last_error(), "saving a checkpoint") && strstr(mt_last_error(), "'a'"),
+              "%s", mt_last_error());
     for (int i = 0; i < N_PARAMS; i++) CHECK(mt_param_needs_init(m->p[i]));
 }
 
@@ -242,6 +247,12 @@ static void check_sharded(mt_mesh *mesh, mt_device *dev, float **whole, int tp_r
     mt_module_destroy(m.mod[0]);
 }
 
+static mt_status failing_fn(void *user, const mt_param *p, const int64_t *g, size_t count,
+                            float *out) {
+    (void)user, (void)p, (void)g, (void)count, (void)out;
+    return mt_error_set(MT_ERR_INVALID_ARG, "no values today");
+}
+
 /* One clear error for each bad input. */
 static void check_bad_input(mt_mesh *mesh) {
     mt_module *m = NULL;
@@ -268,6 +279,12 @@ static void check_bad_input(mt_mesh *mesh) {
                   "%s", mt_last_error());
         CHECK(mt_param_set_init(d, &bad[i].init) == MT_ERR_INVALID_ARG);
     }
+    CHECK(mt_param_needs_init(d) && mt_param_data(d) == NULL);
+    /* A failing function: its message, the parameter named, nothing kept. */
+    mt_initialiser failing = mt_init_function(failing_fn, NULL);
+    CHECK(mt_param_init(d, &failing) == MT_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(mt_last_error(), "no values today") && strstr(mt_last_error(), "'d'"), "%s",
+              mt_last_error());
     CHECK(mt_param_needs_init(d) && mt_param_data(d) == NULL);
     mt_initialiser ones = mt_init_ones();
     CHECK(mt_param_init(e, &ones) == MT_ERR_INVALID_ARG);
