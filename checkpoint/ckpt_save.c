@@ -568,7 +568,10 @@ mt_status mt_checkpoint_save(mt_module *root, mt_adamw *opt, const char *dir,
     mt_ckpt_plan plan;
     MT_TRY(mt_ckpt_plan_build(root, opt, &plan));
     saver *s = NULL;
-    mt_status st = saver_get(root, &s);
+    /* A deferred parameter never initialised would be saved as zeros, as if they were its
+     * values. Every rank's model is built alike, so all refuse together. */
+    mt_status st = mt_fsdp_check_initialised(root, "saving a checkpoint");
+    if (st == MT_OK) st = saver_get(root, &s);
     if (st == MT_OK) st = join_writer(s); /* the previous save's outcome, the same everywhere */
     if (st != MT_OK) {
         mt_ckpt_plan_free(&plan);

@@ -661,7 +661,8 @@ static void fill_memory_plan(const trainer *t, mt_gpt_memory_plan *plan) {
 static mt_status predict_memory(trainer *t) {
     const options *o = t->opt;
     mt_gpt_config cfg = {.layers = o->layers, .d_model = o->d_model, .heads = o->heads,
-                         .seq = o->seq, .vocab = o->vocab, .seed = o->seed};
+                         .seq = o->seq, .vocab = o->vocab, .seed = o->seed,
+                         .defer_init = true /* as build() creates it */};
     mt_gpt_memory_plan plan;
     mt_gpt_memory_prediction p;
     fill_memory_plan(t, &plan);
@@ -829,8 +830,10 @@ static mt_status build(trainer *t) {
     MT_TRY(mt_mesh_group(t->mesh, "dp", &t->dp_group));
     t->dp_rank = mt_mesh_coord(t->mesh, 0);
 
+    /* Deferred: no rank ever holds a whole parameter; each initialises only its shards after
+     * sharding, and a resumed run loads them instead. */
     mt_gpt_config cfg = {.layers = o->layers, .d_model = o->d_model, .heads = o->heads,
-                         .seq = o->seq, .vocab = o->vocab, .seed = o->seed};
+                         .seq = o->seq, .vocab = o->vocab, .seed = o->seed, .defer_init = true};
     snprintf(t->config_json, sizeof t->config_json, CONFIG_FORMAT, o->layers, o->d_model,
              o->heads, o->seq, o->vocab);
     snprintf(t->run_json, sizeof t->run_json, RUN_FORMAT, (unsigned long long)o->seed,
@@ -849,6 +852,9 @@ static mt_status build(trainer *t) {
      * parameters (prefetching the next block's) before its forward runs again. */
     for (int l = 0; o->recompute_every > 0 && l < o->layers; l += o->recompute_every)
         MT_TRY(mt_recompute_enable(mt_gpt_block(t->gpt, l)));
+    /* The seed's initial values, shard by shard; a resumed run loads the checkpoint's instead
+     * (resume, after the optimizer exists to load its state into). */
+    if (!o->resume_path[0]) MT_TRY(mt_module_init_params(root));
 
     /* After sharding: the optimizer holds state for this rank's shards only. */
     mt_adamw_options ao = {.lr = o->lr, .weight_decay = o->weight_decay};

@@ -42,6 +42,14 @@ mt_status mt_fsdp_groups(mt_module *root, mt_group **shard, mt_group **replicate
 /* After the optimizer changed the master shards: refresh the low-precision copies (bf16). */
 mt_status mt_fsdp_shards_updated(mt_module *root);
 
+/* MT_OK when every parameter of root's units holds values; else the error of the first deferred
+ * one that was never initialised nor loaded, saying that `what` needs it. */
+mt_status mt_fsdp_check_initialised(mt_module *root, const char *what);
+
+/* After a checkpoint was loaded into every shard of root's model: its deferred parameters count
+ * as initialised (a resumed model never runs its initialisers). */
+void mt_fsdp_mark_loaded(mt_module *root);
+
 /* The device of root (for allocations charged to the optimizer category). */
 mt_device *mt_fsdp_device(mt_module *root);
 

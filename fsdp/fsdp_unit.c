@@ -219,12 +219,14 @@ static void unit_free_struct(mt_fsdp_unit *u) {
     free(u);
 }
 
-/* Fills the master shard from the parameters' own f32 buffers (padding stays 0). */
+/* Fills the master shard from the parameters' own f32 buffers (padding stays 0). A deferred
+ * parameter without values has none: its range stays 0 until an initialiser or a checkpoint
+ * load writes it there. */
 static mt_status fill_master(mt_fsdp_unit *u) {
     size_t lo = (size_t)u->rank * u->S, b, e;
     for (size_t i = 0; i < u->n_params; i++) {
         mt_param *p = u->params[i];
-        if (shard_overlap(u, i, &b, &e))
+        if (!mt_param_needs_init(p) && shard_overlap(u, i, &b, &e))
             MT_TRY(mt_device_copy(u->dev, u->master + (b - lo),
                                   (const float *)p->data + (b - u->offsets[i]),
                                   (e - b) * sizeof(float), MT_COPY_DEVICE_TO_DEVICE, NULL));
@@ -269,6 +271,33 @@ static mt_status build_shard(mt_fsdp_unit *u) {
     MT_TRY(fill_master(u));
     if (u->shard_lp) MT_TRY(mt_op_cast(u->dev, u->master, MT_F32, u->shard_lp, MT_BF16, u->S));
     return MT_OK;
+}
+
+/* After an initialiser wrote a parameter's part of the master shard: its bf16 copy. */
+static mt_status held_written(mt_param *p, void *ctx) {
+    mt_fsdp_unit *u = ctx;
+    if (!u->shard_lp) return MT_OK;
+    size_t at = (size_t)(p->held - u->master);
+    return mt_op_cast(u->dev, p->held, MT_F32, u->shard_lp + at, MT_BF16,
+                      p->held_end - p->held_begin);
+}
+
+/* From here on the shard holds the parameters' values: tell each one which of its elements this
+ * rank holds, so that initialisers (module/param_init.c) write them there. */
+static void hold_params(mt_fsdp_unit *u) {
+    size_t lo = (size_t)u->rank * u->S, b, e;
+    for (size_t i = 0; i < u->n_params; i++) {
+        mt_param *p = u->params[i];
+        p->held_by = "an FSDP unit";
+        p->held_written = held_written;
+        p->held_ctx = u;
+        p->held = u->master;
+        p->held_begin = p->held_end = 0;
+        if (!shard_overlap(u, i, &b, &e)) continue;
+        p->held = u->master + (b - lo);
+        p->held_begin = b - u->offsets[i];
+        p->held_end = e - u->offsets[i];
+    }
 }
 
 /* The new unit u is its model's outermost: the units below, each outermost until now, share
@@ -334,6 +363,7 @@ mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options) {
         p->own_data = false;
         p->dtype = u->param_dtype;
     }
+    hold_params(u);
     mt_module_seal(module, "an FSDP unit", "build the whole model before sharding");
     mt_log(MT_LOG_DEBUG, "fsdp: unit '%s': %zu params, %zu elements, padded to %zu, shard %zu "
            "(%d ranks on '%s'%s%s), param %s, reduce %s", module->name, u->n_params, u->total,
@@ -356,6 +386,8 @@ static void point_params(mt_fsdp_unit *u, bool unsharded) {
 mt_status mt_fsdp_unshard_issue(mt_fsdp_unit *u) {
     if (u->state != MT_UNIT_SHARDED) return MT_OK;
     char desc[256];
+    for (size_t i = 0; i < u->n_params; i++)
+        MT_TRY(mt_param_check_ready(u->params[i], "gathering its FSDP unit"));
     size_t es = mt_dtype_size(u->param_dtype);
     mt_status st = mt_device_alloc(u->dev, u->padded * es, MT_MEM_PARAMS, &u->full);
     if (st != MT_OK)
@@ -429,9 +461,15 @@ void mt_fsdp_unit_destroy(mt_module *module, void *unit) {
     mt_device_free(u->dev, u->rs_recv);
     free_buffers(u);
     for (size_t i = 0; i < u->n_params; i++) {
-        u->params[i]->data = NULL;
-        u->params[i]->grad = NULL;
-        u->params[i]->dtype = MT_F32;
+        mt_param *p = u->params[i];
+        p->data = NULL;
+        p->grad = NULL;
+        p->dtype = MT_F32;
+        p->held_by = NULL;
+        p->held = NULL;
+        p->held_written = NULL;
+        p->held_ctx = NULL;
+        p->held_begin = p->held_end = 0;
     }
     /* No unit above can still point at this one (rs_pending, prefetch lists, recorded order):
      * mt_module_destroy releases a module's hooks (its unit) before its children, and detaches
@@ -511,6 +549,28 @@ mt_status mt_fsdp_shards_updated(mt_module *root) {
     }
     free(units);
     return st;
+}
+
+mt_status mt_fsdp_check_initialised(mt_module *root, const char *what) {
+    mt_fsdp_unit **units;
+    size_t count;
+    MT_TRY(root_units(root, what, &units, &count));
+    mt_status st = MT_OK;
+    for (size_t i = 0; i < count && st == MT_OK; i++)
+        for (size_t j = 0; j < units[i]->n_params && st == MT_OK; j++)
+            st = mt_param_check_ready(units[i]->params[j], what);
+    free(units);
+    return st;
+}
+
+void mt_fsdp_mark_loaded(mt_module *root) {
+    mt_fsdp_unit **units;
+    size_t count;
+    if (mt_fsdp_units_below(root, &units, &count) != MT_OK) return;
+    for (size_t i = 0; i < count; i++)
+        for (size_t j = 0; j < units[i]->n_params; j++)
+            if (units[i]->params[j]->deferred) units[i]->params[j]->initialised = true;
+    free(units);
 }
 
 mt_device *mt_fsdp_device(mt_module *root) { return root ? root->dev : NULL; }

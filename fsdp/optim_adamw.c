@@ -17,6 +17,7 @@ struct mt_adamw {
     mt_device *dev;
     mt_adamw_options o;
     long steps;
+    long steps_taken; /* by this optimizer object (steps may come from a checkpoint) */
     size_t n_units;
     size_t *shard_n; /* each unit's shard size when the optimizer was created */
     float **state;   /* per unit: m then v, 2 * shard_n floats */
@@ -111,6 +112,10 @@ static mt_status update_unit(mt_adamw *opt, size_t u, const mt_fsdp_shard_view *
 
 mt_status mt_adamw_step(mt_adamw *opt) {
     if (!opt) return mt_error(MT_ERR_INVALID_ARG, "adamw: step on a NULL optimizer");
+    /* Checked at the first step rather than at creation: a program creates the optimizer
+     * before loading a checkpoint into it, which is what gives a resumed model its values. */
+    if (opt->steps_taken == 0)
+        MT_TRY(mt_fsdp_check_initialised(opt->root, "the optimizer's step"));
     mt_fsdp_shard_view *views = NULL;
     size_t n = 0;
     MT_TRY(mt_fsdp_collect_shards(opt->root, &views, &n));
@@ -125,6 +130,7 @@ mt_status mt_adamw_step(mt_adamw *opt) {
     free(views);
     if (st != MT_OK) return st;
     opt->steps = t;
+    opt->steps_taken++;
     return mt_fsdp_shards_updated(opt->root);
 }
 

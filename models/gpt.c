@@ -13,6 +13,7 @@
 #include "models/model_common.h"
 
 #include <meshtrain/gpt.h>
+#include <meshtrain/init.h>
 #include <meshtrain/ops.h>
 #include <meshtrain/tp.h>
 
@@ -94,19 +95,6 @@ typedef struct gpt_pass {
 
 /* ---- deterministic initialisation ------------------------------------------------------------ */
 
-/* Uniform in (0, 1), never 0 (Box-Muller takes its logarithm). */
-static double hash_open_unit(uint64_t seed, uint64_t id, uint64_t index, uint64_t salt) {
-    uint64_t h = mt_model_mix64(index ^ mt_model_mix64(salt));
-    h = mt_model_mix64(seed ^ mt_model_mix64(id ^ h));
-    return ((double)(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-/* Standard normal for (seed, parameter id, global element index): the same on every rank. */
-static double hash_normal(uint64_t seed, uint64_t id, uint64_t index) {
-    double u1 = hash_open_unit(seed, id, index, 1), u2 = hash_open_unit(seed, id, index, 2);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
 typedef enum init_kind { INIT_ZERO, INIT_ONE, INIT_NORMAL } init_kind;
 
 typedef struct param_spec {
@@ -118,57 +106,25 @@ typedef struct param_spec {
     double std;
 } param_spec;
 
-/* Fills the tp-local part of p from the global definition: local element -> global index -> hash.
- * Rows of a Shard(0) parameter at or beyond zero_rows_from (vocabulary padding) stay 0. */
-static mt_status init_param(mt_gpt *g, mt_param *p, uint64_t id, init_kind kind, double std,
-                            int64_t zero_rows_from) {
-    size_t n = mt_param_numel(p);
-    int nd = mt_param_ndim(p);
-    mt_tp_placement pl = mt_param_tp(p);
-    float *host = malloc((n ? n : 1) * sizeof *host);
-    if (!host)
-        return mt_error(MT_ERR_OUT_OF_MEMORY, "gpt: out of host memory initialising '%s' (%zu "
-                        "values)", mt_param_name(p), n);
-    int64_t idx[MT_PARAM_MAX_DIMS] = {0};
-    for (size_t i = 0; i < n; i++) {
-        uint64_t global = 0;
-        int64_t row0 = 0;
-        for (int d = 0; d < nd; d++) {
-            int64_t gi = idx[d];
-            if (pl.kind == MT_TP_SHARD && pl.dim == d)
-                gi += (int64_t)g->tp.rank * mt_param_local_dim(p, d);
-            if (d == 0) row0 = gi;
-            global = global * (uint64_t)mt_param_global_dim(p, d) + (uint64_t)gi;
-        }
-        double v = 0.0;
-        if (kind == INIT_ONE) v = 1.0;
-        else if (kind == INIT_NORMAL && row0 < zero_rows_from)
-            v = std * hash_normal(g->cfg.seed, id, global);
-        host[i] = (float)v;
-        for (int d = nd - 1; d >= 0; d--) { /* next local index, row-major */
-            if (++idx[d] < mt_param_local_dim(p, d)) break;
-            idx[d] = 0;
-        }
-    }
-    mt_status st = mt_device_copy(g->dev, mt_param_data(p), host, n * sizeof *host,
-                                  MT_COPY_HOST_TO_DEVICE, NULL);
-    free(host);
-    return st;
-}
-
+/* The parameters are created without storage, each with its initialiser recorded: the values are
+ * defined on the global tensor by (seed, the parameter's id, the global element index), so they
+ * are the same whatever the dp x tp and whenever they are computed (mt_gpt_create when not
+ * deferred; else after sharding, shard by shard, unless a checkpoint is loaded instead). */
 static mt_status add_params(mt_gpt *g, mt_module *m, const param_spec *specs, int count,
                             uint64_t id_base, mt_param **out) {
     for (int i = 0; i < count; i++) {
         const param_spec *s = &specs[i];
-        MT_TRY(mt_module_add_param(m, s->name, s->ndim, s->shape, s->tp, &out[i]));
-        int64_t zero_from = INT64_MAX, numel = 1;
+        MT_TRY(mt_module_add_param_deferred(m, s->name, s->ndim, s->shape, s->tp, &out[i]));
+        int64_t numel = 1;
         for (int d = 0; d < s->ndim; d++) numel *= s->shape[d];
-        if (id_base == 0 && i == R_WTE) { /* the padding rows are no parameters of the model */
-            zero_from = g->cfg.vocab;
+        if (id_base == 0 && i == R_WTE) /* the padding rows are no parameters of the model */
             numel = (int64_t)g->cfg.vocab * g->C;
-        }
         g->n_params += (size_t)numel;
-        MT_TRY(init_param(g, out[i], id_base + (uint64_t)i, s->init, s->std, zero_from));
+        mt_initialiser init = s->init == INIT_ONE    ? mt_init_ones()
+                              : s->init == INIT_ZERO ? mt_init_zeros()
+                                                     : mt_init_normal(0.0, s->std, g->cfg.seed,
+                                                                      id_base + (uint64_t)i);
+        MT_TRY(mt_param_set_init(out[i], &init));
     }
     return MT_OK;
 }
@@ -533,6 +489,7 @@ mt_status mt_gpt_create(mt_mesh *mesh, const mt_gpt_config *config, mt_gpt **out
     if (st == MT_OK) st = mt_module_set_tp_dim(g->root, tp_dim);
     for (int l = 0; l < c->layers && st == MT_OK; l++) st = add_block(g, mesh, l);
     if (st == MT_OK) st = add_root_params(g);
+    if (st == MT_OK && !c->defer_init) st = mt_module_init_params(g->root);
     if (st != MT_OK) {
         mt_gpt_destroy(g);
         return st;

@@ -57,6 +57,7 @@ typedef struct sim {
     gpt_shape s;
     bool bf16_scratch; /* bf16 products widen operands into activations scratch (CPU) */
     bool sp;           /* sequence parallelism, which at tp 1 has nothing to shard */
+    bool defer_init;   /* the model is created deferred (config.defer_init) */
     size_t es_param, es_reduce;
     sim_unit *units; /* [0]: the root; [1 + l]: block l */
     sim_unit *rs_pending;
@@ -436,6 +437,9 @@ static void persistent(sim *m) {
 static size_t setup_peak(const sim *m) {
     bool bf16 = m->plan->param_dtype == MT_BF16;
     size_t L = m->s.L, numel[2] = {root_numel(&m->s), block_numel(&m->s)};
+    /* Deferred (config.defer_init): the parameters have no storage until their shards exist;
+     * on the CPU device the initialisers write into the shards in place. */
+    if (m->defer_init) numel[0] = numel[1] = 0;
     size_t total = (numel[0] + L * numel[1]) * sizeof(float), peak = total;
     for (size_t k = 0; k <= L; k++) {
         size_t i = k < L ? 1 + k : 0; /* the blocks first, the root last */
@@ -517,6 +521,7 @@ mt_status mt_gpt_memory_predict(const mt_gpt_config *cfg, const mt_gpt_memory_pl
     m.s = shape_of(cfg, plan);
     m.bf16_scratch = plan->cpu_device && plan->param_dtype == MT_BF16;
     m.sp = plan->sequence_parallel && plan->tp > 1;
+    m.defer_init = cfg->defer_init;
     m.es_param = plan->param_dtype == MT_BF16 ? 2 : 4;
     m.es_reduce = plan->reduce_dtype == MT_BF16 ? 2 : 4;
     m.units = calloc(m.s.L + 1, sizeof *m.units);

@@ -9,7 +9,9 @@
 #include "core/error.h"
 #include "models/mlp_internal.h"
 #include "models/model_common.h"
+#include "module/param_hash.h"
 
+#include <meshtrain/init.h>
 #include <meshtrain/mlp.h>
 #include <meshtrain/ops.h>
 
@@ -46,14 +48,14 @@ typedef struct mlp_pass {
     float loss;
 } mlp_pass;
 
-/* ---- deterministic values -------------------------------------------------------------------- */
+/* ---- deterministic data -------------------------------------------------------------------- */
 
-enum { TAG_WEIGHT = 1, TAG_BIAS = 2, TAG_INPUT = 3, TAG_TEACHER = 4 };
+enum { TAG_INPUT = 3, TAG_TEACHER = 4 };
 
 /* Uniform in [-1, 1) from a counter: the same value for the same key on any rank. */
 static double hash_uniform(uint64_t seed, uint64_t tag, uint64_t a, uint64_t b, uint64_t c) {
-    uint64_t h = mt_model_mix64(b ^ mt_model_mix64(c));
-    h = mt_model_mix64(seed ^ mt_model_mix64(tag ^ mt_model_mix64(a ^ h)));
+    uint64_t h = mt_hash_mix64(b ^ mt_hash_mix64(c));
+    h = mt_hash_mix64(seed ^ mt_hash_mix64(tag ^ mt_hash_mix64(a ^ h)));
     return (double)(h >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;
 }
 
@@ -152,22 +154,6 @@ static mt_status root_backward(mt_module *module, void *ctx) {
 
 /* ---- creation -------------------------------------------------------------------------------- */
 
-static mt_status init_param(mt_device *dev, mt_param *p, uint64_t seed, int layer, int tag,
-                            double bound) {
-    size_t n = mt_param_numel(p);
-    float *host = malloc((n ? n : 1) * sizeof *host);
-    if (!host)
-        return mt_error(MT_ERR_OUT_OF_MEMORY, "mlp: out of host memory initialising '%s' (%zu "
-                        "values)", mt_param_name(p), n);
-    /* The layers are Replicate on tp: the local tensor is the global one, index for index. */
-    for (size_t i = 0; i < n; i++)
-        host[i] = (float)(bound * hash_uniform(seed, (uint64_t)tag, (uint64_t)layer, i, 0));
-    mt_status st = mt_device_copy(dev, mt_param_data(p), host, n * sizeof *host,
-                                  MT_COPY_HOST_TO_DEVICE, NULL);
-    free(host);
-    return st;
-}
-
 static mt_status add_layer(mt_mlp *mlp, mt_mesh *mesh, int l) {
     mlp_layer *layer = &mlp->layers[l];
     const mt_mlp_config *c = &mlp->cfg;
@@ -185,12 +171,15 @@ static mt_status add_layer(mt_mlp *mlp, mt_mesh *mesh, int l) {
 
     mt_tp_placement rep = {.kind = MT_TP_REPLICATE, .dim = 0};
     int64_t w_shape[2] = {layer->out, layer->in}, b_shape[1] = {layer->out};
-    MT_TRY(mt_module_add_param(m, "weight", 2, w_shape, rep, &layer->w));
-    MT_TRY(mt_module_add_param(m, "bias", 1, b_shape, rep, &layer->b));
-    /* PyTorch's default for nn.Linear: uniform in +-1/sqrt(fan_in), weight and bias alike. */
+    MT_TRY(mt_module_add_param_deferred(m, "weight", 2, w_shape, rep, &layer->w));
+    MT_TRY(mt_module_add_param_deferred(m, "bias", 1, b_shape, rep, &layer->b));
+    /* PyTorch's default for nn.Linear: uniform in +-1/sqrt(fan_in), weight and bias alike; each
+     * tensor its own stream of the seed. Run by mt_mlp_create, or after sharding (defer_init). */
     double bound = 1.0 / sqrt((double)layer->in);
-    MT_TRY(init_param(mlp->dev, layer->w, c->seed, l, TAG_WEIGHT, bound));
-    MT_TRY(init_param(mlp->dev, layer->b, c->seed, l, TAG_BIAS, bound));
+    mt_initialiser w_init = mt_init_uniform(-bound, bound, c->seed, 2 * (uint64_t)l);
+    mt_initialiser b_init = mt_init_uniform(-bound, bound, c->seed, 2 * (uint64_t)l + 1);
+    MT_TRY(mt_param_set_init(layer->w, &w_init));
+    MT_TRY(mt_param_set_init(layer->b, &b_init));
     mlp->n_params += (size_t)layer->out * (size_t)layer->in + (size_t)layer->out;
     return MT_OK;
 }
@@ -218,6 +207,7 @@ mt_status mt_mlp_create(mt_mesh *mesh, const mt_mlp_config *config, mt_mlp **out
     static const mt_module_ops root_ops = {.forward = root_forward, .backward = root_backward};
     mt_status st = mt_module_create(mesh, "mlp", &root_ops, mlp, &mlp->root);
     for (int l = 0; l < c->layers && st == MT_OK; l++) st = add_layer(mlp, mesh, l);
+    if (st == MT_OK && !c->defer_init) st = mt_module_init_params(mlp->root);
     if (st != MT_OK) {
         mt_mlp_destroy(mlp);
         return st;

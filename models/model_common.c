@@ -3,13 +3,6 @@
 
 #include "core/error.h"
 
-uint64_t mt_model_mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 mt_status mt_model_act_alloc(mt_device *dev, size_t elems, bool zero, float **out) {
     size_t bytes = (elems ? elems : 1) * sizeof(float);
     MT_TRY(mt_device_alloc(dev, bytes, MT_MEM_ACTIVATIONS, (void **)out));

@@ -1,6 +1,7 @@
-/* Internal helpers shared by the reference models (models/gpt.c, models/mlp.c): hashing for the
- * seed-defined initialisation, per-pass device buffers, the values and gradients of parameters
- * inside a module function, and child modules. */
+/* Internal helpers shared by the reference models (models/gpt.c, models/mlp.c): per-pass device
+ * buffers, the values and gradients of parameters inside a module function, and child modules.
+ * (Their seed-defined initial values come from the library's initialisers, include/meshtrain/
+ * init.h.) */
 #ifndef MT_MODELS_MODEL_COMMON_H
 #define MT_MODELS_MODEL_COMMON_H
 
@@ -11,9 +12,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* SplitMix64's finaliser: a well-mixed 64-bit value from any 64-bit key. */
-uint64_t mt_model_mix64(uint64_t z);
 
 /* A device buffer of elems floats (activations category), zeroed when zero; at least one
  * element, so that an empty buffer is still a valid pointer. */

@@ -158,8 +158,16 @@ static int tp_size(const mt_module *m) {
     return d < 0 ? 1 : mt_mesh_dim_size(m->mesh, d);
 }
 
-mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
-                              const int64_t *global_shape, mt_tp_placement tp, mt_param **out) {
+int mt_module_tp_rank(const mt_module *module) {
+    int d = mt_mesh_dim_index(module->mesh, module->tp_dim);
+    return d < 0 ? 0 : mt_mesh_coord(module->mesh, d);
+}
+
+/* mt_module_add_param and its deferred form: the same checks; only an eager parameter gets
+ * (zeroed) storage. */
+static mt_status add_param(mt_module *module, const char *name, int ndim,
+                           const int64_t *global_shape, mt_tp_placement tp, bool deferred,
+                           mt_param **out) {
     if (out) *out = NULL;
     if (!module || !name || !*name || (ndim > 0 && !global_shape))
         return mt_error(MT_ERR_INVALID_ARG, "mt_module_add_param: module, name and shape "
@@ -214,13 +222,17 @@ mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
         p->numel *= (size_t)l;
     }
     p->real_rows = ndim > 0 ? p->global_shape[0] : 1;
-    mt_status st = mt_device_alloc(module->dev, p->numel * sizeof(float), MT_MEM_PARAMS, &p->data);
-    if (st != MT_OK) {
-        param_free(p);
-        return mt_error_wrap(st, "parameter '%s' of module '%s'", name, module->name);
+    p->deferred = deferred;
+    mt_status st = MT_OK;
+    if (!deferred) {
+        st = mt_device_alloc(module->dev, p->numel * sizeof(float), MT_MEM_PARAMS, &p->data);
+        if (st != MT_OK) {
+            param_free(p);
+            return mt_error_wrap(st, "parameter '%s' of module '%s'", name, module->name);
+        }
+        p->own_data = true;
+        st = mt_device_memset(module->dev, p->data, 0, p->numel * sizeof(float), NULL);
     }
-    p->own_data = true;
-    st = mt_device_memset(module->dev, p->data, 0, p->numel * sizeof(float), NULL);
     if (st == MT_OK && module->n_params == module->cap_params) {
         size_t cap = module->cap_params ? module->cap_params * 2 : 4;
         mt_param **ps = realloc(module->params, cap * sizeof *ps);
@@ -238,6 +250,29 @@ mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
     module->params[module->n_params++] = p;
     if (out) *out = p;
     return MT_OK;
+}
+
+mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
+                              const int64_t *global_shape, mt_tp_placement tp, mt_param **out) {
+    return add_param(module, name, ndim, global_shape, tp, false, out);
+}
+
+mt_status mt_module_add_param_deferred(mt_module *module, const char *name, int ndim,
+                                       const int64_t *global_shape, mt_tp_placement tp,
+                                       mt_param **out) {
+    return add_param(module, name, ndim, global_shape, tp, true, out);
+}
+
+bool mt_param_needs_init(const mt_param *param) {
+    return param && param->deferred && !param->initialised;
+}
+
+mt_status mt_param_check_ready(const mt_param *param, const char *what) {
+    if (!mt_param_needs_init(param)) return MT_OK;
+    return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s' was created deferred and "
+                    "has no values yet, which %s needs: initialise it (mt_module_init_params, "
+                    "mt_param_init) or load a checkpoint first", param->name, param->owner->name,
+                    what);
 }
 
 void *mt_module_user(const mt_module *module) { return module ? module->user : NULL; }
@@ -306,6 +341,7 @@ mt_dtype mt_param_dtype(const mt_param *param) { return param ? param->dtype : M
 /* The values exist: not sharded at the moment. */
 static mt_status check_values_present(const mt_param *param) {
     if (param->data) return MT_OK;
+    MT_TRY(mt_param_check_ready(param, "reading its values"));
     return mt_error(MT_ERR_INVALID_ARG, "parameter '%s' of module '%s' is sharded: its values exist "
                     "only inside its unit's forward or backward", param->name, param->owner->name);
 }

@@ -151,13 +151,23 @@ static mt_status run_post(mt_module *m, bool backward, size_t from, size_t n, mt
     return st;
 }
 
+/* A deferred parameter without values has nothing to compute with: refused
+ * before any hook runs, naming it (FSDP's gathering checks its unit's the same way). */
+static mt_status check_params_ready(const mt_module *m, bool backward) {
+    for (size_t i = 0; i < m->n_params; i++)
+        MT_TRY(mt_param_check_ready(m->params[i], backward ? "the module's backward"
+                                                           : "the module's forward"));
+    return MT_OK;
+}
+
 /* The registrations from `from` on around the module's function. */
 static mt_status run_from(mt_module *m, void *ctx, bool backward, size_t from) {
     m->running++;
     void *outer_ctx = m->ctx;
     m->ctx = ctx;
-    size_t ran;
-    mt_status st = run_pre(m, backward, from, &ran);
+    size_t ran = from;
+    mt_status st = check_params_ready(m, backward);
+    if (st == MT_OK) st = run_pre(m, backward, from, &ran);
     if (st == MT_OK) st = run_user(m, ctx, backward);
     st = run_post(m, backward, from, ran, st);
     m->ctx = outer_ctx;

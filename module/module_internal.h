@@ -8,6 +8,7 @@
 
 #include <meshtrain/device.h>
 #include <meshtrain/dtype.h>
+#include <meshtrain/init.h>
 #include <meshtrain/mesh.h>
 #include <meshtrain/module.h>
 
@@ -30,6 +31,19 @@ struct mt_param {
     mt_dtype dtype;
     float *grad; /* a view to accumulate into during the backward that provides one; else NULL */
     int64_t real_rows; /* global rows [real_rows, global_shape[0]) are padding (mt_param_set_padding) */
+    /* Deferred initialisation (init.h): created without values; initialised once an initialiser
+     * ran or a checkpoint was loaded. init is the recorded initialiser (has_init). */
+    bool deferred, initialised, has_init;
+    mt_initialiser init;
+    /* Set by a library that took the values over (FSDP) for as long as it holds them: this
+     * rank's part is the tp-local elements [held_begin, held_end) (row-major), stored as f32
+     * device memory at held. After writing there, an initialiser calls held_written (FSDP
+     * refreshes its bf16 copy of that range). held_by says who, for messages. */
+    const char *held_by;
+    float *held;
+    size_t held_begin, held_end;
+    mt_status (*held_written)(mt_param *param, void *ctx);
+    void *held_ctx;
 };
 
 /* One registration of mt_module_add_hooks. */
@@ -82,6 +96,13 @@ void mt_module_release_hooks(mt_module *module);
 /* Fixes the structure of module's subtree (see sealed_by); by and hint must outlive the module
  * (string literals). */
 void mt_module_seal(mt_module *module, const char *by, const char *hint);
+
+/* MT_OK unless param is deferred and has no values yet: then MT_ERR_INVALID_ARG naming it and
+ * saying that `what` (e.g. "gathering its FSDP unit") needs them. */
+mt_status mt_param_check_ready(const mt_param *param, const char *what);
+
+/* The mesh coordinate of module's tp dimension (0 when the mesh has none). */
+int mt_module_tp_rank(const mt_module *module);
 
 /* The closest module at or above module that is sealed, or NULL. */
 const mt_module *mt_module_sealed_above(const mt_module *module);

@@ -36,6 +36,12 @@ typedef struct mt_gpt_config {
                   * more rows than vocab, the extra ones zero and no id's */
     uint64_t seed;
     const char *tp_dim; /* the mesh dimension of tensor parallelism; NULL: MT_TP_DIM_DEFAULT */
+    /* false: mt_gpt_create initialises every parameter (allocating its tp-local part). true: the
+     * parameters are created without storage (deferred, module.h) with their initialisers
+     * recorded: shard the model with FSDP, then call mt_module_init_params(mt_gpt_root(gpt))
+     * (each rank computes only its shards) or load a checkpoint instead. The values are the same
+     * either way, bit for bit. */
+    bool defer_init;
 } mt_gpt_config;
 
 typedef struct mt_gpt mt_gpt;
@@ -103,7 +109,8 @@ typedef struct mt_gpt_memory_prediction {
     size_t at_total_peak[MT_MEM_CATEGORY_COUNT]; /* each category at that moment */
     size_t persistent;                  /* held between steps: shards, optimizer, comm scratch */
     char total_peak_at[64];             /* where the total peaks, e.g. "backward of block 1" */
-    size_t setup_peak; /* the highest total before step 0: the model built, then sharded */
+    size_t setup_peak; /* the highest total before step 0: the model built (whole tp-local
+                        * parameters, unless cfg->defer_init), then sharded */
 } mt_gpt_memory_prediction;
 
 /* Predicts the per-rank peaks of one training step of the model cfg under plan (cfg->tp_dim is

@@ -10,6 +10,7 @@
 #include <meshtrain/log.h>
 #include <meshtrain/fsdp.h>
 #include <meshtrain/gpt.h>
+#include <meshtrain/init.h>
 #include <meshtrain/memory.h>
 #include <meshtrain/mesh.h>
 #include <meshtrain/mlp.h>

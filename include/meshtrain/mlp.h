@@ -10,6 +10,7 @@
 #include <meshtrain/module.h>
 #include <meshtrain/status.h>
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -22,6 +23,10 @@ typedef struct mt_mlp_config {
     int width;    /* hidden features */
     int out_dim;  /* outputs */
     uint64_t seed;
+    /* true: the parameters are created without storage (deferred, module.h); shard, then call
+     * mt_module_init_params(mt_mlp_root(mlp)) or load a checkpoint. false: mt_mlp_create
+     * initialises them. The same values either way. */
+    bool defer_init;
 } mt_mlp_config;
 
 typedef struct mt_mlp mt_mlp;

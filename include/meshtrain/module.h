@@ -11,6 +11,13 @@
  * the tp-local part; its values are set after creation through mt_param_data (f32), before the
  * module is sharded. Data and gradients are valid only while the parameter's unit is unsharded
  * (inside its forward and backward); gradients are f32 and accumulate (+=).
+ *
+ * Deferred initialisation (include/meshtrain/init.h): a parameter created with
+ * mt_module_add_param_deferred has a shape and a placement but no storage, so a model larger
+ * than one device can be built, sharded with FSDP (the unit allocates only this rank's shard) and
+ * then initialised shard by shard (mt_param_init, mt_module_init_params), or loaded from a
+ * checkpoint, which counts as initialising. Its forward, its unit's gathering and the optimizer's
+ * first step refuse it, naming it, until it has values.
  */
 #ifndef MESHTRAIN_MODULE_H
 #define MESHTRAIN_MODULE_H
@@ -20,6 +27,7 @@
 #include <meshtrain/mesh.h>
 #include <meshtrain/status.h>
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -81,6 +89,14 @@ MT_API mt_status mt_module_add_child(mt_module *parent, mt_module *child);
 MT_API
 mt_status mt_module_add_param(mt_module *module, const char *name, int ndim,
                               const int64_t *global_shape, mt_tp_placement tp, mt_param **out);
+
+/* Like mt_module_add_param, but nothing is allocated: the parameter holds no values until an
+ * initialiser runs on it (init.h: on this rank's FSDP shard once sharded, else allocating its
+ * tp-local part) or a checkpoint is loaded into it. mt_param_data is NULL meanwhile. */
+MT_API
+mt_status mt_module_add_param_deferred(mt_module *module, const char *name, int ndim,
+                                       const int64_t *global_shape, mt_tp_placement tp,
+                                       mt_param **out);
 
 /* Runs the module's forward / backward: its pre hooks in registration order, its own function
  * (without one: its children's, backward in reverse order), then its post hooks in reverse
@@ -155,6 +171,9 @@ MT_API mt_tp_placement mt_param_tp(const mt_param *param);
 MT_API mt_status mt_param_set_padding(mt_param *param, int64_t real_rows);
 /* Rows of dimension 0 that are not padding (global_shape[0] unless set). */
 MT_API int64_t mt_param_real_rows(const mt_param *param);
+
+/* True for a deferred parameter that has no values yet (never initialised nor loaded). */
+MT_API bool mt_param_needs_init(const mt_param *param);
 
 /* The tp-local values, in the module's device memory: f32 before sharding; while the unit is
  * unsharded, in the unit's param_dtype (f32 or bf16). NULL while sharded. */

@@ -24,7 +24,10 @@ typedef struct mt_adamw mt_adamw;
 MT_API mt_status mt_adamw_create(mt_module *root, const mt_adamw_options *options, mt_adamw **out);
 
 /* One step with bias correction on every local shard, then refreshes the units' low-precision
- * copies. Gradients must be complete (the backward that synchronises them has returned). */
+ * copies. Gradients must be complete (the backward that synchronises them has returned). The
+ * optimizer's first step refuses a deferred parameter that was never initialised nor loaded,
+ * naming it (module.h); creating the optimizer does not, so that a checkpoint can be loaded into
+ * a deferred model and its optimizer together. */
 MT_API mt_status mt_adamw_step(mt_adamw *opt);
 
 MT_API void mt_adamw_set_lr(mt_adamw *opt, float lr);

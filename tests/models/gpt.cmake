@@ -30,3 +30,16 @@ foreach(entry
     COMMAND ${CMAKE_BINARY_DIR}/bin/mtrun --standalone --nproc_per_node ${ranks}
             ${MT_TEST_BIN}/test_gpt_memory_mesh ${args})
 endforeach()
+# A GPT built deferred on 8 ranks under a device cap: constructed and sharded under a third of
+# the whole f32 model (eager creation fails there), 3 training steps under 70% of it.
+mt_add_test_program(prog_gpt_deferred_mem ${CMAKE_CURRENT_LIST_DIR}/prog_gpt_deferred_mem.c)
+target_link_libraries(prog_gpt_deferred_mem PRIVATE m)
+mt_add_mp_test(gpt_deferred_mem TIMEOUT 180 LABELS tp ENV MT_TIMEOUT_S=60
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/gpt_deferred_mem.sh ${CMAKE_BINARY_DIR}/bin/mtrun
+          $<TARGET_FILE:prog_gpt_deferred_mem>)
+# GPT initial values are the same bits on 1 rank, dp 4 and dp 2 x tp 2, initialised shard by
+# shard or loaded from a checkpoint of the whole-tensor initialisation into a deferred model.
+mt_add_test_program(prog_gpt_init_layouts ${CMAKE_CURRENT_LIST_DIR}/prog_gpt_init_layouts.c)
+mt_add_mp_test(gpt_init_layouts TIMEOUT 120 LABELS tp ENV MT_TIMEOUT_S=60
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/gpt_init_layouts.sh ${CMAKE_BINARY_DIR}/bin/mtrun
+          $<TARGET_FILE:prog_gpt_init_layouts>)

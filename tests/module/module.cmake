@@ -20,3 +20,16 @@ mt_add_unit_test(test_module_tree SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_module_
 # the GPT bit for bit equal without it and its activation peak against the formula.
 mt_add_unit_test(test_recompute SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_recompute.c
                  TIMEOUT 120 LABELS module ENV MT_DEVICE=cpu MT_TIMEOUT_S=30)
+# Deferred parameters and the initialisers (module/param_init.c): sharded without being whole,
+# refused uninitialised, initialised shard by shard bit for bit like the whole tensor, on 1 rank,
+# dp 4 and dp 2 x tp 2; global offsets of the function initialiser; bad input.
+mt_add_test_program(test_param_init ${CMAKE_CURRENT_LIST_DIR}/test_param_init.c)
+target_link_libraries(test_param_init PRIVATE m)
+foreach(layout "1;dp" "4;dp" "4;tp2")
+  list(GET layout 0 np)
+  list(GET layout 1 mode)
+  mt_add_mp_test(param_init_np${np}_${mode} TIMEOUT 120 LABELS module ENV MT_TIMEOUT_S=60
+    MT_DEVICE=cpu
+    COMMAND ${CMAKE_BINARY_DIR}/bin/mtrun --standalone --nproc_per_node ${np}
+            $<TARGET_FILE:test_param_init> ${mode})
+endforeach()
