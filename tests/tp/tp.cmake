@@ -27,3 +27,12 @@ foreach(spec "tp2;2;2;256;" "tp4;4;4;256;" "dp2_tp2;4;2;256;" "tp2_padded_vocab;
 --out ${ref} && ${MT_TP_MTRUN} --standalone --nproc_per_node ${np} ${MT_TP_PROG} --tp ${tp} \
 --vocab ${vocab} ${extra} --ref ${ref}")
 endforeach()
+
+# The sequence-parallel tp functions against the replicated ones (test_tp_sequence.c), on 1, 2
+# and 4 ranks of one "tp" dimension.
+mt_add_test_program(test_tp_sequence ${CMAKE_CURRENT_LIST_DIR}/test_tp_sequence.c)
+target_link_libraries(test_tp_sequence PRIVATE m)
+foreach(np 1 2 4)
+  mt_add_mp_test(tp_sequence_np${np} TIMEOUT 120 LABELS tp ENV MT_TIMEOUT_S=60 MT_DEVICE=cpu
+    COMMAND ${MT_TP_MTRUN} --standalone --nproc_per_node ${np} $<TARGET_FILE:test_tp_sequence>)
+endforeach()
