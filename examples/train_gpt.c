@@ -37,6 +37,7 @@ typedef struct options {
     uint64_t seed;
     mt_dtype param_dtype, reduce_dtype;
     bool prefetch;
+    bool sequence_parallel; /* --sequence-parallel */
     const char *device, *metrics; /* device NULL: MT_DEVICE or auto */
     const char *data;       /* --data: bytes as tokens (DEFAULT_DATA unless a token file) */
     const char *token_file; /* --token-file: little-endian uint16 ids; NULL: --data */
@@ -78,7 +79,8 @@ typedef struct trainer {
     dataset data;
     FILE *metrics; /* rank 0 only */
     mt_mesh *mesh;
-    mt_group *dp_group, *world;
+    mt_group *dp_group, *tp_group, *world;
+    mt_comm_counters tp_traffic; /* what this rank's tp group moved in the last step */
     mt_gpt *gpt;
     mt_adamw *adam;
     int rank, world_size, dp_rank;
@@ -114,6 +116,7 @@ static const char usage[] =
     "  --param-dtype T     f32 or bf16: parameters gathered and computed in (f32)\n"
     "  --reduce-dtype T    f32 or bf16: gradients reduced in (f32)\n"
     "  --no-prefetch       issue each all-gather when its unit starts\n"
+    "  --sequence-parallel shard LayerNorm and residual activations over tp by tokens\n"
     "  --device D          cpu, cuda or auto (MT_DEVICE, else auto)\n"
     "  --vocab N           vocabulary size; every token id must be below it (256)\n"
     "  --data FILE         training text, bytes as tokens (" DEFAULT_DATA ")\n"
@@ -183,6 +186,10 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
         if (strcmp(arg, "--no-prefetch") == 0) {
             o->prefetch = false;
+            continue;
+        }
+        if (strcmp(arg, "--sequence-parallel") == 0) {
+            o->sequence_parallel = true;
             continue;
         }
         if (strncmp(arg, "--", 2) != 0) return fail_msg(err, "unexpected argument '%s'", arg);
@@ -286,6 +293,9 @@ static int check_shape(options *o, int world, char *err) {
         return fail_msg(err, "heads %d not divisible by tp %d", o->heads, o->tp);
     if (o->d_model % o->heads != 0)
         return fail_msg(err, "d-model %d not divisible by heads %d", o->d_model, o->heads);
+    if (o->sequence_parallel && o->seq % o->tp != 0)
+        return fail_msg(err, "sequence parallelism: seq %d not divisible by tp %d", o->seq,
+                        o->tp);
     /* The model pads the vocabulary to a multiple of tp; it refuses a split that leaves the last
      * tp rank no real id, which --vocab can now ask for: refuse it here, once, with the others. */
     long local = ((long)o->vocab + o->tp - 1) / o->tp;
@@ -661,10 +671,10 @@ static mt_status print_summary(trainer *t) {
     free(all);
     long tokens = (long)o->dp * o->batch * o->grad_accum * o->seq;
     printf(PROG ": GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %zu parameters; "
-           "params %s, gradients reduced in %s, prefetch %s\n",
+           "params %s, gradients reduced in %s, prefetch %s, sequence parallelism %s\n",
            o->layers, o->d_model, o->heads, o->seq, o->vocab, mt_gpt_param_count(t->gpt),
            mt_dtype_name(o->param_dtype), mt_dtype_name(o->reduce_dtype),
-           o->prefetch ? "on" : "off");
+           o->prefetch ? "on" : "off", o->sequence_parallel && o->tp > 1 ? "on" : "off");
     if (t->peak_flops > 0.0)
         printf(PROG ": %.4g FLOP per token (6 x params + 12 x layers x d_model x seq); MFU "
                "against %d x %.4g TFLOP/s (%s)\n", t->flops_per_token, t->world_size,
@@ -692,10 +702,12 @@ static mt_status build(trainer *t) {
     MT_TRY(mt_mesh_create(t->rt, 2, (int[]){o->dp, o->tp}, (const char *[]){"dp", "tp"},
                           &t->mesh));
     MT_TRY(mt_mesh_group(t->mesh, "dp", &t->dp_group));
+    MT_TRY(mt_mesh_group(t->mesh, "tp", &t->tp_group));
     t->dp_rank = mt_mesh_coord(t->mesh, 0);
 
     mt_gpt_config cfg = {.layers = o->layers, .d_model = o->d_model, .heads = o->heads,
-                         .seq = o->seq, .vocab = o->vocab, .seed = o->seed};
+                         .seq = o->seq, .vocab = o->vocab, .seed = o->seed,
+                         .sequence_parallel = o->sequence_parallel};
     snprintf(t->config_json, sizeof t->config_json, CONFIG_FORMAT, o->layers, o->d_model,
              o->heads, o->seq, o->vocab);
     snprintf(t->run_json, sizeof t->run_json, RUN_FORMAT, (unsigned long long)o->seed,
@@ -802,6 +814,7 @@ static mt_status train_step(trainer *t, int step) {
     const options *o = t->opt;
     mt_module *root = mt_gpt_root(t->gpt);
     mt_device_reset_peaks(mt_runtime_device(t->rt)); /* peaks are per step */
+    mt_group_counters_reset(t->tp_group);             /* and so is the tp traffic */
     double t0 = now_ms();
     float lr = lr_at(o, step), sum = 0.0f, norm = 0.0f;
     mt_adamw_set_lr(t->adam, lr);
@@ -818,6 +831,7 @@ static mt_status train_step(trainer *t, int step) {
     MT_TRY(mt_clip_grad_norm(root, o->clip, &norm));
     MT_TRY(mt_adamw_step(t->adam));
     MT_TRY(mt_zero_grad(root));
+    mt_group_counters(t->tp_group, &t->tp_traffic);
     /* Every dp rank saw as many tokens: the global loss is the mean of theirs. */
     float loss = sum / (float)o->grad_accum;
     MT_TRY(mt_all_reduce(t->dp_group, &loss, &loss, 1, MT_F32, MT_REDUCE_AVG, NULL));
@@ -868,6 +882,17 @@ static void print_loss_curve(const trainer *t) {
     printf("  (ln %d = %.4f)\n", t->opt->vocab, log((double)t->opt->vocab));
 }
 
+/* Rank 0, at the end: what its tp group's collectives moved in the last step (payloads, as
+ * mt_group_counters counts them), to compare tensor-parallel layouts (docs/benchmarks.md). */
+static void print_tp_traffic(const trainer *t) {
+    const mt_comm_counters *c = &t->tp_traffic;
+    printf("tp traffic (rank 0, last step):");
+    for (int k = 0; k < MT_COLL_KINDS; k++)
+        printf("%s %s %llu calls %llu B", k ? " |" : "", mt_coll_kind_name((mt_coll_kind)k),
+               (unsigned long long)c->calls[k], (unsigned long long)c->bytes[k]);
+    printf("\n");
+}
+
 static mt_status train(trainer *t) {
     const options *o = t->opt;
     MT_TRY(build(t));
@@ -906,6 +931,7 @@ static mt_status train(trainer *t) {
                        tps * t->flops_per_token / 1e12, t->peak_flops / 1e12);
             printf("\n");
         }
+        if (o->steps > t->first_step) print_tp_traffic(t);
         printf("memory (rank 0, last step):\n%s\n",
                mt_memory_report(mt_runtime_device(t->rt), report, sizeof report));
         fflush(stdout);

@@ -7,7 +7,9 @@
  *   shard of the output gradient = the replicated backward (d_b the full bias gradient);
  *   vocab embedding and the position embedding on a shard that starts inside a sequence (3
  *   sequences of 4 tokens on 4 ranks: 3 rows each);
- *   the gradient sum over tp; and the errors: rows tp does not divide, seq tp does not divide.
+ *   the gradient sum over tp; the tp group's traffic counters (mt_group_counters) of one
+ *   sequence-parallel column forward and backward; and the errors: rows tp does not divide,
+ *   seq tp does not divide.
  * Inputs the replicated functions need on every rank are generated from the same seed; the
  * per-rank parts (weights, sharded inputs) from a seed of the rank. Tolerance: 1e-5 of the
  * largest magnitude (the reductions add the tp parts in other orders). */
@@ -183,6 +185,36 @@ static void test_embeddings(const mt_tp_ctx *tp, int rows) {
     mt_device_free(dev, ids);
 }
 
+/* A column-parallel forward and backward with a sequence-parallel input: three collectives of
+ * n x in floats, counted on the tp group (nothing at tp 1, where the functions copy). */
+static void test_counters(const mt_tp_ctx *tp, int rows) {
+    float *in = rand_dev(15, (size_t)rows * IN), *w = rand_dev(16, OUT_LOCAL * IN);
+    float *out = zeros_dev(N * OUT_LOCAL), *d_in = zeros_dev((size_t)rows * IN);
+    float *d_w = zeros_dev(OUT_LOCAL * IN);
+    mt_group_counters_reset(tp->group);
+    CHECK_OK(mt_tp_column_linear_forward_sp(tp, in, w, MT_F32, NULL, out, N, IN, OUT_LOCAL));
+    CHECK_OK(mt_tp_column_linear_backward_sp(tp, out, in, w, MT_F32, d_in, d_w, NULL, N, IN,
+                                             OUT_LOCAL));
+    mt_comm_counters c;
+    mt_group_counters(tp->group, &c);
+    uint64_t bytes = tp->size > 1 ? (uint64_t)N * IN * sizeof(float) : 0;
+    uint64_t calls = tp->size > 1 ? 1 : 0;
+    CHECK_MSG(c.calls[MT_COLL_ALL_GATHER] == 2 * calls && c.bytes[MT_COLL_ALL_GATHER] == 2 * bytes,
+              "all-gathers: %llu calls, %llu B; expected the input and its re-gather",
+              (unsigned long long)c.calls[MT_COLL_ALL_GATHER],
+              (unsigned long long)c.bytes[MT_COLL_ALL_GATHER]);
+    CHECK_MSG(c.calls[MT_COLL_REDUCE_SCATTER] == calls &&
+                  c.bytes[MT_COLL_REDUCE_SCATTER] == bytes && c.calls[MT_COLL_ALL_REDUCE] == 0,
+              "reduce-scatters: %llu calls, %llu B, all-reduces %llu; expected the input "
+              "gradient's reduce-scatter alone",
+              (unsigned long long)c.calls[MT_COLL_REDUCE_SCATTER],
+              (unsigned long long)c.bytes[MT_COLL_REDUCE_SCATTER],
+              (unsigned long long)c.calls[MT_COLL_ALL_REDUCE]);
+    CHECK(strcmp(mt_coll_kind_name(MT_COLL_REDUCE_SCATTER), "reduce_scatter") == 0);
+    float *bufs[] = {in, w, out, d_in, d_w};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) mt_device_free(dev, bufs[i]);
+}
+
 static void test_grad_sum_and_errors(const mt_tp_ctx *tp) {
     float h[3] = {1.0f + (float)tp->rank, 2.0f, -0.5f * (float)tp->rank};
     float *d = up(h, 3);
@@ -227,6 +259,7 @@ int main(int argc, char **argv) {
     test_column(&tp, rows);
     test_row(&tp, rows);
     test_embeddings(&tp, rows);
+    test_counters(&tp, rows);
     test_grad_sum_and_errors(&tp);
     mt_mem_stats ms;
     mt_device_mem_stats(dev, &ms);
