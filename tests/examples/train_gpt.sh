@@ -20,7 +20,8 @@
 #   tokens_pad  vocabularies that tp does not divide (padded): 1000 on tp 4, 1001 on tp 2 and on
 #               dp 2 x tp 2, against 1 rank
 #   sequence_parallel  --sequence-parallel against the same run without it: tp 2, tp 4 with
-#               --batch 1 (each rank's rows start inside a sequence), dp 2 x tp 2; the tp
+#               --batch 1 (each rank's rows start inside a sequence), dp 2 x tp 2, and that
+#               with 2 micro-batches (LayerNorm gradients summed per micro-batch); the tp
 #               group's traffic differs only by the re-gathered column-parallel inputs and the
 #               LayerNorm gradients' all-reduce; a seq that tp does not divide is refused
 #   token_errors  a bad id, --data with --token-file, an odd-sized token file, --vocab below a
@@ -393,7 +394,8 @@ token_errors)
     ;;
 sequence_parallel)
     # name ranks batch args: the run without and with --sequence-parallel, compared
-    for spec in "tp2 2 4 --tp 2" "tp4 4 1 --tp 4" "dp2tp2 4 2 --dp 2 --tp 2"; do
+    for spec in "tp2 2 4 --tp 2" "tp4 4 1 --tp 4" "dp2tp2 4 2 --dp 2 --tp 2" \
+        "dp2tp2accum 4 1 --dp 2 --tp 2 --grad-accum 2"; do
         set -- $spec
         name=$1 np=$2 batch=$3
         shift 3
@@ -411,6 +413,7 @@ sequence_parallel)
 import re, sys
 layers, C, seq = 2, 32, 16  # TINY
 dp = 2 if sys.argv[5].startswith("dp2") else 1
+accum = 2 if sys.argv[5].endswith("accum") else 1  # micro-batches: each pays the extras
 p = int(sys.argv[3]) // dp
 N = int(sys.argv[4]) * seq
 def traffic(path):
@@ -419,7 +422,7 @@ def traffic(path):
 def ring_times_p(t):  # p x bytes sent per rank, an integer
     return (p - 1) * (2 * t["all_reduce"] + t["all_gather"] + t["reduce_scatter"])
 base, sp = traffic(sys.argv[1]), traffic(sys.argv[2])
-extra = (p - 1) * (2 * layers + 1) * N * C * 4 + 2 * (p - 1) * (4 * layers + 2) * C * 4
+extra = accum * ((p - 1) * (2 * layers + 1) * N * C * 4 + 2 * (p - 1) * (4 * layers + 2) * C * 4)
 got = ring_times_p(sp) - ring_times_p(base)
 print(f"{sys.argv[5]}: per rank per step {ring_times_p(base) / p:.0f} B without, "
       f"{ring_times_p(sp) / p:.0f} B with sequence parallelism (+{extra / p:.0f} expected)")
