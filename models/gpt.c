@@ -239,8 +239,10 @@ static mt_status ln_grads_end(const mt_gpt *g, float **gr, const int *which, int
     if (!g->sp) return MT_OK;
     size_t C = (size_t)g->C;
     MT_TRY(mt_tp_sequence_grad_sum(&g->tp, part, (size_t)k * C));
-    for (int i = 0; i < k; i++) MT_TRY(mt_op_add(g->dev, gr[which[i]], part + i * C,
-                                                 gr[which[i]], C));
+    for (int i = 0; i < k; i++) {
+        float *grad = gr[which[i]];
+        MT_TRY(mt_op_add(g->dev, grad, part + (size_t)i * C, grad, C));
+    }
     return MT_OK;
 }
 

@@ -14,15 +14,23 @@
 
 #include <meshtrain/ops.h>
 
-/* Checks shared by every function: a usable context, sizes, and rows that split over tp. */
-static mt_status check_sp(const mt_tp_ctx *tp, const char *what, int n, int in, int out) {
+/* Checks of the row movers: a usable context, sizes, and rows that split over tp. */
+static mt_status check_rows(const mt_tp_ctx *tp, const char *what, int n, int channels) {
     MT_TRY(mt_tp_check_ctx(tp, what));
-    if (n < 0 || in < 1 || out < 1)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: %d rows, %d input and %d output features "
-                        "(rows >= 0, features >= 1)", what, n, in, out);
+    if (n < 0 || channels < 1)
+        return mt_error(MT_ERR_INVALID_ARG, "%s: %d rows of %d channels (rows >= 0, channels "
+                        ">= 1)", what, n, channels);
     if (n % tp->size != 0)
         return mt_error(MT_ERR_INVALID_ARG, "%s: %d rows not divisible by tp %d (sequence "
                         "parallelism splits the rows evenly)", what, n, tp->size);
+    return MT_OK;
+}
+
+/* The same for a layer with in and out features. */
+static mt_status check_sp(const mt_tp_ctx *tp, const char *what, int n, int in, int out) {
+    MT_TRY(check_rows(tp, what, n, in));
+    if (out < 1)
+        return mt_error(MT_ERR_INVALID_ARG, "%s: %d output features (>= 1)", what, out);
     return MT_OK;
 }
 
@@ -37,7 +45,7 @@ mt_status mt_tp_sequence_check(const mt_tp_ctx *tp, int seq) {
 mt_status mt_tp_sequence_gather(const mt_tp_ctx *tp, const float *in_shard, float *out, int n,
                                 int channels) {
     static const char what[] = "tp sequence all-gather";
-    MT_TRY(check_sp(tp, what, n, channels, 1));
+    MT_TRY(check_rows(tp, what, n, channels));
     size_t shard = (size_t)(n / tp->size) * (size_t)channels;
     if (shard == 0) return MT_OK;
     if (tp->size == 1)
@@ -53,7 +61,7 @@ mt_status mt_tp_sequence_gather(const mt_tp_ctx *tp, const float *in_shard, floa
 mt_status mt_tp_sequence_reduce_scatter(const mt_tp_ctx *tp, const float *in, float *out_shard,
                                         int n, int channels) {
     static const char what[] = "tp sequence reduce-scatter";
-    MT_TRY(check_sp(tp, what, n, channels, 1));
+    MT_TRY(check_rows(tp, what, n, channels));
     size_t shard = (size_t)(n / tp->size) * (size_t)channels;
     if (shard == 0) return MT_OK;
     if (tp->size == 1)
@@ -180,7 +188,7 @@ mt_status mt_tp_vocab_embedding_forward_sp(const mt_tp_ctx *tp, const int *ids, 
 mt_status mt_tp_sequence_position_forward(const mt_tp_ctx *tp, const float *wpe, int n, int seq,
                                           int channels, float *out_shard) {
     static const char what[] = "tp sequence position embedding";
-    MT_TRY(check_sp(tp, what, n, channels, 1));
+    MT_TRY(check_rows(tp, what, n, channels));
     MT_TRY(mt_tp_sequence_check(tp, seq));
     if (n % seq != 0)
         return mt_error(MT_ERR_INVALID_ARG, "%s: %d rows are no whole number of sequences of %d",
