@@ -221,8 +221,9 @@ static mt_status row_backward(const mt_gpt *g, const float *d_out, const float *
     return mt_tp_row_linear_backward(&g->tp, d_out, in, w, wt, d_in, d_w, d_b, n, in_f, out_f);
 }
 
-/* LayerNorm parameter gradients (count values at the given buffers, in order) of a pass: into
- * gr directly, or, when sequence-parallel, into part (zeroed, sum of the counts) first. */
+/* Where a pass's LayerNorm gradients go: into[i] receives gr[which[i]] (C values each) itself,
+ * or, when sequence-parallel, its slice of *part, a zeroed k x C scratch that ln_grads_end sums
+ * over tp and adds to the gradients. */
 static mt_status ln_grads_begin(const mt_gpt *g, float **gr, const int *which, int k,
                                 float **part, float **into) {
     for (int i = 0; i < k; i++) into[i] = gr[which[i]];
