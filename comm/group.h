@@ -43,7 +43,13 @@ struct mt_group {
     /* The mesh dimension's NCCL communicator (comm/nccl/nccl_comm.h), or NULL: GPU buffers given to
      * this group's collectives go through it. Owned by the mesh. */
     struct mt_nccl_comm *nccl;
+    /* Collectives issued on the group by this process and their payload bytes, by mt_coll_kind
+     * (comm/counters.c; user threads issue, so atomic). */
+    _Atomic uint64_t coll_calls[MT_COLL_KINDS], coll_bytes[MT_COLL_KINDS];
 };
+
+/* Counts one collective of kind (an mt_op_kind) moving bytes of payload (comm/counters.c). */
+void mt_group_count(mt_group *group, int kind, uint64_t bytes);
 
 /* Fails with the group's first failure (or a NULL group), naming op; MT_OK if it can be used. */
 mt_status mt_group_check_usable(mt_group *group, const char *op);

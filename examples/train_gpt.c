@@ -39,6 +39,7 @@ typedef struct options {
     bool prefetch;
     bool predict_only; /* --predict-memory: print the memory prediction and stop */
     int recompute_every; /* --activation-checkpointing: 0 none, K: blocks 0, K, 2K, ... */
+    bool sequence_parallel; /* --sequence-parallel */
     const char *device, *metrics; /* device NULL: MT_DEVICE or auto */
     const char *data;       /* --data: bytes as tokens (DEFAULT_DATA unless a token file) */
     const char *token_file; /* --token-file: little-endian uint16 ids; NULL: --data */
@@ -82,7 +83,8 @@ typedef struct trainer {
     dataset data;
     FILE *metrics; /* rank 0 only */
     mt_mesh *mesh;
-    mt_group *dp_group, *world;
+    mt_group *dp_group, *tp_group, *world;
+    mt_comm_counters tp_traffic; /* what this rank's tp group moved in the last step */
     mt_gpt *gpt;
     mt_adamw *adam;
     int rank, world_size, dp_rank;
@@ -128,6 +130,7 @@ static const char usage[] =
     "  --activation-checkpointing none|full|every:K\n"
     "                      blocks that recompute their activations in backward instead of\n"
     "                      keeping them: none, all, or every K-th (blocks 0, K, 2K, ...) (none)\n"
+    "  --sequence-parallel shard LayerNorm and residual activations over tp by tokens\n"
     "  --device D          cpu, cuda or auto (MT_DEVICE, else auto)\n"
     "  --vocab N           vocabulary size; every token id must be below it (256)\n"
     "  --data FILE         training text, bytes as tokens (" DEFAULT_DATA ")\n"
@@ -218,6 +221,10 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         }
         if (strcmp(arg, "--predict-memory") == 0) {
             o->predict_only = true;
+            continue;
+        }
+        if (strcmp(arg, "--sequence-parallel") == 0) {
+            o->sequence_parallel = true;
             continue;
         }
         if (strncmp(arg, "--", 2) != 0) return fail_msg(err, "unexpected argument '%s'", arg);
@@ -323,6 +330,9 @@ static int check_shape(options *o, int world, char *err) {
         return fail_msg(err, "heads %d not divisible by tp %d", o->heads, o->tp);
     if (o->d_model % o->heads != 0)
         return fail_msg(err, "d-model %d not divisible by heads %d", o->d_model, o->heads);
+    if (o->sequence_parallel && o->seq % o->tp != 0)
+        return fail_msg(err, "sequence parallelism: seq %d not divisible by tp %d", o->seq,
+                        o->tp);
     /* The model pads the vocabulary to a multiple of tp; it refuses a split that leaves the last
      * tp rank no real id, which --vocab can now ask for: refuse it here, once, with the others. */
     long local = ((long)o->vocab + o->tp - 1) / o->tp;
@@ -648,6 +658,7 @@ static void fill_memory_plan(const trainer *t, mt_gpt_memory_plan *plan) {
                                      : o->recompute_every == 1 ? MT_GPT_AC_FULL
                                                                : MT_GPT_AC_EVERY;
     plan->ac_every = o->recompute_every;
+    plan->sequence_parallel = o->sequence_parallel;
     plan->cpu_device = mt_device_get_kind(mt_runtime_device(t->rt)) == MT_DEVICE_CPU;
     /* The transport reads this (comm/host/ucx.c); a value it ignores is ignored here too. */
     const char *small = getenv("MT_COMM_SMALL_BYTES");
@@ -795,12 +806,13 @@ static mt_status print_summary(trainer *t) {
     free(all);
     long tokens = (long)o->dp * o->batch * o->grad_accum * o->seq;
     printf(PROG ": GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %zu parameters; "
-           "params %s, gradients reduced in %s, prefetch %s, %d of %d blocks recompute\n",
+           "params %s, gradients reduced in %s, prefetch %s, %d of %d blocks recompute, "
+           "sequence parallelism %s\n",
            o->layers, o->d_model, o->heads, o->seq, o->vocab, mt_gpt_param_count(t->gpt),
            mt_dtype_name(o->param_dtype), mt_dtype_name(o->reduce_dtype),
            o->prefetch ? "on" : "off",
            o->recompute_every ? (o->layers + o->recompute_every - 1) / o->recompute_every : 0,
-           o->layers);
+           o->layers, o->sequence_parallel && o->tp > 1 ? "on" : "off");
     if (t->peak_flops > 0.0)
         printf(PROG ": %.4g FLOP per token (6 x params + 12 x layers x d_model x seq); MFU "
                "against %d x %.4g TFLOP/s (%s)\n", t->flops_per_token, t->world_size,
@@ -828,12 +840,14 @@ static mt_status build(trainer *t) {
     MT_TRY(mt_mesh_create(t->rt, 2, (int[]){o->dp, o->tp}, (const char *[]){"dp", "tp"},
                           &t->mesh));
     MT_TRY(mt_mesh_group(t->mesh, "dp", &t->dp_group));
+    MT_TRY(mt_mesh_group(t->mesh, "tp", &t->tp_group));
     t->dp_rank = mt_mesh_coord(t->mesh, 0);
 
     /* Deferred: no rank ever holds a whole parameter; each initialises only its shards after
      * sharding, and a resumed run loads them instead. */
     mt_gpt_config cfg = {.layers = o->layers, .d_model = o->d_model, .heads = o->heads,
-                         .seq = o->seq, .vocab = o->vocab, .seed = o->seed, .defer_init = true};
+                         .seq = o->seq, .vocab = o->vocab, .seed = o->seed, .defer_init = true,
+                         .sequence_parallel = o->sequence_parallel};
     snprintf(t->config_json, sizeof t->config_json, CONFIG_FORMAT, o->layers, o->d_model,
              o->heads, o->seq, o->vocab);
     snprintf(t->run_json, sizeof t->run_json, RUN_FORMAT, (unsigned long long)o->seed,
@@ -947,6 +961,7 @@ static mt_status train_step(trainer *t, int step) {
     const options *o = t->opt;
     mt_module *root = mt_gpt_root(t->gpt);
     mt_device_reset_peaks(mt_runtime_device(t->rt)); /* peaks are per step */
+    mt_group_counters_reset(t->tp_group);             /* and so is the tp traffic */
     double t0 = now_ms();
     float lr = lr_at(o, step), sum = 0.0f, norm = 0.0f;
     mt_adamw_set_lr(t->adam, lr);
@@ -963,6 +978,7 @@ static mt_status train_step(trainer *t, int step) {
     MT_TRY(mt_clip_grad_norm(root, o->clip, &norm));
     MT_TRY(mt_adamw_step(t->adam));
     MT_TRY(mt_zero_grad(root));
+    mt_group_counters(t->tp_group, &t->tp_traffic);
     /* Every dp rank saw as many tokens: the global loss is the mean of theirs. */
     float loss = sum / (float)o->grad_accum;
     MT_TRY(mt_all_reduce(t->dp_group, &loss, &loss, 1, MT_F32, MT_REDUCE_AVG, NULL));
@@ -1015,6 +1031,17 @@ static void print_loss_curve(const trainer *t) {
     printf("  (ln %d = %.4f)\n", t->opt->vocab, log((double)t->opt->vocab));
 }
 
+/* Rank 0, at the end: what its tp group's collectives moved in the last step (payloads, as
+ * mt_group_counters counts them), to compare tensor-parallel layouts (docs/benchmarks.md). */
+static void print_tp_traffic(const trainer *t) {
+    const mt_comm_counters *c = &t->tp_traffic;
+    printf("tp traffic (rank 0, last step):");
+    for (int k = 0; k < MT_COLL_KINDS; k++)
+        printf("%s %s %llu calls %llu B", k ? " |" : "", mt_coll_kind_name((mt_coll_kind)k),
+               (unsigned long long)c->calls[k], (unsigned long long)c->bytes[k]);
+    printf("\n");
+}
+
 static mt_status train(trainer *t) {
     const options *o = t->opt;
     /* Before anything is allocated: a configuration that cannot fit is said so first. */
@@ -1060,6 +1087,7 @@ static mt_status train(trainer *t) {
             printf("\n");
         }
         if (o->steps > t->first_step) print_memory_comparison(t);
+        if (o->steps > t->first_step) print_tp_traffic(t);
         printf("memory (rank 0, last step):\n%s\n",
                mt_memory_report(mt_runtime_device(t->rt), report, sizeof report));
         fflush(stdout);

@@ -8,7 +8,11 @@
  * so a block communicates twice in forward (the row linears' all-reduces) and twice in backward
  * (the column linears' input gradients). Activations are allocated on the device per pass
  * (activations category) and freed as backward consumes them. The loss gradient (softmax minus
- * one-hot) is produced by the forward's cross-entropy, since that step has all it needs. */
+ * one-hot) is produced by the forward's cross-entropy, since that step has all it needs.
+ * With sequence parallelism (config.sequence_parallel, tp > 1) the residual stream and the
+ * LayerNorms hold only this rank's n / tp rows (tp.h): the _sp linears gather and
+ * reduce-scatter at the borders of the tensor-parallel regions, and the LayerNorm parameters'
+ * gradients, computed from those rows only, are summed over tp before FSDP reduces them. */
 #include "core/error.h"
 #include "models/model_common.h"
 
@@ -53,6 +57,7 @@ struct mt_gpt {
     int vocab_pad;   /* vocab rounded up to a multiple of tp */
     int vocab_local; /* vocab_pad / tp: rows of this rank's wte slice */
     int vocab_real;  /* of those, the rows below vocab (the LM head's columns on this rank) */
+    bool sp;         /* sequence parallelism on (asked for, and tp > 1) */
     mt_module *root;
     mt_module **block_modules;
     gpt_block *blocks;
@@ -60,16 +65,17 @@ struct mt_gpt {
     size_t n_params;
 };
 
-/* A block's saved activations (N = batch * seq rows). */
+/* A block's saved activations (N = batch * seq rows; R = pass->rows: N, or N / tp when
+ * sequence-parallel). */
 typedef struct block_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* N x C, N, N */
+    float *ln1, *ln1_mean, *ln1_rstd; /* R x C, R, R */
     float *qkv;                       /* N x 3 c_local */
     float *att;                       /* batch x heads_local x seq x seq */
     float *atty;                      /* N x c_local */
-    float *res_mid;                   /* N x C: x + attention branch */
+    float *res_mid;                   /* R x C: x + attention branch */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fc, *fc_gelu; /* N x f_local */
-    float *res_out;      /* N x C: the block's output */
+    float *res_out;      /* R x C: the block's output */
 } block_acts;
 
 #define BLOCK_ACT_COUNT (sizeof(block_acts) / sizeof(float *))
@@ -82,14 +88,15 @@ typedef struct gpt_pass {
     mt_gpt *gpt;
     int batch;
     size_t n; /* rows: batch * seq */
+    size_t rows; /* rows of the residual stream held here: n, or n / tp when sequence-parallel */
     bool backward;
     float grad_scale;
     int *ids, *targets; /* device, n each */
-    float *x0;          /* N x C: embeddings, the first block's input */
+    float *x0;          /* rows x C: embeddings, the first block's input */
     block_acts *acts;   /* one per layer */
     float *lnf, *lnf_mean, *lnf_rstd;
     float *d_logits; /* N x vocab_real, filled by the forward's loss when backward follows */
-    float *d_res;    /* during backward: the gradient of the residual stream */
+    float *d_res;    /* during backward: the gradient of the residual stream (rows x C) */
     double loss_sum;
 } gpt_pass;
 
@@ -142,26 +149,84 @@ static const float *block_input(const gpt_pass *pass, int l) {
     return l == 0 ? pass->x0 : pass->acts[l - 1].res_out;
 }
 
+/* The tp linears, in their sequence-parallel form when it is on: then the column-parallel input
+ * and input gradient and the row-parallel output and output gradient are this rank's rows. */
+static mt_status column_forward(const mt_gpt *g, const float *in, const void *w, mt_dtype wt,
+                                const float *b, float *out, int n, int in_f, int out_f) {
+    if (g->sp) return mt_tp_column_linear_forward_sp(&g->tp, in, w, wt, b, out, n, in_f, out_f);
+    return mt_tp_column_linear_forward(&g->tp, in, w, wt, b, out, n, in_f, out_f);
+}
+
+static mt_status column_backward(const mt_gpt *g, const float *d_out, const float *in,
+                                 const void *w, mt_dtype wt, float *d_in, float *d_w, float *d_b,
+                                 int n, int in_f, int out_f) {
+    if (g->sp)
+        return mt_tp_column_linear_backward_sp(&g->tp, d_out, in, w, wt, d_in, d_w, d_b, n, in_f,
+                                               out_f);
+    return mt_tp_column_linear_backward(&g->tp, d_out, in, w, wt, d_in, d_w, d_b, n, in_f, out_f);
+}
+
+static mt_status row_forward(const mt_gpt *g, const float *in, const void *w, mt_dtype wt,
+                             const float *b, float *out, int n, int in_f, int out_f) {
+    if (g->sp) return mt_tp_row_linear_forward_sp(&g->tp, in, w, wt, b, out, n, in_f, out_f);
+    return mt_tp_row_linear_forward(&g->tp, in, w, wt, b, out, n, in_f, out_f);
+}
+
+static mt_status row_backward(const mt_gpt *g, const float *d_out, const float *in,
+                              const void *w, mt_dtype wt, float *d_in, float *d_w, float *d_b,
+                              int n, int in_f, int out_f) {
+    if (g->sp)
+        return mt_tp_row_linear_backward_sp(&g->tp, d_out, in, w, wt, d_in, d_w, d_b, n, in_f,
+                                            out_f);
+    return mt_tp_row_linear_backward(&g->tp, d_out, in, w, wt, d_in, d_w, d_b, n, in_f, out_f);
+}
+
+/* Where a pass's LayerNorm gradients go: into[i] receives gr[which[i]] (C values each) itself,
+ * or, when sequence-parallel, its slice of *part, a zeroed k x C scratch that ln_grads_end sums
+ * over tp and adds to the gradients. */
+static mt_status ln_grads_begin(const mt_gpt *g, float **gr, const int *which, int k,
+                                float **part, float **into) {
+    for (int i = 0; i < k; i++) into[i] = gr[which[i]];
+    if (!g->sp) return MT_OK;
+    MT_TRY(mt_model_act_alloc(g->dev, (size_t)k * (size_t)g->C, true, part));
+    for (int i = 0; i < k; i++) into[i] = *part + (size_t)i * (size_t)g->C;
+    return MT_OK;
+}
+
+/* Sequence-parallel: this rank's rows' LayerNorm gradients (part) summed over tp, then added to
+ * the gradients, so that every tp rank holds the same full gradient of the replicated
+ * parameters. */
+static mt_status ln_grads_end(const mt_gpt *g, float **gr, const int *which, int k, float *part) {
+    if (!g->sp) return MT_OK;
+    size_t C = (size_t)g->C;
+    MT_TRY(mt_tp_sequence_grad_sum(&g->tp, part, (size_t)k * C));
+    for (int i = 0; i < k; i++) {
+        float *grad = gr[which[i]];
+        MT_TRY(mt_op_add(g->dev, grad, part + (size_t)i * C, grad, C));
+    }
+    return MT_OK;
+}
+
 /* ---- a block --------------------------------------------------------------------------------- */
 
 static mt_status block_alloc(mt_gpt *g, gpt_pass *pass, block_acts *a) {
     mt_device *dev = g->dev;
     size_t n = pass->n, C = (size_t)g->C, cl = (size_t)g->c_local, fl = (size_t)g->f_local;
-    size_t T = (size_t)g->cfg.seq;
+    size_t T = (size_t)g->cfg.seq, r = pass->rows;
     size_t att = (size_t)pass->batch * (size_t)g->heads_local * T * T;
-    MT_TRY(mt_model_act_alloc(dev, n * C, false, &a->ln1));
-    MT_TRY(mt_model_act_alloc(dev, n, false, &a->ln1_mean));
-    MT_TRY(mt_model_act_alloc(dev, n, false, &a->ln1_rstd));
+    MT_TRY(mt_model_act_alloc(dev, r * C, false, &a->ln1));
+    MT_TRY(mt_model_act_alloc(dev, r, false, &a->ln1_mean));
+    MT_TRY(mt_model_act_alloc(dev, r, false, &a->ln1_rstd));
     MT_TRY(mt_model_act_alloc(dev, n * 3 * cl, false, &a->qkv));
     MT_TRY(mt_model_act_alloc(dev, att, false, &a->att));
     MT_TRY(mt_model_act_alloc(dev, n * cl, false, &a->atty));
-    MT_TRY(mt_model_act_alloc(dev, n * C, false, &a->res_mid));
-    MT_TRY(mt_model_act_alloc(dev, n * C, false, &a->ln2));
-    MT_TRY(mt_model_act_alloc(dev, n, false, &a->ln2_mean));
-    MT_TRY(mt_model_act_alloc(dev, n, false, &a->ln2_rstd));
+    MT_TRY(mt_model_act_alloc(dev, r * C, false, &a->res_mid));
+    MT_TRY(mt_model_act_alloc(dev, r * C, false, &a->ln2));
+    MT_TRY(mt_model_act_alloc(dev, r, false, &a->ln2_mean));
+    MT_TRY(mt_model_act_alloc(dev, r, false, &a->ln2_rstd));
     MT_TRY(mt_model_act_alloc(dev, n * fl, false, &a->fc));
     MT_TRY(mt_model_act_alloc(dev, n * fl, false, &a->fc_gelu));
-    return mt_model_act_alloc(dev, n * C, false, &a->res_out);
+    return mt_model_act_alloc(dev, r * C, false, &a->res_out);
 }
 
 /* w: the block's parameters (f32 except the four linear weights, which are in wt's dtypes). */
@@ -169,29 +234,26 @@ static mt_status block_forward_run(mt_gpt *g, gpt_pass *pass, int l, const void 
                                    const mt_dtype *wt) {
     block_acts *a = &pass->acts[l];
     mt_device *dev = g->dev;
-    const mt_tp_ctx *tp = &g->tp;
     const float *x = block_input(pass, l);
     int n = (int)pass->n, C = g->C, cl = g->c_local, fl = g->f_local;
-    size_t nc = pass->n * (size_t)C;
+    size_t nc = pass->rows * (size_t)C;
     /* A re-run (activation recompute) finds the output it kept: computed again, like the rest. */
     mt_model_free_all(dev, (float **)a, BLOCK_ACT_COUNT);
     MT_TRY(block_alloc(g, pass, a));
-    MT_TRY(mt_op_layernorm_forward(dev, x, w[P_LN1_W], w[P_LN1_B], pass->n, C, a->ln1,
+    MT_TRY(mt_op_layernorm_forward(dev, x, w[P_LN1_W], w[P_LN1_B], pass->rows, C, a->ln1,
                                    a->ln1_mean, a->ln1_rstd));
-    MT_TRY(mt_tp_column_linear_forward(tp, a->ln1, w[P_QKV_W], wt[P_QKV_W], w[P_QKV_B], a->qkv,
-                                       n, C, 3 * cl));
+    MT_TRY(column_forward(g, a->ln1, w[P_QKV_W], wt[P_QKV_W], w[P_QKV_B], a->qkv, n, C, 3 * cl));
     MT_TRY(mt_op_attention_forward(dev, a->qkv, pass->batch, g->cfg.seq, g->heads_local,
                                    g->head_dim, a->atty, a->att));
-    MT_TRY(mt_tp_row_linear_forward(tp, a->atty, w[P_ATTN_W], wt[P_ATTN_W], w[P_ATTN_B],
-                                    a->res_mid, n, cl, C));
+    MT_TRY(row_forward(g, a->atty, w[P_ATTN_W], wt[P_ATTN_W], w[P_ATTN_B], a->res_mid, n, cl,
+                       C));
     MT_TRY(mt_op_add(dev, x, a->res_mid, a->res_mid, nc));
-    MT_TRY(mt_op_layernorm_forward(dev, a->res_mid, w[P_LN2_W], w[P_LN2_B], pass->n, C, a->ln2,
-                                   a->ln2_mean, a->ln2_rstd));
-    MT_TRY(mt_tp_column_linear_forward(tp, a->ln2, w[P_FC_W], wt[P_FC_W], w[P_FC_B], a->fc, n,
-                                       C, fl));
+    MT_TRY(mt_op_layernorm_forward(dev, a->res_mid, w[P_LN2_W], w[P_LN2_B], pass->rows, C,
+                                   a->ln2, a->ln2_mean, a->ln2_rstd));
+    MT_TRY(column_forward(g, a->ln2, w[P_FC_W], wt[P_FC_W], w[P_FC_B], a->fc, n, C, fl));
     MT_TRY(mt_op_gelu_forward(dev, a->fc, a->fc_gelu, pass->n * (size_t)fl));
-    MT_TRY(mt_tp_row_linear_forward(tp, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W], w[P_PROJ_B],
-                                    a->res_out, n, fl, C));
+    MT_TRY(row_forward(g, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W], w[P_PROJ_B], a->res_out, n, fl,
+                       C));
     return mt_op_add(dev, a->res_mid, a->res_out, a->res_out, nc);
 }
 
@@ -221,40 +283,45 @@ static mt_status block_discard(mt_module *module, void *ctx) {
 /* Gradient scratch of one block's backward. */
 typedef struct block_grads {
     float *d_fc_gelu, *d_fc, *d_ln2, *d_atty, *d_qkv, *d_ln1;
+    float *d_ln_params; /* sequence-parallel: this pass's LayerNorm gradients, 4 x C */
 } block_grads;
+
+static const int block_ln_params[4] = {P_LN2_W, P_LN2_B, P_LN1_W, P_LN1_B};
 
 static mt_status block_backward_run(mt_gpt *g, gpt_pass *pass, int l, const void *const *w,
                                     const mt_dtype *wt, float **gr, block_grads *d) {
     block_acts *a = &pass->acts[l];
     mt_device *dev = g->dev;
-    const mt_tp_ctx *tp = &g->tp;
     const float *x = block_input(pass, l);
     float *d_res = pass->d_res; /* the gradient of the block's output, then of its input */
     int n = (int)pass->n, C = g->C, cl = g->c_local, fl = g->f_local;
-    size_t N = pass->n;
+    size_t N = pass->n, R = pass->rows;
+    float *lg[4]; /* where the LayerNorm gradients go: block_ln_params' order */
     MT_TRY(mt_model_act_alloc(dev, N * (size_t)fl, true, &d->d_fc_gelu));
     MT_TRY(mt_model_act_alloc(dev, N * (size_t)fl, true, &d->d_fc));
-    MT_TRY(mt_model_act_alloc(dev, N * (size_t)C, true, &d->d_ln2));
+    MT_TRY(mt_model_act_alloc(dev, R * (size_t)C, true, &d->d_ln2));
     MT_TRY(mt_model_act_alloc(dev, N * (size_t)cl, true, &d->d_atty));
     MT_TRY(mt_model_act_alloc(dev, N * 3 * (size_t)cl, true, &d->d_qkv));
-    MT_TRY(mt_model_act_alloc(dev, N * (size_t)C, true, &d->d_ln1));
+    MT_TRY(mt_model_act_alloc(dev, R * (size_t)C, true, &d->d_ln1));
+    MT_TRY(ln_grads_begin(g, gr, block_ln_params, 4, &d->d_ln_params, lg));
     /* MLP branch; the residual passes d_res through unchanged, the LayerNorm adds to it. */
-    MT_TRY(mt_tp_row_linear_backward(tp, d_res, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W],
-                                     d->d_fc_gelu, gr[P_PROJ_W], gr[P_PROJ_B], n, fl, C));
+    MT_TRY(row_backward(g, d_res, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W], d->d_fc_gelu,
+                        gr[P_PROJ_W], gr[P_PROJ_B], n, fl, C));
     MT_TRY(mt_op_gelu_backward(dev, a->fc, d->d_fc_gelu, d->d_fc, N * (size_t)fl));
-    MT_TRY(mt_tp_column_linear_backward(tp, d->d_fc, a->ln2, w[P_FC_W], wt[P_FC_W], d->d_ln2,
-                                        gr[P_FC_W], gr[P_FC_B], n, C, fl));
+    MT_TRY(column_backward(g, d->d_fc, a->ln2, w[P_FC_W], wt[P_FC_W], d->d_ln2, gr[P_FC_W],
+                           gr[P_FC_B], n, C, fl));
     MT_TRY(mt_op_layernorm_backward(dev, d->d_ln2, a->res_mid, w[P_LN2_W], a->ln2_mean,
-                                    a->ln2_rstd, N, C, d_res, gr[P_LN2_W], gr[P_LN2_B]));
+                                    a->ln2_rstd, R, C, d_res, lg[0], lg[1]));
     /* Attention branch. */
-    MT_TRY(mt_tp_row_linear_backward(tp, d_res, a->atty, w[P_ATTN_W], wt[P_ATTN_W], d->d_atty,
-                                     gr[P_ATTN_W], gr[P_ATTN_B], n, cl, C));
+    MT_TRY(row_backward(g, d_res, a->atty, w[P_ATTN_W], wt[P_ATTN_W], d->d_atty, gr[P_ATTN_W],
+                        gr[P_ATTN_B], n, cl, C));
     MT_TRY(mt_op_attention_backward(dev, d->d_atty, a->qkv, a->att, pass->batch, g->cfg.seq,
                                     g->heads_local, g->head_dim, d->d_qkv));
-    MT_TRY(mt_tp_column_linear_backward(tp, d->d_qkv, a->ln1, w[P_QKV_W], wt[P_QKV_W],
-                                        d->d_ln1, gr[P_QKV_W], gr[P_QKV_B], n, C, 3 * cl));
-    return mt_op_layernorm_backward(dev, d->d_ln1, x, w[P_LN1_W], a->ln1_mean, a->ln1_rstd, N, C,
-                                    d_res, gr[P_LN1_W], gr[P_LN1_B]);
+    MT_TRY(column_backward(g, d->d_qkv, a->ln1, w[P_QKV_W], wt[P_QKV_W], d->d_ln1, gr[P_QKV_W],
+                           gr[P_QKV_B], n, C, 3 * cl));
+    MT_TRY(mt_op_layernorm_backward(dev, d->d_ln1, x, w[P_LN1_W], a->ln1_mean, a->ln1_rstd, R, C,
+                                    d_res, lg[2], lg[3]));
+    return ln_grads_end(g, gr, block_ln_params, 4, d->d_ln_params);
 }
 
 static mt_status block_backward(mt_module *module, void *ctx) {
@@ -286,11 +353,17 @@ static mt_status embed(mt_gpt *g, gpt_pass *pass) {
     float *scratch[2] = {0};
     /* The lookup reads f32 rows: wte is converted here, although the head takes it as bf16. */
     mt_status st = read_params(g->dev, ps, 2, NULL, w, wt, scratch);
-    if (st == MT_OK) st = mt_model_act_alloc(g->dev, pass->n * (size_t)g->C, false, &pass->x0);
-    if (st == MT_OK)
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, pass->rows * (size_t)g->C, false, &pass->x0);
+    if (st == MT_OK && g->sp)
+        st = mt_tp_vocab_embedding_forward_sp(&g->tp, pass->ids, (int)pass->n, w[0],
+                                              g->vocab_local, g->C, pass->x0);
+    else if (st == MT_OK)
         st = mt_tp_vocab_embedding_forward(&g->tp, pass->ids, (int)pass->n, w[0], g->vocab_local,
                                            g->C, pass->x0);
-    if (st == MT_OK)
+    if (st == MT_OK && g->sp)
+        st = mt_tp_sequence_position_forward(&g->tp, w[1], (int)pass->n, g->cfg.seq, g->C,
+                                             pass->x0);
+    else if (st == MT_OK)
         st = mt_op_position_forward(g->dev, w[1], pass->batch, g->cfg.seq, g->C, pass->x0);
     mt_model_free_all(g->dev, scratch, 2);
     return st;
@@ -305,18 +378,18 @@ static mt_status head_forward(mt_gpt *g, gpt_pass *pass) {
     float *scratch[3] = {0}, *logits = NULL;
     size_t n = pass->n, C = (size_t)g->C, v = (size_t)g->vocab_real;
     const float *x = pass->acts[g->cfg.layers - 1].res_out;
+    size_t r = pass->rows; /* ln_f runs on this rank's rows when sequence-parallel */
     mt_status st = read_params(g->dev, ps, 3, matmul, w, wt, scratch);
-    if (st == MT_OK) st = mt_model_act_alloc(g->dev, n * C, false, &pass->lnf);
-    if (st == MT_OK) st = mt_model_act_alloc(g->dev, n, false, &pass->lnf_mean);
-    if (st == MT_OK) st = mt_model_act_alloc(g->dev, n, false, &pass->lnf_rstd);
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, r * C, false, &pass->lnf);
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, r, false, &pass->lnf_mean);
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, r, false, &pass->lnf_rstd);
     if (st == MT_OK)
-        st = mt_op_layernorm_forward(g->dev, x, w[0], w[1], n, g->C, pass->lnf, pass->lnf_mean,
+        st = mt_op_layernorm_forward(g->dev, x, w[0], w[1], r, g->C, pass->lnf, pass->lnf_mean,
                                      pass->lnf_rstd);
     if (st == MT_OK) st = mt_model_act_alloc(g->dev, n * v, false, &logits);
     /* The head is a column-parallel linear without bias: wte's first vocab_real local rows. */
     if (st == MT_OK)
-        st = mt_tp_column_linear_forward(&g->tp, pass->lnf, w[2], wt[2], NULL, logits, (int)n,
-                                         g->C, g->vocab_real);
+        st = column_forward(g, pass->lnf, w[2], wt[2], NULL, logits, (int)n, g->C, g->vocab_real);
     if (st == MT_OK && pass->backward)
         st = mt_model_act_alloc(g->dev, n * v, true, &pass->d_logits);
     if (st == MT_OK)
@@ -337,24 +410,28 @@ static mt_status root_forward(mt_module *module, void *ctx) {
     return head_forward(g, pass);
 }
 
+static const int root_ln_params[2] = {R_LNF_W, R_LNF_B};
+
 static mt_status head_backward(mt_gpt *g, gpt_pass *pass, float **gr) {
     mt_param *ps[2] = {g->rp[R_LNF_W], g->rp[R_WTE]};
     static const bool matmul[2] = {false, true};
     const void *w[2];
     mt_dtype wt[2];
-    float *scratch[2] = {0}, *d_lnf = NULL;
-    size_t n = pass->n, C = (size_t)g->C;
+    float *scratch[2] = {0}, *d_lnf = NULL, *d_ln_params = NULL, *lg[2];
+    size_t n = pass->n, r = pass->rows, C = (size_t)g->C;
     const float *x = pass->acts[g->cfg.layers - 1].res_out;
     mt_status st = read_params(g->dev, ps, 2, matmul, w, wt, scratch);
-    if (st == MT_OK) st = mt_model_act_alloc(g->dev, n * C, true, &d_lnf);
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, r * C, true, &d_lnf);
     if (st == MT_OK)
-        st = mt_tp_column_linear_backward(&g->tp, pass->d_logits, pass->lnf, w[1], wt[1],
-                                          d_lnf, gr[R_WTE], NULL, (int)n, g->C,
-                                          g->vocab_real);
-    if (st == MT_OK) st = mt_model_act_alloc(g->dev, n * C, true, &pass->d_res);
+        st = column_backward(g, pass->d_logits, pass->lnf, w[1], wt[1], d_lnf, gr[R_WTE], NULL,
+                             (int)n, g->C, g->vocab_real);
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, r * C, true, &pass->d_res);
+    if (st == MT_OK) st = ln_grads_begin(g, gr, root_ln_params, 2, &d_ln_params, lg);
     if (st == MT_OK)
-        st = mt_op_layernorm_backward(g->dev, d_lnf, x, w[0], pass->lnf_mean, pass->lnf_rstd, n,
-                                      g->C, pass->d_res, gr[R_LNF_W], gr[R_LNF_B]);
+        st = mt_op_layernorm_backward(g->dev, d_lnf, x, w[0], pass->lnf_mean, pass->lnf_rstd, r,
+                                      g->C, pass->d_res, lg[0], lg[1]);
+    if (st == MT_OK) st = ln_grads_end(g, gr, root_ln_params, 2, d_ln_params);
+    mt_device_free(g->dev, d_ln_params);
     mt_device_free(g->dev, d_lnf);
     mt_model_free_all(g->dev, scratch, 2);
     if (st == MT_OK) {
@@ -376,6 +453,16 @@ static mt_status root_backward(mt_module *module, void *ctx) {
     MT_TRY(head_backward(g, pass, gr));
     for (int l = g->cfg.layers - 1; l >= 0; l--)
         MT_TRY(mt_module_backward(g->block_modules[l], pass));
+    if (g->sp) {
+        /* The embeddings take the gradient of every row (each rank's wte slice looks up all ids;
+         * wpe, replicated, gets its full gradient on every rank from the gathered rows). */
+        float *full = NULL;
+        MT_TRY(mt_model_act_alloc(g->dev, pass->n * (size_t)g->C, false, &full));
+        mt_status st = mt_tp_sequence_gather(&g->tp, pass->d_res, full, (int)pass->n, g->C);
+        mt_device_free(g->dev, pass->d_res);
+        pass->d_res = full;
+        MT_TRY(st);
+    }
     MT_TRY(mt_op_position_backward(g->dev, pass->d_res, pass->batch, g->cfg.seq, g->C,
                                    gr[R_WPE]));
     return mt_tp_vocab_embedding_backward(&g->tp, pass->ids, (int)pass->n, pass->d_res,
@@ -463,6 +550,7 @@ mt_status mt_gpt_create(mt_mesh *mesh, const mt_gpt_config *config, mt_gpt **out
     MT_TRY(mt_tp_context_dim(mesh, tp_dim, &tp));
     const mt_gpt_config *c = config;
     MT_TRY(check_config(c, tp.size));
+    if (c->sequence_parallel && tp.size > 1) MT_TRY(mt_tp_sequence_check(&tp, c->seq));
     mt_gpt *g = calloc(1, sizeof *g);
     if (g) {
         g->block_modules = calloc((size_t)c->layers, sizeof *g->block_modules);
@@ -484,6 +572,7 @@ mt_status mt_gpt_create(mt_mesh *mesh, const mt_gpt_config *config, mt_gpt **out
     g->vocab_pad = g->vocab_local * tp.size;
     int real = c->vocab - tp.rank * g->vocab_local;
     g->vocab_real = real < g->vocab_local ? real : g->vocab_local;
+    g->sp = c->sequence_parallel && tp.size > 1;
     static const mt_module_ops root_ops = {.forward = root_forward, .backward = root_backward};
     mt_status st = mt_module_create(mesh, "gpt", &root_ops, g, &g->root);
     if (st == MT_OK) st = mt_module_set_tp_dim(g->root, tp_dim);
@@ -545,6 +634,7 @@ static mt_status pass_prepare(mt_gpt *g, const int *tokens, int batch, bool back
                         "pass", batch, T);
     pass->batch = batch;
     pass->n = (size_t)batch * (size_t)T;
+    pass->rows = g->sp ? pass->n / (size_t)g->tp.size : pass->n;
     pass->backward = backward;
     pass->grad_scale = grad_scale;
     pass->acts = calloc((size_t)g->cfg.layers, sizeof *pass->acts);

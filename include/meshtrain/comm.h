@@ -79,6 +79,31 @@ MT_API mt_status mt_send(mt_group *group, const void *buf, size_t count, mt_dtyp
 MT_API mt_status mt_recv(mt_group *group, void *buf, size_t count, mt_dtype dtype, int peer,
                          mt_work **work);
 
+/* What the collectives issued on a group by this process moved: calls and payload bytes per
+ * kind, since the group was created or last reset. The payload is the whole tensor the
+ * collective is about: an all-gather's gathered output (size x count elements), a
+ * reduce-scatter's input (size x count), an all-reduce's or a broadcast's count elements. A ring
+ * sends (size - 1) / size of it per rank for an all-gather or reduce-scatter, twice that for an
+ * all-reduce. For measuring what a model's parallelism costs (docs/benchmarks.md). */
+typedef enum mt_coll_kind {
+    MT_COLL_ALL_GATHER,
+    MT_COLL_REDUCE_SCATTER,
+    MT_COLL_ALL_REDUCE,
+    MT_COLL_BROADCAST,
+    MT_COLL_KINDS
+} mt_coll_kind;
+
+typedef struct mt_comm_counters {
+    uint64_t calls[MT_COLL_KINDS];
+    uint64_t bytes[MT_COLL_KINDS];
+} mt_comm_counters;
+
+/* *out = the group's counters (zeros for a NULL group). */
+MT_API void mt_group_counters(const mt_group *group, mt_comm_counters *out);
+MT_API void mt_group_counters_reset(mt_group *group);
+/* "all_gather", "reduce_scatter", "all_reduce", "broadcast" ("?" otherwise). */
+MT_API const char *mt_coll_kind_name(mt_coll_kind kind);
+
 /* Completes when every member has entered it. */
 MT_API mt_status mt_barrier(mt_group *group, mt_work **work);
 

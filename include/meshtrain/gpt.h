@@ -3,10 +3,11 @@
  * embedding, over a vocabulary of config.vocab ids (train_gpt's default: 256, bytes).
  * Tensor-parallel over the mesh's "tp" dimension (tp.h): QKV and MLP-up column-parallel,
  * attention and MLP-down row-parallel, heads split across tp, vocabulary-parallel embedding and
- * cross-entropy; LayerNorms replicated. Each block is a module (shard them with FSDP, then the
- * root, which owns the embeddings and final LayerNorm), which can recompute its activations in
- * backward (mt_recompute_enable(mt_gpt_block(gpt, l)), recompute.h: it keeps only its output). Initialisation is defined on the global
- * tensors from the seed (GPT-2's: normal(0, 0.02), residual projections scaled by
+ * cross-entropy; LayerNorms replicated, their activations optionally sequence-parallel. Each
+ * block is a module (shard them with FSDP, then the root, which owns the embeddings and final
+ * LayerNorm), which can recompute its activations in backward (mt_recompute_enable(
+ * mt_gpt_block(gpt, l)), recompute.h: it keeps only its output). Initialisation is defined on
+ * the global tensors from the seed (GPT-2's: normal(0, 0.02), residual projections scaled by
  * 1/sqrt(2 * layers), biases 0, LayerNorm 1/0), so the same seed gives the same model for any
  * dp x tp. */
 #ifndef MESHTRAIN_GPT_H
@@ -42,6 +43,10 @@ typedef struct mt_gpt_config {
      * (each rank computes only its shards) or load a checkpoint instead. The values are the same
      * either way, bit for bit. */
     bool defer_init;
+    /* Non-zero: sequence parallelism inside the tp group (tp.h): the LayerNorms, residual adds
+     * and embedding output hold batch * seq / tp rows per rank instead of all of them. Needs
+     * seq divisible by tp; a no-op at tp 1. The losses and gradients are those without it. */
+    int sequence_parallel;
 } mt_gpt_config;
 
 typedef struct mt_gpt mt_gpt;

@@ -9,6 +9,11 @@
  *   vocab-parallel embedding: wte [V x C] Shard(0); masked lookup, then all-reduce.
  *   vocab-parallel cross-entropy: logits sharded on the vocabulary; max and sum-exp reduced over
  *     tp, the full logits never gathered.
+ * Sequence parallelism (the _sp functions, mt_tp_sequence_*): the activations outside those
+ * layers (LayerNorms, residual adds, the embedding output) are split over tp by rows instead of
+ * replicated; the column-parallel linear all-gathers its input and reduce-scatters its input
+ * gradient, the row-parallel linear reduce-scatters its output and all-gathers its output
+ * gradient (docs/architecture.md, "Sequence parallelism").
  * Without a "tp" dimension (or with tp = 1) every function is its plain single-rank version. */
 #ifndef MESHTRAIN_TP_H
 #define MESHTRAIN_TP_H
@@ -100,6 +105,77 @@ mt_status mt_tp_vocab_cross_entropy_range(const mt_tp_ctx *tp, const float *logi
                                           const int *targets, int n, int start, int vocab_local,
                                           float scale, double *loss_sum,
                                           float *d_logits_local);
+
+/* ---- sequence parallelism --------------------------------------------------------------------
+ * An activation of n rows (batch * seq tokens, row-major, flattened) is split over tp into
+ * contiguous blocks: tp rank r holds rows [r * n / tp, (r + 1) * n / tp) (a "shard", n / tp
+ * rows). Every per-token operation (LayerNorm, residual add, position embedding: position =
+ * global row % seq) runs on the shard unchanged. n is the global row count everywhere below and
+ * must be divisible by tp. The column-parallel input is all-gathered again in backward instead
+ * of being kept (Megatron's choice): one more all-gather per column-parallel backward, and only
+ * the shard is ever kept. */
+
+/* MT_ERR_INVALID_ARG "sequence parallelism: seq S not divisible by tp T" unless tp divides seq
+ * (Megatron's condition; it makes every batch's rows split evenly). */
+MT_API mt_status mt_tp_sequence_check(const mt_tp_ctx *tp, int seq);
+
+/* out (n x channels) = every rank's in_shard (n / tp rows) in rank order. */
+MT_API mt_status mt_tp_sequence_gather(const mt_tp_ctx *tp, const float *in_shard, float *out,
+                                       int n, int channels);
+/* out_shard (n / tp x channels) = this rank's rows of the sum over tp of in (n x channels). */
+MT_API mt_status mt_tp_sequence_reduce_scatter(const mt_tp_ctx *tp, const float *in,
+                                               float *out_shard, int n, int channels);
+
+/* Column-parallel with a sequence-parallel input: in_shard (n / tp x in_features) is gathered,
+ * out_local is n x out_features_local as mt_tp_column_linear_forward's. Backward gathers
+ * in_shard again for d_w; d_in_shard (n / tp x in_features, may be NULL) += this rank's rows
+ * of the sum over tp of d_out_local * w_local (a reduce-scatter); d_w, d_b accumulate. */
+MT_API
+mt_status mt_tp_column_linear_forward_sp(const mt_tp_ctx *tp, const float *in_shard,
+                                         const void *w_local, mt_dtype w_dtype,
+                                         const float *b_local, float *out_local, int n,
+                                         int in_features, int out_features_local);
+MT_API
+mt_status mt_tp_column_linear_backward_sp(const mt_tp_ctx *tp, const float *d_out_local,
+                                          const float *in_shard, const void *w_local,
+                                          mt_dtype w_dtype, float *d_in_shard, float *d_w,
+                                          float *d_b, int n, int in_features,
+                                          int out_features_local);
+
+/* Row-parallel with a sequence-parallel output: out_shard (n / tp x out_features) = this rank's
+ * rows of the sum over tp of in_local * w_local^T, + b (reduce-scatter). Backward gathers
+ * d_out_shard, then as mt_tp_row_linear_backward: d_b is the full bias gradient on every rank. */
+MT_API
+mt_status mt_tp_row_linear_forward_sp(const mt_tp_ctx *tp, const float *in_local,
+                                      const void *w_local, mt_dtype w_dtype, const float *b,
+                                      float *out_shard, int n, int in_features_local,
+                                      int out_features);
+MT_API
+mt_status mt_tp_row_linear_backward_sp(const mt_tp_ctx *tp, const float *d_out_shard,
+                                       const float *in_local, const void *w_local,
+                                       mt_dtype w_dtype, float *d_in_local, float *d_w,
+                                       float *d_b, int n, int in_features_local,
+                                       int out_features);
+
+/* The vocab-parallel lookup of all n ids, reduce-scattered: out_shard (n / tp x channels) is
+ * this rank's rows of the full lookup. Its backward is mt_tp_vocab_embedding_backward on the
+ * gathered output gradient (mt_tp_sequence_gather). */
+MT_API
+mt_status mt_tp_vocab_embedding_forward_sp(const mt_tp_ctx *tp, const int *ids, int n,
+                                           const float *wte_local, int vocab_local, int channels,
+                                           float *out_shard);
+/* out_shard += wpe's rows of this rank's rows' positions (global row % seq); wpe: seq x
+ * channels; n: a whole number of sequences. */
+MT_API
+mt_status mt_tp_sequence_position_forward(const mt_tp_ctx *tp, const float *wpe, int n, int seq,
+                                          int channels, float *out_shard);
+
+/* A replicated parameter applied per row on the shard (a LayerNorm's weight and bias) gets only
+ * this rank's rows' gradient: part (count values) becomes its sum over tp, in place, the same on
+ * every rank. part must hold this pass's contribution alone, to be added to the gradient after:
+ * summing a gradient buffer that accumulates over micro-batches would count earlier ones tp
+ * times. */
+MT_API mt_status mt_tp_sequence_grad_sum(const mt_tp_ctx *tp, float *part, size_t count);
 
 #ifdef __cplusplus
 }

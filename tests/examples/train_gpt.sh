@@ -19,6 +19,11 @@
 #               1 rank, and the loss falls from about ln 1000 on tp 2
 #   tokens_pad  vocabularies that tp does not divide (padded): 1000 on tp 4, 1001 on tp 2 and on
 #               dp 2 x tp 2, against 1 rank
+#   sequence_parallel  --sequence-parallel against the same run without it: tp 2, tp 4 with
+#               --batch 1 (each rank's rows start inside a sequence), dp 2 x tp 2, and that
+#               with 2 micro-batches (LayerNorm gradients summed per micro-batch); the tp
+#               group's traffic differs only by the re-gathered column-parallel inputs and the
+#               LayerNorm gradients' all-reduce; a seq that tp does not divide is refused
 #   token_errors  a bad id, --data with --token-file, an odd-sized token file, --vocab below a
 #               byte of --data, a vocabulary tp cannot split: one clear message each
 #   recompute   --activation-checkpointing full and every:2 against none, dp 2 x tp 2 (4 ranks),
@@ -449,6 +454,51 @@ token_errors)
     make_tokens "$TMP/v5.bin" 2000 5
     refused vocab_tp 4 "vocab 5 cannot be split over tp 4: padded to 8" --vocab 5 --tp 4 \
         --token-file "$TMP/v5.bin"
+    ;;
+sequence_parallel)
+    # name ranks batch args: the run without and with --sequence-parallel, compared
+    for spec in "tp2 2 4 --tp 2" "tp4 4 1 --tp 4" "dp2tp2 4 2 --dp 2 --tp 2" \
+        "dp2tp2accum 4 1 --dp 2 --tp 2 --grad-accum 2"; do
+        set -- $spec
+        name=$1 np=$2 batch=$3
+        shift 3
+        train "$name" "$np" "${TINY[@]}" --batch "$batch" "$@"
+        train "${name}_sp" "$np" "${TINY[@]}" --batch "$batch" "$@" --sequence-parallel
+        check "${name}_sp said so" has_text "$TMP/${name}_sp.out" "sequence parallelism on"
+        same "$name" "${name}_sp"
+        # Traffic sent per rank by ring collectives, from rank 0's tp-group counters: an
+        # all-reduce of M bytes sends 2 (p-1)/p M, an all-gather or reduce-scatter (p-1)/p M.
+        # Sequence parallelism replaces each activation all-reduce by a reduce-scatter and an
+        # all-gather (the same), and adds the column-parallel inputs gathered again in backward
+        # (2 per layer and the head's, N x C each) and the LayerNorm gradients' all-reduce
+        # ((4 x layers + 2) x C).
+        if python3 - "$TMP/$name.out" "$TMP/${name}_sp.out" "$np" "$batch" "$name" <<'EOF'; then
+import re, sys
+layers, C, seq = 2, 32, 16  # TINY
+dp = 2 if sys.argv[5].startswith("dp2") else 1
+accum = 2 if sys.argv[5].endswith("accum") else 1  # micro-batches: each pays the extras
+p = int(sys.argv[3]) // dp
+N = int(sys.argv[4]) * seq
+def traffic(path):
+    line = [l for l in open(path) if "tp traffic" in l][-1]
+    return {k: int(b) for k, b in re.findall(r"(\w+) \d+ calls (\d+) B", line)}
+def ring_times_p(t):  # p x bytes sent per rank, an integer
+    return (p - 1) * (2 * t["all_reduce"] + t["all_gather"] + t["reduce_scatter"])
+base, sp = traffic(sys.argv[1]), traffic(sys.argv[2])
+extra = accum * ((p - 1) * (2 * layers + 1) * N * C * 4 + 2 * (p - 1) * (4 * layers + 2) * C * 4)
+got = ring_times_p(sp) - ring_times_p(base)
+print(f"{sys.argv[5]}: per rank per step {ring_times_p(base) / p:.0f} B without, "
+      f"{ring_times_p(sp) / p:.0f} B with sequence parallelism (+{extra / p:.0f} expected)")
+if base["all_gather"] or base["reduce_scatter"] or got != extra:
+    sys.exit(f"traffic {base} -> {sp}: difference {got / p} B, expected {extra / p} B")
+EOF
+            pass "$name: tp traffic differs by the re-gathers and LayerNorm gradients only"
+        else
+            fail "$name: tp traffic"
+        fi
+    done
+    refused sp_seq 4 "sequence parallelism: seq 10 not divisible by tp 4" "${TINY[@]}" \
+        --seq 10 --tp 4 --sequence-parallel
     ;;
 *)
     fail "unknown variant '$VARIANT'"

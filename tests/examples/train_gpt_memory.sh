@@ -45,6 +45,12 @@ VARIANTS=(
     "ac_full 2 exact --dp 2 --activation-checkpointing full"
     "ac_every2_tp2 4 exact --dp 2 --tp 2 --activation-checkpointing every:2"
     "ac_full_bf16_tp2 2 exact --tp 2 --param-dtype bf16 --activation-checkpointing full"
+    # Sequence parallelism, alone and with recompute.
+    "sp_tp2 2 spec --tp 2 --sequence-parallel"
+    "sp_dp2_tp2 4 spec --dp 2 --tp 2 --sequence-parallel"
+    "sp_tp4 4 spec --tp 4 --sequence-parallel --batch 1"
+    "sp_ac_dp2_tp2 4 spec --dp 2 --tp 2 --sequence-parallel --activation-checkpointing full"
+    "sp_ac_bf16_tp2 2 spec --tp 2 --sequence-parallel --activation-checkpointing every:2 --param-dtype bf16"
 )
 
 # run NAME RANKS [VAR=VALUE...] OPTIONS...: one mtrun; metrics in $TMP/NAME.jsonl, output in

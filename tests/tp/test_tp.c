@@ -1,6 +1,7 @@
 /* Tensor-parallel GPT against its single-rank self (run through mtrun, see tp_gpt.cmake).
  *
- *   test_tp [--tp T] [--vocab V] [--bf16] [--tp-dim NAME] (--out FILE | --ref FILE)
+ *   test_tp [--tp T] [--vocab V] [--bf16] [--tp-dim NAME] [--sequence-parallel]
+ *           (--out FILE | --ref FILE)
  *
  * The mesh is {"dp", "tp"} = {world / T, T} ("tp" renamed by --tp-dim); the GPT (layers 2, d_model 16, heads 4, seq 8) is
  * moved off its initialisation by noise defined on the global tensors (so biases and LayerNorm
@@ -14,7 +15,10 @@
  * 1e-5, each gradient within 1e-4 of its tensor's largest magnitude (--bf16: bf16 parameters
  * against the f32 reference, 1e-3 and 2e-2). Also checked on every run:
  * the forward-only loss equals the training loss, activations are all freed after the step, the
- * parameter count, and the configuration errors that name the values. */
+ * parameter count, and the configuration errors that name the values. --sequence-parallel turns
+ * on the GPT's sequence parallelism (against the same reference, made without it): the same
+ * loss and gradients, the replicated LayerNorm gradients (summed over tp from each rank's rows)
+ * still identical on every tp rank, and a seq that tp does not divide refused. */
 #include "fsdp/fsdp_internal.h"
 
 #include "check.h"
@@ -40,6 +44,7 @@ static bool use_bf16;
 /* The mesh's tensor-parallel dimension (--tp-dim): the model must split over it, whatever its
  * name. */
 static const char *tp_dim = MT_TP_DIM_DEFAULT;
+static bool sequence_parallel;
 
 typedef struct gtensor {
     char name[96];
@@ -305,6 +310,13 @@ static void check_config_errors(const ctx *c, const mt_gpt_config *good) {
         cfg.d_model = 2 * cfg.heads;
         snprintf(want, sizeof want, "heads %d not divisible by tp %d", cfg.heads, c->tp_size);
         expect_create_error(c->mesh, cfg, want);
+        if (sequence_parallel) {
+            cfg = *good;
+            cfg.seq = 2 * c->tp_size + 1;
+            snprintf(want, sizeof want, "sequence parallelism: seq %d not divisible by tp %d",
+                     cfg.seq, c->tp_size);
+            expect_create_error(c->mesh, cfg, want);
+        }
     }
 }
 
@@ -319,7 +331,8 @@ static size_t expected_params(const mt_gpt_config *g) {
 
 static int run(ctx *c, int vocab, const char *out, const char *ref) {
     mt_gpt_config cfg = {.layers = LAYERS, .d_model = D_MODEL, .heads = HEADS, .seq = SEQ,
-                         .vocab = vocab, .seed = SEED, .tp_dim = tp_dim};
+                         .vocab = vocab, .seed = SEED, .tp_dim = tp_dim,
+                         .sequence_parallel = sequence_parallel};
     check_config_errors(c, &cfg);
     mt_gpt *gpt = NULL;
     TRYC(mt_gpt_create(c->mesh, &cfg, &gpt));
@@ -396,12 +409,13 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--out") == 0 && v) out = v, i++;
         else if (strcmp(argv[i], "--ref") == 0 && v) ref = v, i++;
         else if (strcmp(argv[i], "--tp-dim") == 0 && v) tp_dim = v, i++;
+        else if (strcmp(argv[i], "--sequence-parallel") == 0) sequence_parallel = true;
         else if (strcmp(argv[i], "--bf16") == 0)
             use_bf16 = true, loss_tol = 1e-3, grad_tol = 2e-2;
         else {
             fprintf(stderr,
                     "usage: test_tp [--tp T] [--vocab V] [--bf16] [--tp-dim NAME] "
-                    "(--out FILE | --ref FILE)\n");
+                    "[--sequence-parallel] (--out FILE | --ref FILE)\n");
             return 2;
         }
     }

@@ -10,9 +10,12 @@ set(MT_TP_REF_DIR ${CMAKE_CURRENT_BINARY_DIR})
 
 # name, world size, tp, vocab (255: padded to a multiple of tp, the last rank's slice short),
 # extra option of the compared run (bf16 parameters against the f32 reference; the mesh's tp
-# dimension named "model" instead of "tp").
+# dimension named "model" instead of "tp"; sequence parallelism against the reference without).
 foreach(spec "tp2;2;2;256;" "tp4;4;4;256;" "dp2_tp2;4;2;256;" "tp2_padded_vocab;2;2;255;"
-        "dp2_tp2_bf16;4;2;256;--bf16" "tp2_named_dim;2;2;256;--tp-dim model")
+        "dp2_tp2_bf16;4;2;256;--bf16" "tp2_named_dim;2;2;256;--tp-dim model"
+        "tp2_sp;2;2;256;--sequence-parallel" "tp4_sp;4;4;256;--sequence-parallel"
+        "dp2_tp2_sp;4;2;256;--sequence-parallel" "tp2_sp_padded_vocab;2;2;255;--sequence-parallel"
+        "dp2_tp2_sp_bf16;4;2;256;--sequence-parallel --bf16")
   list(GET spec 0 name)
   list(GET spec 1 np)
   list(GET spec 2 tp)
@@ -23,4 +26,13 @@ foreach(spec "tp2;2;2;256;" "tp4;4;4;256;" "dp2_tp2;4;2;256;" "tp2_padded_vocab;
     COMMAND sh -c "${MT_TP_MTRUN} --standalone --nproc_per_node 1 ${MT_TP_PROG} --vocab ${vocab} \
 --out ${ref} && ${MT_TP_MTRUN} --standalone --nproc_per_node ${np} ${MT_TP_PROG} --tp ${tp} \
 --vocab ${vocab} ${extra} --ref ${ref}")
+endforeach()
+
+# The sequence-parallel tp functions against the replicated ones (test_tp_sequence.c), on 1, 2
+# and 4 ranks of one "tp" dimension.
+mt_add_test_program(test_tp_sequence ${CMAKE_CURRENT_LIST_DIR}/test_tp_sequence.c)
+target_link_libraries(test_tp_sequence PRIVATE m)
+foreach(np 1 2 4)
+  mt_add_mp_test(tp_sequence_np${np} TIMEOUT 120 LABELS tp ENV MT_TIMEOUT_S=60 MT_DEVICE=cpu
+    COMMAND ${MT_TP_MTRUN} --standalone --nproc_per_node ${np} $<TARGET_FILE:test_tp_sequence>)
 endforeach()
