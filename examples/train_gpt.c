@@ -39,7 +39,7 @@ typedef struct options {
     bool prefetch;
     bool predict_only; /* --predict-memory: print the memory prediction and stop */
     int recompute_every; /* --activation-checkpointing: 0 none, K: blocks 0, K, 2K, ... */
-    bool sequence_parallel; /* --sequence-parallel */
+    int sequence_parallel; /* --sequence-parallel[=MODE]: an mt_gpt_sp_mode */
     const char *device, *metrics; /* device NULL: MT_DEVICE or auto */
     const char *data;       /* --data: bytes as tokens (DEFAULT_DATA unless a token file) */
     const char *token_file; /* --token-file: little-endian uint16 ids; NULL: --data */
@@ -130,7 +130,10 @@ static const char usage[] =
     "  --activation-checkpointing none|full|every:K\n"
     "                      blocks that recompute their activations in backward instead of\n"
     "                      keeping them: none, all, or every K-th (blocks 0, K, 2K, ...) (none)\n"
-    "  --sequence-parallel shard LayerNorm and residual activations over tp by tokens\n"
+    "  --sequence-parallel[=regather|keep-gathered]\n"
+    "                      shard LayerNorm and residual activations over tp by tokens; the\n"
+    "                      column-parallel inputs are gathered again in backward (regather)\n"
+    "                      or kept gathered from the forward (keep-gathered)\n"
     "  --device D          cpu, cuda or auto (MT_DEVICE, else auto)\n"
     "  --vocab N           vocabulary size; every token id must be below it (256)\n"
     "  --data FILE         training text, bytes as tokens (" DEFAULT_DATA ")\n"
@@ -223,10 +226,18 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
             o->predict_only = true;
             continue;
         }
-        if (strcmp(arg, "--sequence-parallel") == 0) {
-            o->sequence_parallel = true;
+        if (strcmp(arg, "--sequence-parallel") == 0 ||
+            strcmp(arg, "--sequence-parallel=regather") == 0) {
+            o->sequence_parallel = MT_GPT_SP_REGATHER;
             continue;
         }
+        if (strcmp(arg, "--sequence-parallel=keep-gathered") == 0) {
+            o->sequence_parallel = MT_GPT_SP_KEEP_GATHERED;
+            continue;
+        }
+        if (strncmp(arg, "--sequence-parallel=", 20) == 0)
+            return fail_msg(err, "--sequence-parallel '%s': the mode is regather (the default) "
+                            "or keep-gathered", arg + 20);
         if (strncmp(arg, "--", 2) != 0) return fail_msg(err, "unexpected argument '%s'", arg);
         if (eq) { /* --opt=value */
             snprintf(name, sizeof name, "%.*s", (int)(eq - arg), arg);
@@ -812,7 +823,11 @@ static mt_status print_summary(trainer *t) {
            mt_dtype_name(o->param_dtype), mt_dtype_name(o->reduce_dtype),
            o->prefetch ? "on" : "off",
            o->recompute_every ? (o->layers + o->recompute_every - 1) / o->recompute_every : 0,
-           o->layers, o->sequence_parallel && o->tp > 1 ? "on" : "off");
+           o->layers,
+           o->sequence_parallel && o->tp > 1
+               ? (o->sequence_parallel == MT_GPT_SP_KEEP_GATHERED ? "on (inputs kept gathered)"
+                                                                  : "on")
+               : "off");
     if (t->peak_flops > 0.0)
         printf(PROG ": %.4g FLOP per token (6 x params + 12 x layers x d_model x seq); MFU "
                "against %d x %.4g TFLOP/s (%s)\n", t->flops_per_token, t->world_size,

@@ -12,7 +12,10 @@
  * With sequence parallelism (config.sequence_parallel, tp > 1) the residual stream and the
  * LayerNorms hold only this rank's n / tp rows (tp.h): the _sp linears gather and
  * reduce-scatter at the borders of the tensor-parallel regions, and the LayerNorm parameters'
- * gradients, computed from those rows only, are summed over tp before FSDP reduces them. */
+ * gradients, computed from those rows only, are summed over tp before FSDP reduces them. A
+ * column-parallel linear's gathered input is gathered again in backward (MT_GPT_SP_REGATHER) or
+ * kept with the activations from the forward instead of its rows (MT_GPT_SP_KEEP_GATHERED:
+ * ln1_full, ln2_full, lnf_full). */
 #include "core/error.h"
 #include "models/model_common.h"
 
@@ -58,6 +61,7 @@ struct mt_gpt {
     int vocab_local; /* vocab_pad / tp: rows of this rank's wte slice */
     int vocab_real;  /* of those, the rows below vocab (the LM head's columns on this rank) */
     bool sp;         /* sequence parallelism on (asked for, and tp > 1) */
+    bool sp_keep;    /* and the column-parallel inputs kept gathered (MT_GPT_SP_KEEP_GATHERED) */
     mt_module *root;
     mt_module **block_modules;
     gpt_block *blocks;
@@ -68,13 +72,14 @@ struct mt_gpt {
 /* A block's saved activations (N = batch * seq rows; R = pass->rows: N, or N / tp when
  * sequence-parallel). */
 typedef struct block_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* R x C, R, R */
+    float *ln1, *ln1_mean, *ln1_rstd; /* R x C (NULL after the forward with sp_keep), R, R */
     float *qkv;                       /* N x 3 c_local */
     float *att;                       /* batch x heads_local x seq x seq */
     float *atty;                      /* N x c_local */
     float *res_mid;                   /* R x C: x + attention branch */
-    float *ln2, *ln2_mean, *ln2_rstd;
+    float *ln2, *ln2_mean, *ln2_rstd; /* as ln1 */
     float *fc, *fc_gelu; /* N x f_local */
+    float *ln1_full, *ln2_full; /* N x C: ln1, ln2 gathered (sp_keep only; made by the linears) */
     float *res_out;      /* R x C: the block's output */
 } block_acts;
 
@@ -95,6 +100,7 @@ typedef struct gpt_pass {
     float *x0;          /* rows x C: embeddings, the first block's input */
     block_acts *acts;   /* one per layer */
     float *lnf, *lnf_mean, *lnf_rstd;
+    float *lnf_full; /* N x C: lnf gathered for the head's backward (sp_keep only) */
     float *d_logits; /* N x vocab_real, filled by the forward's loss when backward follows */
     float *d_res;    /* during backward: the gradient of the residual stream (rows x C) */
     double loss_sum;
@@ -150,16 +156,31 @@ static const float *block_input(const gpt_pass *pass, int l) {
 }
 
 /* The tp linears, in their sequence-parallel form when it is on: then the column-parallel input
- * and input gradient and the row-parallel output and output gradient are this rank's rows. */
-static mt_status column_forward(const mt_gpt *g, const float *in, const void *w, mt_dtype wt,
-                                const float *b, float *out, int n, int in_f, int out_f) {
-    if (g->sp) return mt_tp_column_linear_forward_sp(&g->tp, in, w, wt, b, out, n, in_f, out_f);
-    return mt_tp_column_linear_forward(&g->tp, in, w, wt, b, out, n, in_f, out_f);
+ * and input gradient and the row-parallel output and output gradient are this rank's rows. With
+ * sp_keep the column-parallel forward gathers its input *in into *kept (n x in_f activations,
+ * made here, freed with the pass's activations) and frees *in, a LayerNorm's output, which
+ * nothing reads after (the LayerNorm's backward takes its input); the backward takes kept. */
+static mt_status column_forward(const mt_gpt *g, float **in, float **kept, const void *w,
+                                mt_dtype wt, const float *b, float *out, int n, int in_f,
+                                int out_f) {
+    if (g->sp_keep) {
+        MT_TRY(mt_model_act_alloc(g->dev, (size_t)n * (size_t)in_f, false, kept));
+        MT_TRY(mt_tp_column_linear_forward_sp_gathered(&g->tp, *in, *kept, w, wt, b, out, n, in_f,
+                                                       out_f));
+        mt_device_free(g->dev, *in);
+        *in = NULL;
+        return MT_OK;
+    }
+    if (g->sp) return mt_tp_column_linear_forward_sp(&g->tp, *in, w, wt, b, out, n, in_f, out_f);
+    return mt_tp_column_linear_forward(&g->tp, *in, w, wt, b, out, n, in_f, out_f);
 }
 
 static mt_status column_backward(const mt_gpt *g, const float *d_out, const float *in,
-                                 const void *w, mt_dtype wt, float *d_in, float *d_w, float *d_b,
-                                 int n, int in_f, int out_f) {
+                                 const float *kept, const void *w, mt_dtype wt, float *d_in,
+                                 float *d_w, float *d_b, int n, int in_f, int out_f) {
+    if (g->sp_keep)
+        return mt_tp_column_linear_backward_sp_gathered(&g->tp, d_out, kept, w, wt, d_in, d_w,
+                                                        d_b, n, in_f, out_f);
     if (g->sp)
         return mt_tp_column_linear_backward_sp(&g->tp, d_out, in, w, wt, d_in, d_w, d_b, n, in_f,
                                                out_f);
@@ -242,7 +263,8 @@ static mt_status block_forward_run(mt_gpt *g, gpt_pass *pass, int l, const void 
     MT_TRY(block_alloc(g, pass, a));
     MT_TRY(mt_op_layernorm_forward(dev, x, w[P_LN1_W], w[P_LN1_B], pass->rows, C, a->ln1,
                                    a->ln1_mean, a->ln1_rstd));
-    MT_TRY(column_forward(g, a->ln1, w[P_QKV_W], wt[P_QKV_W], w[P_QKV_B], a->qkv, n, C, 3 * cl));
+    MT_TRY(column_forward(g, &a->ln1, &a->ln1_full, w[P_QKV_W], wt[P_QKV_W], w[P_QKV_B], a->qkv,
+                          n, C, 3 * cl));
     MT_TRY(mt_op_attention_forward(dev, a->qkv, pass->batch, g->cfg.seq, g->heads_local,
                                    g->head_dim, a->atty, a->att));
     MT_TRY(row_forward(g, a->atty, w[P_ATTN_W], wt[P_ATTN_W], w[P_ATTN_B], a->res_mid, n, cl,
@@ -250,7 +272,8 @@ static mt_status block_forward_run(mt_gpt *g, gpt_pass *pass, int l, const void 
     MT_TRY(mt_op_add(dev, x, a->res_mid, a->res_mid, nc));
     MT_TRY(mt_op_layernorm_forward(dev, a->res_mid, w[P_LN2_W], w[P_LN2_B], pass->rows, C,
                                    a->ln2, a->ln2_mean, a->ln2_rstd));
-    MT_TRY(column_forward(g, a->ln2, w[P_FC_W], wt[P_FC_W], w[P_FC_B], a->fc, n, C, fl));
+    MT_TRY(column_forward(g, &a->ln2, &a->ln2_full, w[P_FC_W], wt[P_FC_W], w[P_FC_B], a->fc, n, C,
+                          fl));
     MT_TRY(mt_op_gelu_forward(dev, a->fc, a->fc_gelu, pass->n * (size_t)fl));
     MT_TRY(row_forward(g, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W], w[P_PROJ_B], a->res_out, n, fl,
                        C));
@@ -308,8 +331,8 @@ static mt_status block_backward_run(mt_gpt *g, gpt_pass *pass, int l, const void
     MT_TRY(row_backward(g, d_res, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W], d->d_fc_gelu,
                         gr[P_PROJ_W], gr[P_PROJ_B], n, fl, C));
     MT_TRY(mt_op_gelu_backward(dev, a->fc, d->d_fc_gelu, d->d_fc, N * (size_t)fl));
-    MT_TRY(column_backward(g, d->d_fc, a->ln2, w[P_FC_W], wt[P_FC_W], d->d_ln2, gr[P_FC_W],
-                           gr[P_FC_B], n, C, fl));
+    MT_TRY(column_backward(g, d->d_fc, a->ln2, a->ln2_full, w[P_FC_W], wt[P_FC_W], d->d_ln2,
+                           gr[P_FC_W], gr[P_FC_B], n, C, fl));
     MT_TRY(mt_op_layernorm_backward(dev, d->d_ln2, a->res_mid, w[P_LN2_W], a->ln2_mean,
                                     a->ln2_rstd, R, C, d_res, lg[0], lg[1]));
     /* Attention branch. */
@@ -317,8 +340,8 @@ static mt_status block_backward_run(mt_gpt *g, gpt_pass *pass, int l, const void
                         gr[P_ATTN_B], n, cl, C));
     MT_TRY(mt_op_attention_backward(dev, d->d_atty, a->qkv, a->att, pass->batch, g->cfg.seq,
                                     g->heads_local, g->head_dim, d->d_qkv));
-    MT_TRY(column_backward(g, d->d_qkv, a->ln1, w[P_QKV_W], wt[P_QKV_W], d->d_ln1, gr[P_QKV_W],
-                           gr[P_QKV_B], n, C, 3 * cl));
+    MT_TRY(column_backward(g, d->d_qkv, a->ln1, a->ln1_full, w[P_QKV_W], wt[P_QKV_W], d->d_ln1,
+                           gr[P_QKV_W], gr[P_QKV_B], n, C, 3 * cl));
     MT_TRY(mt_op_layernorm_backward(dev, d->d_ln1, x, w[P_LN1_W], a->ln1_mean, a->ln1_rstd, R, C,
                                     d_res, lg[2], lg[3]));
     return ln_grads_end(g, gr, block_ln_params, 4, d->d_ln_params);
@@ -389,7 +412,8 @@ static mt_status head_forward(mt_gpt *g, gpt_pass *pass) {
     if (st == MT_OK) st = mt_model_act_alloc(g->dev, n * v, false, &logits);
     /* The head is a column-parallel linear without bias: wte's first vocab_real local rows. */
     if (st == MT_OK)
-        st = column_forward(g, pass->lnf, w[2], wt[2], NULL, logits, (int)n, g->C, g->vocab_real);
+        st = column_forward(g, &pass->lnf, &pass->lnf_full, w[2], wt[2], NULL, logits, (int)n,
+                            g->C, g->vocab_real);
     if (st == MT_OK && pass->backward)
         st = mt_model_act_alloc(g->dev, n * v, true, &pass->d_logits);
     if (st == MT_OK)
@@ -423,8 +447,8 @@ static mt_status head_backward(mt_gpt *g, gpt_pass *pass, float **gr) {
     mt_status st = read_params(g->dev, ps, 2, matmul, w, wt, scratch);
     if (st == MT_OK) st = mt_model_act_alloc(g->dev, r * C, true, &d_lnf);
     if (st == MT_OK)
-        st = column_backward(g, pass->d_logits, pass->lnf, w[1], wt[1], d_lnf, gr[R_WTE], NULL,
-                             (int)n, g->C, g->vocab_real);
+        st = column_backward(g, pass->d_logits, pass->lnf, pass->lnf_full, w[1], wt[1], d_lnf,
+                             gr[R_WTE], NULL, (int)n, g->C, g->vocab_real);
     if (st == MT_OK) st = mt_model_act_alloc(g->dev, r * C, true, &pass->d_res);
     if (st == MT_OK) st = ln_grads_begin(g, gr, root_ln_params, 2, &d_ln_params, lg);
     if (st == MT_OK)
@@ -435,9 +459,10 @@ static mt_status head_backward(mt_gpt *g, gpt_pass *pass, float **gr) {
     mt_device_free(g->dev, d_lnf);
     mt_model_free_all(g->dev, scratch, 2);
     if (st == MT_OK) {
-        float *used[4] = {pass->d_logits, pass->lnf, pass->lnf_mean, pass->lnf_rstd};
-        mt_model_free_all(g->dev, used, 4);
-        pass->d_logits = pass->lnf = pass->lnf_mean = pass->lnf_rstd = NULL;
+        float *used[5] = {pass->d_logits, pass->lnf, pass->lnf_mean, pass->lnf_rstd,
+                          pass->lnf_full};
+        mt_model_free_all(g->dev, used, 5);
+        pass->d_logits = pass->lnf = pass->lnf_mean = pass->lnf_rstd = pass->lnf_full = NULL;
     }
     return st;
 }
@@ -486,6 +511,9 @@ static mt_status check_config(const mt_gpt_config *c, int tp) {
         return mt_error(MT_ERR_INVALID_ARG, "gpt: vocab %d cannot be split over tp %d (padded to "
                         "%d, the last rank's slice of %d rows would hold no real token)",
                         c->vocab, tp, local * tp, local);
+    if (c->sequence_parallel < MT_GPT_SP_OFF || c->sequence_parallel > MT_GPT_SP_KEEP_GATHERED)
+        return mt_error(MT_ERR_INVALID_ARG, "gpt: sequence_parallel %d is no mode (0 off, 1 "
+                        "re-gather, 2 keep gathered)", c->sequence_parallel);
     if ((int64_t)c->layers * c->d_model * c->d_model > INT32_MAX / 16 ||
         (int64_t)c->vocab * c->d_model > INT32_MAX / 2 || (int64_t)c->seq * c->seq > INT32_MAX / 2)
         return mt_error(MT_ERR_INVALID_ARG, "gpt: layers %d, d_model %d, vocab %d, seq %d: too "
@@ -573,6 +601,7 @@ mt_status mt_gpt_create(mt_mesh *mesh, const mt_gpt_config *config, mt_gpt **out
     int real = c->vocab - tp.rank * g->vocab_local;
     g->vocab_real = real < g->vocab_local ? real : g->vocab_local;
     g->sp = c->sequence_parallel && tp.size > 1;
+    g->sp_keep = g->sp && c->sequence_parallel == MT_GPT_SP_KEEP_GATHERED;
     static const mt_module_ops root_ops = {.forward = root_forward, .backward = root_backward};
     mt_status st = mt_module_create(mesh, "gpt", &root_ops, g, &g->root);
     if (st == MT_OK) st = mt_module_set_tp_dim(g->root, tp_dim);
@@ -612,9 +641,9 @@ static void pass_release(gpt_pass *pass) {
         for (int l = 0; l < pass->gpt->cfg.layers; l++)
             mt_model_free_all(dev, (float **)&pass->acts[l], BLOCK_ACT_COUNT);
     free(pass->acts);
-    float *rest[6] = {pass->x0, pass->lnf, pass->lnf_mean, pass->lnf_rstd, pass->d_logits,
-                      pass->d_res};
-    mt_model_free_all(dev, rest, 6);
+    float *rest[7] = {pass->x0, pass->lnf, pass->lnf_mean, pass->lnf_rstd, pass->lnf_full,
+                      pass->d_logits, pass->d_res};
+    mt_model_free_all(dev, rest, 7);
     mt_device_free(dev, pass->ids);
     mt_device_free(dev, pass->targets);
     memset(pass, 0, sizeof *pass);

@@ -13,8 +13,8 @@
  * The replay mirrors models/gpt.c, fsdp/, tp/, core/cpu/ops_bf16.c and comm/coll_build.c line by
  * line (each function here names the one it follows), so a change to those should change this
  * file too: the memory tests compare every category with the device's accounting and fail
- * otherwise. Activation checkpointing and sequence parallelism are not in the code yet: their
- * terms follow their design (marked AC and SP below) and are to be checked when they land. */
+ * otherwise; they do for activation checkpointing (AC below) and both sequence-parallel modes
+ * (SP below) too. */
 #include "core/error.h"
 #include "models/comm_scratch.h"
 #include "models/mem_timeline.h"
@@ -30,7 +30,7 @@ mt_gpt_memory_plan mt_gpt_memory_plan_defaults(void) {
                                 .param_dtype = MT_F32, .reduce_dtype = MT_F32,
                                 .reshard_after_forward = -1, .prefetch = true,
                                 .activation_checkpointing = MT_GPT_AC_NONE, .ac_every = 1,
-                                .sequence_parallel = false, .cpu_device = true,
+                                .sequence_parallel = MT_GPT_SP_OFF, .cpu_device = true,
                                 .comm_small_bytes = 0};
 }
 
@@ -57,6 +57,7 @@ typedef struct sim {
     gpt_shape s;
     bool bf16_scratch; /* bf16 products widen operands into activations scratch (CPU) */
     bool sp;           /* sequence parallelism, which at tp 1 has nothing to shard */
+    bool sp_keep;      /* and the column-parallel inputs kept gathered from the forward */
     bool defer_init;   /* the model is created deferred (config.defer_init) */
     size_t es_param, es_reduce;
     sim_unit *units; /* [0]: the root; [1 + l]: block l */
@@ -211,9 +212,10 @@ static void post_backward(sim *m, sim_unit *u) {
 /* ---- tp linears (tp/tp_linear.c) and bf16 products (core/cpu/ops_bf16.c) -------------------- */
 
 /* A linear forward of rows x fin -> fout: with bf16 weights on the CPU, the rounded input and the
- * widened weight exist during the product. SP (to check): a column linear first gathers its
- * input into a temporary N x C; a row linear computes its N x C partial output in a temporary
- * that is reduce-scattered into the N / tp rows. */
+ * widened weight exist during the product. SP: a column linear first gathers its input into a
+ * temporary N x C (re-gather; kept gathered, column_forward keeps the buffer); a row
+ * linear computes its N x C partial output in a temporary that is reduce-scattered into the
+ * N / tp rows (tp/tp_sequence.c). */
 static void linear_forward(sim *m, size_t rows, size_t fin, size_t fout, bool sp_temp) {
     bool b = m->bf16_scratch;
     size_t scratch[3] = {sp_temp ? m->s.N * m->s.C : 0, b ? rows * fin : 0, b ? fout * fin : 0};
@@ -221,15 +223,35 @@ static void linear_forward(sim *m, size_t rows, size_t fin, size_t fout, bool sp
 }
 
 /* A linear backward: a column linear over tp > 1 sums its input gradient in a zeroed N x fin
- * part (mt_tp_column_linear_backward); bf16 rounds the output gradient and the input and widens
- * the weight. SP (to check): the linear's replicated operand (the column input, the row output
- * gradient) is gathered into a temporary N x C first. */
+ * part (mt_tp_column_linear_backward), which SP extends by this rank's N / tp rows of the
+ * reduce-scattered sum (column_backward_full); bf16 rounds the output gradient and the input and
+ * widens the weight. SP: the linear's replicated operand (the column input unless kept
+ * gathered, the row output gradient) is gathered into a temporary N x C first. */
 static void linear_backward(sim *m, size_t rows, size_t fin, size_t fout, bool column,
                             bool sp_temp) {
     bool b = m->bf16_scratch;
-    size_t scratch[5] = {sp_temp ? m->s.N * m->s.C : 0, column && m->s.tp > 1 ? rows * fin : 0,
-                         b ? rows * fout : 0, b ? rows * fin : 0, b ? fout * fin : 0};
+    size_t part = column && m->s.tp > 1 ? rows * fin + (m->sp ? m->s.rows * fin : 0) : 0;
+    size_t scratch[5] = {sp_temp ? m->s.N * m->s.C : 0, part, b ? rows * fout : 0,
+                         b ? rows * fin : 0, b ? fout * fin : 0};
     act_transient(m, scratch, 5);
+}
+
+/* SP kept gathered (gpt.c, column_forward): a column linear's forward gathers its input into an
+ * N x C buffer it keeps (ln1_full, ln2_full, lnf_full), then frees the input's rows x C (the
+ * LayerNorm output ln1, ln2, lnf); otherwise the linear's forward alone. */
+static void column_forward(sim *m, size_t fout) {
+    const gpt_shape *s = &m->s;
+    if (m->sp_keep) act(m, s->N * s->C);
+    linear_forward(m, s->N, s->C, fout, m->sp && !m->sp_keep);
+    if (m->sp_keep) act_free(m, s->rows * s->C);
+}
+
+/* SP: a pass's LayerNorm gradients, k x C zeroed scratch (gpt.c, ln_grads_begin), summed over
+ * tp and freed after the LayerNorms' backward. */
+static void ln_grads(sim *m, size_t k, bool free_it) {
+    if (!m->sp) return;
+    if (free_it) act_free(m, k * m->s.C);
+    else act(m, k * m->s.C);
 }
 
 /* ---- the model (models/gpt.c) ---------------------------------------------------------------- */
@@ -243,8 +265,8 @@ static void param_copies(sim *m, const size_t *elems, size_t n, bool free_them) 
     }
 }
 
-/* block_acts, in block_alloc's order; SP (to check): the LayerNorm outputs and statistics and
- * the residual stream hold rows = N / tp rows. */
+/* block_acts, in block_alloc's order; SP: the LayerNorm outputs and statistics and the residual
+ * stream hold rows = N / tp rows. */
 #define BLOCK_ACTS 13
 static void block_act_sizes(const gpt_shape *s, size_t out[BLOCK_ACTS]) {
     size_t N = s->N, r = s->rows, C = s->C;
@@ -252,9 +274,9 @@ static void block_act_sizes(const gpt_shape *s, size_t out[BLOCK_ACTS]) {
                             r * C, r * C, r, r, N * s->fl, N * s->fl, r * C};
     memcpy(out, v, sizeof v);
 }
-enum { ACT_RES_OUT = BLOCK_ACTS - 1 };
+enum { ACT_LN1 = 0, ACT_LN2 = 7, ACT_RES_OUT = BLOCK_ACTS - 1 };
 
-/* AC (to check): a checkpointed block keeps only its output (the next block's input) after its
+/* AC: a checkpointed block keeps only its output (the next block's input) after its
  * forward and recomputes the rest in its backward. MT_GPT_AC_EVERY checkpoints blocks 0, K, ... */
 static bool checkpointed(const sim *m, size_t l) {
     switch (m->plan->activation_checkpointing) {
@@ -267,11 +289,19 @@ static bool checkpointed(const sim *m, size_t l) {
 /* block_forward_run's allocations after the saved activations: its four linears. */
 static void block_forward_compute(sim *m) {
     const gpt_shape *s = &m->s;
-    bool sp = m->sp;
-    linear_forward(m, s->N, s->C, 3 * s->cl, sp); /* qkv, column */
-    linear_forward(m, s->N, s->cl, s->C, sp);     /* attention projection, row */
-    linear_forward(m, s->N, s->C, s->fl, sp);     /* fc, column */
-    linear_forward(m, s->N, s->fl, s->C, sp);     /* MLP projection, row */
+    column_forward(m, 3 * s->cl);                /* qkv */
+    linear_forward(m, s->N, s->cl, s->C, m->sp); /* attention projection, row */
+    column_forward(m, s->fl);                    /* fc */
+    linear_forward(m, s->N, s->fl, s->C, m->sp); /* MLP projection, row */
+}
+
+/* The block's saved activations go (all, or all but res_out for the AC discard); SP kept
+ * gathered, ln1 and ln2 are their gathered N x C by then. */
+static void block_acts_free(sim *m, const size_t *acts, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        bool gathered = m->sp_keep && (i == ACT_LN1 || i == ACT_LN2);
+        act_free(m, gathered ? m->s.N * m->s.C : acts[i]);
+    }
 }
 
 static void block_forward(sim *m, size_t l) {
@@ -285,7 +315,7 @@ static void block_forward(sim *m, size_t l) {
     block_forward_compute(m);
     param_copies(m, small, ns, true);
     if (checkpointed(m, l)) /* AC: the discard of all but the output */
-        for (size_t i = 0; i < ACT_RES_OUT; i++) act_free(m, acts[i]);
+        block_acts_free(m, acts, ACT_RES_OUT);
     post_forward(m, &m->units[1 + l]);
 }
 
@@ -293,7 +323,7 @@ static void block_backward(sim *m, size_t l) {
     const gpt_shape *s = &m->s;
     size_t small[8], acts[BLOCK_ACTS];
     size_t ns = block_small_params(s, small), N = s->N, C = s->C, cl = s->cl, fl = s->fl;
-    bool sp = m->sp;
+    bool sp = m->sp, regather = m->sp && !m->sp_keep;
     block_act_sizes(s, acts);
     phase(m, "backward of block", l);
     pre_backward(m, &m->units[1 + l]);
@@ -305,17 +335,19 @@ static void block_backward(sim *m, size_t l) {
     /* block_grads, in block_backward_run's order; SP: the LayerNorm input gradients are rows. */
     size_t d[6] = {N * fl, N * fl, s->rows * C, N * cl, N * 3 * cl, s->rows * C};
     for (size_t i = 0; i < 6; i++) act(m, d[i]);
-    linear_backward(m, N, fl, C, false, sp);     /* MLP projection, row */
-    linear_backward(m, N, C, fl, true, sp);      /* fc, column */
-    linear_backward(m, N, cl, C, false, sp);     /* attention projection, row */
-    linear_backward(m, N, C, 3 * cl, true, sp);  /* qkv, column */
+    ln_grads(m, 4, false);
+    linear_backward(m, N, fl, C, false, sp);          /* MLP projection, row */
+    linear_backward(m, N, C, fl, true, regather);     /* fc, column */
+    linear_backward(m, N, cl, C, false, sp);          /* attention projection, row */
+    linear_backward(m, N, C, 3 * cl, true, regather); /* qkv, column */
     param_copies(m, small, ns, true);
     for (size_t i = 0; i < 6; i++) act_free(m, d[i]);
-    for (size_t i = 0; i < BLOCK_ACTS; i++) act_free(m, acts[i]);
+    ln_grads(m, 4, true);
+    block_acts_free(m, acts, BLOCK_ACTS);
     post_backward(m, &m->units[1 + l]);
 }
 
-/* embed: wte and wpe read as f32 (copies when bf16), x0. SP (to check): the lookup's N x C sum
+/* embed: wte and wpe read as f32 (copies when bf16), x0. SP: the lookup's N x C sum
  * in a temporary, reduce-scattered into x0's rows. */
 static void embed(sim *m) {
     const gpt_shape *s = &m->s;
@@ -339,7 +371,7 @@ static void head_forward(sim *m) {
     act(m, s->rows);
     act(m, s->rows);
     act(m, s->N * s->V); /* logits */
-    linear_forward(m, s->N, s->C, s->V, m->sp);
+    column_forward(m, s->V);
     act(m, s->N * s->V); /* d_logits */
     size_t xent = 4 * s->N;
     act_transient(m, &xent, 1);
@@ -355,12 +387,14 @@ static void head_backward(sim *m) {
     phase(m, "head backward", NO_INDEX);
     param_copies(m, &lnf_w, 1, false);
     act(m, s->rows * s->C);
-    linear_backward(m, s->N, s->C, s->V, true, m->sp);
+    linear_backward(m, s->N, s->C, s->V, true, m->sp && !m->sp_keep);
     act(m, s->rows * s->C); /* d_res */
+    ln_grads(m, 2, false);
+    ln_grads(m, 2, true);
     act_free(m, s->rows * s->C);
     param_copies(m, &lnf_w, 1, true);
     act_free(m, s->N * s->V);
-    act_free(m, s->rows * s->C);
+    act_free(m, (m->sp_keep ? s->N : s->rows) * s->C); /* lnf, or lnf_full */
     act_free(m, s->rows);
     act_free(m, s->rows);
 }
@@ -381,9 +415,13 @@ static void micro_batch(sim *m) {
     head_backward(m);
     for (size_t l = s->L; l-- > 0;) block_backward(m, l);
     phase(m, "embedding backward", NO_INDEX);
+    if (m->sp) { /* root_backward: d_res gathered for the embeddings, its rows freed */
+        act(m, s->N * s->C);
+        act_free(m, s->rows * s->C);
+    }
     post_backward(m, root);
-    act_free(m, s->rows * s->C); /* x0 */
-    act_free(m, s->rows * s->C); /* d_res */
+    act_free(m, s->rows * s->C);           /* x0 */
+    act_free(m, (m->sp ? s->N : s->rows) * s->C); /* d_res */
     release(m, MT_MEM_ACTIVATIONS, 2 * s->N * sizeof(int));
 }
 
@@ -404,8 +442,9 @@ static size_t comm_scratch(const sim *m) {
         if (rs > dp) dp = rs;
         if (ar > rep) rep = ar;
     }
-    size_t tp_counts[4] = {s->N * s->C, s->N, 2 * s->N, 1};
-    for (int i = 0; i < 4; i++) {
+    /* SP: also the LayerNorm gradients' all-reduce, 4 x C per block (gpt.c, ln_grads_end). */
+    size_t tp_counts[5] = {s->N * s->C, s->N, 2 * s->N, 1, m->sp ? 4 * s->C : 0};
+    for (int i = 0; i < 5; i++) {
         size_t b = mt_comm_scratch_all_reduce(tp_counts[i], sizeof(float), p->tp, small);
         if (i == 0 && m->sp) /* SP: reduce-scatters to rows instead */
             b = mt_comm_scratch_reduce_scatter(s->rows * s->C, sizeof(float), p->tp, small);
@@ -483,6 +522,9 @@ static mt_status check_plan(const mt_gpt_config *c, const mt_gpt_memory_plan *p)
         return mt_error(MT_ERR_INVALID_ARG, "%s: activation checkpointing %d (every %d): not a "
                         "mode, or every K with K < 1", what, (int)p->activation_checkpointing,
                         p->ac_every);
+    if (p->sequence_parallel < MT_GPT_SP_OFF || p->sequence_parallel > MT_GPT_SP_KEEP_GATHERED)
+        return mt_error(MT_ERR_INVALID_ARG, "%s: sequence_parallel %d is no mode (0 off, 1 "
+                        "re-gather, 2 keep gathered)", what, p->sequence_parallel);
     if (p->sequence_parallel && ((size_t)p->batch * (size_t)c->seq) % (size_t)p->tp != 0)
         return mt_error(MT_ERR_INVALID_ARG, "%s: sequence parallelism splits batch %d x seq %d "
                         "rows over tp %d, which does not divide them", what, p->batch, c->seq,
@@ -521,6 +563,7 @@ mt_status mt_gpt_memory_predict(const mt_gpt_config *cfg, const mt_gpt_memory_pl
     m.s = shape_of(cfg, plan);
     m.bf16_scratch = plan->cpu_device && plan->param_dtype == MT_BF16;
     m.sp = plan->sequence_parallel && plan->tp > 1;
+    m.sp_keep = m.sp && plan->sequence_parallel == MT_GPT_SP_KEEP_GATHERED;
     m.defer_init = cfg->defer_init;
     m.es_param = plan->param_dtype == MT_BF16 ? 2 : 4;
     m.es_reduce = plan->reduce_dtype == MT_BF16 ? 2 : 4;

@@ -5,9 +5,10 @@
  * traffic as the all-reduce it replaces (an all-reduce is a reduce-scatter plus an all-gather),
  * split at the other end of the region. In backward the roles swap: the row-parallel linear
  * all-gathers its output gradient, the column-parallel linear reduce-scatters its input
- * gradient. The column-parallel input is gathered again in backward rather than kept (Megatron's
- * choice): the kept activation stays n / tp rows, at the price of one more all-gather per
- * column-parallel linear per backward. */
+ * gradient. The column-parallel input is either gathered again in backward (Megatron's choice,
+ * mt_tp_column_linear_*_sp: the kept activation stays n / tp rows, at the price of one more
+ * all-gather per column-parallel linear per backward) or kept gathered by the caller from the
+ * forward (mt_tp_column_linear_*_sp_gathered: no re-gather, n rows kept per linear). */
 #include "tp/tp_internal.h"
 
 #include "core/error.h"
@@ -101,6 +102,46 @@ mt_status mt_tp_column_linear_forward_sp(const mt_tp_ctx *tp, const float *in_sh
     return st;
 }
 
+mt_status mt_tp_column_linear_forward_sp_gathered(const mt_tp_ctx *tp, const float *in_shard,
+                                                  float *in_full, const void *w_local,
+                                                  mt_dtype w_dtype, const float *b_local,
+                                                  float *out_local, int n, int in_features,
+                                                  int out_features_local) {
+    static const char what[] = "tp column-parallel linear forward (sequence-parallel input, "
+                               "kept gathered)";
+    MT_TRY(check_sp(tp, what, n, in_features, out_features_local));
+    if (n == 0) return MT_OK;
+    if (!in_shard || !in_full)
+        return mt_error(MT_ERR_INVALID_ARG, "%s: in_shard and in_full must not be NULL", what);
+    MT_TRY(mt_tp_sequence_gather(tp, in_shard, in_full, n, in_features));
+    return mt_op_linear_forward_ex(tp->dev, in_full, w_local, w_dtype, b_local, out_local, n,
+                                   in_features, out_features_local);
+}
+
+/* The column-parallel backward from the gathered input full (n x in_features), however it was
+ * obtained: d_w, d_b from it, the input gradient reduce-scattered into d_in_shard. */
+static mt_status column_backward_full(const mt_tp_ctx *tp, const float *d_out_local,
+                                      const float *full, const void *w_local, mt_dtype w_dtype,
+                                      float *d_in_shard, float *d_w, float *d_b, int n,
+                                      int in_features, int out_features_local) {
+    size_t count = (size_t)n * (size_t)in_features, shard = count / (size_t)tp->size;
+    float *part = NULL;
+    mt_status st = MT_OK;
+    if (d_in_shard) st = mt_tp_scratch(tp, count + shard, sizeof(float), (void **)&part);
+    if (st == MT_OK)
+        st = mt_op_linear_backward_ex(tp->dev, d_out_local, full, w_local, w_dtype, part, d_w,
+                                      d_b, n, in_features, out_features_local);
+    /* Each rank holds its output features' part of every row's input gradient: summed over tp,
+     * each rank keeps its rows, then accumulates, so that d_in_shard keeps its += meaning. */
+    if (st == MT_OK && d_in_shard) {
+        float *mine = part + count;
+        st = mt_tp_sequence_reduce_scatter(tp, part, mine, n, in_features);
+        if (st == MT_OK) st = mt_op_add(tp->dev, d_in_shard, mine, d_in_shard, shard);
+    }
+    mt_device_free(tp->dev, part);
+    return st;
+}
+
 mt_status mt_tp_column_linear_backward_sp(const mt_tp_ctx *tp, const float *d_out_local,
                                           const float *in_shard, const void *w_local,
                                           mt_dtype w_dtype, float *d_in_shard, float *d_w,
@@ -109,25 +150,30 @@ mt_status mt_tp_column_linear_backward_sp(const mt_tp_ctx *tp, const float *d_ou
     static const char what[] = "tp column-parallel linear backward (sequence-parallel input)";
     MT_TRY(check_sp(tp, what, n, in_features, out_features_local));
     if (n == 0) return MT_OK;
-    size_t count = (size_t)n * (size_t)in_features, shard = count / (size_t)tp->size;
-    float *full = NULL, *part = NULL, *mine = NULL;
+    float *full = NULL;
     /* The input was not kept gathered: gather it again for the weight gradient. */
-    mt_status st = gather_scratch(tp, in_shard, n, in_features, &full);
-    if (st == MT_OK && d_in_shard)
-        st = mt_tp_scratch(tp, count + shard, sizeof(float), (void **)&part);
-    if (st == MT_OK)
-        st = mt_op_linear_backward_ex(tp->dev, d_out_local, full, w_local, w_dtype, part, d_w,
-                                      d_b, n, in_features, out_features_local);
-    /* Each rank holds its output features' part of every row's input gradient: summed over tp,
-     * each rank keeps its rows, then accumulates, so that d_in_shard keeps its += meaning. */
-    if (st == MT_OK && d_in_shard) {
-        mine = part + count;
-        st = mt_tp_sequence_reduce_scatter(tp, part, mine, n, in_features);
-        if (st == MT_OK) st = mt_op_add(tp->dev, d_in_shard, mine, d_in_shard, shard);
-    }
-    mt_device_free(tp->dev, part);
+    MT_TRY(gather_scratch(tp, in_shard, n, in_features, &full));
+    mt_status st = column_backward_full(tp, d_out_local, full, w_local, w_dtype, d_in_shard, d_w,
+                                        d_b, n, in_features, out_features_local);
     mt_device_free(tp->dev, full);
     return st;
+}
+
+mt_status mt_tp_column_linear_backward_sp_gathered(const mt_tp_ctx *tp,
+                                                   const float *d_out_local,
+                                                   const float *in_full, const void *w_local,
+                                                   mt_dtype w_dtype, float *d_in_shard,
+                                                   float *d_w, float *d_b, int n,
+                                                   int in_features, int out_features_local) {
+    static const char what[] = "tp column-parallel linear backward (sequence-parallel input, "
+                               "kept gathered)";
+    MT_TRY(check_sp(tp, what, n, in_features, out_features_local));
+    if (n == 0) return MT_OK;
+    if (!in_full)
+        return mt_error(MT_ERR_INVALID_ARG, "%s: in_full (the input gathered in forward) must "
+                        "not be NULL", what);
+    return column_backward_full(tp, d_out_local, in_full, w_local, w_dtype, d_in_shard, d_w,
+                                d_b, n, in_features, out_features_local);
 }
 
 mt_status mt_tp_row_linear_forward_sp(const mt_tp_ctx *tp, const float *in_local,

@@ -43,11 +43,25 @@ typedef struct mt_gpt_config {
      * (each rank computes only its shards) or load a checkpoint instead. The values are the same
      * either way, bit for bit. */
     bool defer_init;
-    /* Non-zero: sequence parallelism inside the tp group (tp.h): the LayerNorms, residual adds
-     * and embedding output hold batch * seq / tp rows per rank instead of all of them. Needs
-     * seq divisible by tp; a no-op at tp 1. The losses and gradients are those without it. */
+    /* An mt_gpt_sp_mode: sequence parallelism inside the tp group (tp.h): the LayerNorms,
+     * residual adds and embedding output hold batch * seq / tp rows per rank instead of all of
+     * them. Needs seq divisible by tp; a no-op at tp 1. The losses and gradients are those
+     * without it. */
     int sequence_parallel;
 } mt_gpt_config;
+
+/* How the column-parallel linears (qkv, MLP fc, the LM head) have their gathered input in
+ * backward under sequence parallelism (tp.h). */
+typedef enum mt_gpt_sp_mode {
+    MT_GPT_SP_OFF = 0,
+    /* 1 (true): gathered again in backward (Megatron's choice): one more n x C all-gather per
+     * column-parallel linear per backward, only n / tp rows kept. */
+    MT_GPT_SP_REGATHER = 1,
+    /* Kept from the forward: the tp traffic is that without sequence parallelism plus the
+     * LayerNorm gradients' all-reduce, at the cost of n x C more kept per column-parallel linear
+     * (two per block and the head's). */
+    MT_GPT_SP_KEEP_GATHERED = 2
+} mt_gpt_sp_mode;
 
 typedef struct mt_gpt mt_gpt;
 
@@ -74,8 +88,8 @@ MT_API mt_status mt_gpt_forward(mt_gpt *gpt, const int *tokens, int batch, float
  * micro-batch), per category and in total, predicted before the first step by replaying the
  * step's allocations and frees in the order the model (models/gpt.c), FSDP (fsdp/), the tp layers
  * (tp/), AdamW and the host transport (comm/) make them. Exact for the code as it is on the CPU
- * device (what train_gpt's --metrics peak_bytes measure); activation checkpointing and sequence
- * parallelism are modelled from their design and are to be checked once they land. Every rank of
+ * device (what train_gpt's --metrics peak_bytes measure), activation checkpointing and both
+ * sequence-parallel modes included. Every rank of
  * a dp x tp mesh holds the same sizes except the last tp rank's smaller vocabulary slice, so the
  * prediction (tp rank 0's) is also the maximum over ranks. */
 
@@ -96,7 +110,7 @@ typedef struct mt_gpt_memory_plan {
     bool prefetch;                        /* mt_fsdp_set_prefetch */
     mt_gpt_ac_mode activation_checkpointing;
     int ac_every;                         /* K of MT_GPT_AC_EVERY */
-    bool sequence_parallel;               /* rows outside attention and MLP sharded over tp */
+    int sequence_parallel;                /* an mt_gpt_sp_mode, as mt_gpt_config's */
     /* The CPU device: bf16 products widen their operands into activations scratch, and the host
      * transport's scratch (per group, kept between collectives) is device memory charged to comm.
      * false (CUDA): neither; NCCL's own buffers (charged to comm when a communicator is made)

@@ -111,9 +111,14 @@ mt_status mt_tp_vocab_cross_entropy_range(const mt_tp_ctx *tp, const float *logi
  * contiguous blocks: tp rank r holds rows [r * n / tp, (r + 1) * n / tp) (a "shard", n / tp
  * rows). Every per-token operation (LayerNorm, residual add, position embedding: position =
  * global row % seq) runs on the shard unchanged. n is the global row count everywhere below and
- * must be divisible by tp. The column-parallel input is all-gathered again in backward instead
- * of being kept (Megatron's choice): one more all-gather per column-parallel backward, and only
- * the shard is ever kept. */
+ * must be divisible by tp. The column-parallel input is needed whole again in backward (for the
+ * weight gradient); two ways to have it:
+ *   re-gather (mt_tp_column_linear_forward_sp / _backward_sp, Megatron's choice): backward
+ *     all-gathers the shard again; one more all-gather per column-parallel backward, and only
+ *     the shard is ever kept;
+ *   keep gathered (mt_tp_column_linear_forward_sp_gathered / _backward_sp_gathered): forward
+ *     gathers into a caller's buffer, which the caller keeps for backward; the traffic is that
+ *     of the replicated layers, at the cost of n x in_features kept per column-parallel linear. */
 
 /* MT_ERR_INVALID_ARG "sequence parallelism: seq S not divisible by tp T" unless tp divides seq
  * (Megatron's condition; it makes every batch's rows split evenly). */
@@ -141,6 +146,25 @@ mt_status mt_tp_column_linear_backward_sp(const mt_tp_ctx *tp, const float *d_ou
                                           mt_dtype w_dtype, float *d_in_shard, float *d_w,
                                           float *d_b, int n, int in_features,
                                           int out_features_local);
+
+/* Column-parallel with a sequence-parallel input kept gathered: forward all-gathers in_shard
+ * into in_full (n x in_features, the caller's, to keep until backward), then computes out_local
+ * as mt_tp_column_linear_forward_sp. Backward takes that in_full (no communication for it) and
+ * is otherwise mt_tp_column_linear_backward_sp: d_in_shard (may be NULL) += this rank's rows of
+ * the reduce-scattered input gradient; d_w, d_b accumulate. */
+MT_API
+mt_status mt_tp_column_linear_forward_sp_gathered(const mt_tp_ctx *tp, const float *in_shard,
+                                                  float *in_full, const void *w_local,
+                                                  mt_dtype w_dtype, const float *b_local,
+                                                  float *out_local, int n, int in_features,
+                                                  int out_features_local);
+MT_API
+mt_status mt_tp_column_linear_backward_sp_gathered(const mt_tp_ctx *tp,
+                                                   const float *d_out_local,
+                                                   const float *in_full, const void *w_local,
+                                                   mt_dtype w_dtype, float *d_in_shard,
+                                                   float *d_w, float *d_b, int n,
+                                                   int in_features, int out_features_local);
 
 /* Row-parallel with a sequence-parallel output: out_shard (n / tp x out_features) = this rank's
  * rows of the sum over tp of in_local * w_local^T, + b (reduce-scatter). Backward gathers

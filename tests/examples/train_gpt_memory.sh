@@ -6,7 +6,7 @@
 #             total's against the highest measured (--metrics peak_bytes: max over ranks, over
 #             steps), and the total before step 0 (setup_peak_bytes: building and sharding),
 #             within 10% or 1 MiB (whichever is looser) and, for the configurations marked
-#             exact (what the code does today, no AC or SP), to the byte
+#             exact, to the byte
 #   capacity  MT_CPU_DEVICE_MEMORY at the predicted total: the run says it fits and completes;
 #             one byte less: the run warns before step 0 and runs out of device memory
 set -u
@@ -45,12 +45,18 @@ VARIANTS=(
     "ac_full 2 exact --dp 2 --activation-checkpointing full"
     "ac_every2_tp2 4 exact --dp 2 --tp 2 --activation-checkpointing every:2"
     "ac_full_bf16_tp2 2 exact --tp 2 --param-dtype bf16 --activation-checkpointing full"
-    # Sequence parallelism, alone and with recompute.
-    "sp_tp2 2 spec --tp 2 --sequence-parallel"
-    "sp_dp2_tp2 4 spec --dp 2 --tp 2 --sequence-parallel"
-    "sp_tp4 4 spec --tp 4 --sequence-parallel --batch 1"
-    "sp_ac_dp2_tp2 4 spec --dp 2 --tp 2 --sequence-parallel --activation-checkpointing full"
-    "sp_ac_bf16_tp2 2 spec --tp 2 --sequence-parallel --activation-checkpointing every:2 --param-dtype bf16"
+    # Sequence parallelism (re-gather), alone and with recompute.
+    "sp_tp2 2 exact --tp 2 --sequence-parallel"
+    "sp_dp2_tp2 4 exact --dp 2 --tp 2 --sequence-parallel"
+    "sp_tp4 4 exact --tp 4 --sequence-parallel --batch 1"
+    "sp_ac_dp2_tp2 4 exact --dp 2 --tp 2 --sequence-parallel --activation-checkpointing full"
+    "sp_ac_bf16_tp2 2 exact --tp 2 --sequence-parallel --activation-checkpointing every:2 --param-dtype bf16"
+    # Sequence parallelism keeping the column-parallel inputs gathered, alone and with recompute.
+    "spk_tp2 2 exact --tp 2 --sequence-parallel=keep-gathered"
+    "spk_dp2_tp2 4 exact --dp 2 --tp 2 --sequence-parallel=keep-gathered"
+    "spk_tp4 4 exact --tp 4 --sequence-parallel=keep-gathered --batch 1"
+    "spk_ac_dp2_tp2 4 exact --dp 2 --tp 2 --sequence-parallel=keep-gathered --activation-checkpointing full"
+    "spk_ac_bf16_tp2 2 exact --tp 2 --sequence-parallel=keep-gathered --activation-checkpointing every:2 --param-dtype bf16"
 )
 
 # run NAME RANKS [VAR=VALUE...] OPTIONS...: one mtrun; metrics in $TMP/NAME.jsonl, output in

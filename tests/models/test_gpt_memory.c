@@ -45,11 +45,16 @@ static void test_errors(void) {
     plan = mt_gpt_memory_plan_defaults();
     plan.tp = 4;
     plan.batch = 1;
-    plan.sequence_parallel = true;
+    plan.sequence_parallel = MT_GPT_SP_REGATHER;
     mt_gpt_config odd = cfg;
     odd.seq = 30; /* 30 rows do not split over tp 4 */
     CHECK(mt_gpt_memory_predict(&odd, &plan, &p) == MT_ERR_INVALID_ARG);
     CHECK_MSG(strstr(mt_last_error(), "tp 4") != NULL, "%s", mt_last_error());
+    plan = mt_gpt_memory_plan_defaults();
+    plan.sequence_parallel = MT_GPT_SP_KEEP_GATHERED + 1;
+    CHECK(mt_gpt_memory_predict(&cfg, &plan, &p) == MT_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(mt_last_error(), "sequence_parallel 3 is no mode") != NULL, "%s",
+              mt_last_error());
     mt_clear_error();
 }
 
@@ -82,8 +87,44 @@ static void test_activation_checkpointing(void) {
     CHECK(full.setup_peak == none.setup_peak);
 }
 
+/* What a checkpointed block discards with sequence parallelism over tp: the rows outside
+ * attention and MLP are R = N / tp (ln1, res_mid, ln2: 3 R x C, four R-row statistics), the
+ * others tp-local (qkv, atty, fc, fc_gelu: 12 N x C / tp, the attention probabilities / tp);
+ * keeping the column-parallel inputs gathered holds ln1 and ln2 gathered, N x C each, instead
+ * of their R rows. */
+static size_t discarded_sp_bytes(int batch, int tp, bool keep) {
+    size_t N = (size_t)batch * cfg.seq, C = cfg.d_model, R = N / (size_t)tp;
+    size_t att = (size_t)batch * cfg.heads * cfg.seq * cfg.seq / (size_t)tp;
+    size_t ln = keep ? 2 * N * C : 2 * R * C;
+    return (ln + R * C + 4 * R + 12 * N * C / (size_t)tp + att) * sizeof(float);
+}
+
+/* Recompute under both sequence-parallel modes: as without it, the peak in the last block's
+ * backward loses the other L - 1 blocks' discarded activations, the gathered inputs a
+ * keep-gathered block holds among them (its discard frees them, its re-run makes them again). */
+static void test_sequence_parallel_recompute(void) {
+    const int modes[2] = {MT_GPT_SP_REGATHER, MT_GPT_SP_KEEP_GATHERED};
+    for (int i = 0; i < 2; i++) {
+        mt_gpt_memory_plan plan = mt_gpt_memory_plan_defaults();
+        plan.batch = 4;
+        plan.tp = 2;
+        plan.sequence_parallel = modes[i];
+        mt_gpt_memory_prediction none = predict(&plan);
+        plan.activation_checkpointing = MT_GPT_AC_FULL;
+        mt_gpt_memory_prediction full = predict(&plan);
+        const int A = MT_MEM_ACTIVATIONS;
+        size_t d = discarded_sp_bytes(plan.batch, plan.tp, modes[i] == MT_GPT_SP_KEEP_GATHERED);
+        CHECK_MSG(none.peak[A] - full.peak[A] == (size_t)(cfg.layers - 1) * d,
+                  "mode %d: none %zu, full %zu, discarded per block %zu", modes[i], none.peak[A],
+                  full.peak[A], d);
+    }
+}
+
 /* Sequence parallelism shards rows outside attention and MLP over tp: less activation memory,
- * the same parameters, gradients and optimizer state; at tp 1 there is nothing to shard. */
+ * the same parameters, gradients and optimizer state; at tp 1 there is nothing to shard.
+ * Keeping the column-parallel inputs gathered holds more activations than gathering them
+ * again, fewer than without sequence parallelism (the LayerNorm outputs are whole again, the
+ * residual stream stays split). */
 static void test_sequence_parallel(void) {
     mt_gpt_memory_plan plan = mt_gpt_memory_plan_defaults();
     plan.tp = 2;
@@ -93,17 +134,28 @@ static void test_sequence_parallel(void) {
     CHECK_MSG(on.peak[MT_MEM_ACTIVATIONS] < off.peak[MT_MEM_ACTIVATIONS], "SP %zu, without %zu",
               on.peak[MT_MEM_ACTIVATIONS], off.peak[MT_MEM_ACTIVATIONS]);
     for (int c = MT_MEM_PARAMS; c <= MT_MEM_OPTIMIZER; c++) CHECK(on.peak[c] == off.peak[c]);
+    plan.sequence_parallel = MT_GPT_SP_KEEP_GATHERED;
+    mt_gpt_memory_prediction keep = predict(&plan);
+    CHECK_MSG(keep.peak[MT_MEM_ACTIVATIONS] > on.peak[MT_MEM_ACTIVATIONS] &&
+                  keep.peak[MT_MEM_ACTIVATIONS] < off.peak[MT_MEM_ACTIVATIONS],
+              "kept gathered %zu, re-gathered %zu, without %zu", keep.peak[MT_MEM_ACTIVATIONS],
+              on.peak[MT_MEM_ACTIVATIONS], off.peak[MT_MEM_ACTIVATIONS]);
+    for (int c = MT_MEM_PARAMS; c <= MT_MEM_OPTIMIZER; c++) CHECK(keep.peak[c] == off.peak[c]);
     plan.tp = 1;
+    mt_gpt_memory_prediction keep1 = predict(&plan);
+    plan.sequence_parallel = MT_GPT_SP_REGATHER;
     mt_gpt_memory_prediction sp1 = predict(&plan);
     plan.sequence_parallel = false;
     mt_gpt_memory_prediction plain1 = predict(&plan);
     CHECK(sp1.total_peak == plain1.total_peak);
     CHECK(!memcmp(sp1.peak, plain1.peak, sizeof sp1.peak));
+    CHECK(!memcmp(keep1.peak, plain1.peak, sizeof keep1.peak));
 }
 
 int main(void) {
     test_errors();
     test_activation_checkpointing();
     test_sequence_parallel();
+    test_sequence_parallel_recompute();
     return check_report("test_gpt_memory");
 }
