@@ -19,11 +19,13 @@
 #               1 rank, and the loss falls from about ln 1000 on tp 2
 #   tokens_pad  vocabularies that tp does not divide (padded): 1000 on tp 4, 1001 on tp 2 and on
 #               dp 2 x tp 2, against 1 rank
-#   sequence_parallel  --sequence-parallel against the same run without it: tp 2, tp 4 with
-#               --batch 1 (each rank's rows start inside a sequence), dp 2 x tp 2, and that
-#               with 2 micro-batches (LayerNorm gradients summed per micro-batch); the tp
-#               group's traffic differs only by the re-gathered column-parallel inputs and the
-#               LayerNorm gradients' all-reduce; a seq that tp does not divide is refused
+#   sequence_parallel  --sequence-parallel (re-gather) and --sequence-parallel=keep-gathered
+#               against the same run without it: tp 2, tp 4 with --batch 1 (each rank's rows
+#               start inside a sequence), dp 2 x tp 2, and that with 2 micro-batches (LayerNorm
+#               gradients summed per micro-batch); the tp group's traffic differs only by the
+#               re-gathered column-parallel inputs (re-gather) and the LayerNorm gradients'
+#               all-reduce, per collective kind for keep-gathered; a seq that tp does not
+#               divide and an unknown mode are refused
 #   token_errors  a bad id, --data with --token-file, an odd-sized token file, --vocab below a
 #               byte of --data, a vocabulary tp cannot split: one clear message each
 #   recompute   --activation-checkpointing full and every:2 against none, dp 2 x tp 2 (4 ranks),
@@ -456,49 +458,80 @@ token_errors)
         --token-file "$TMP/v5.bin"
     ;;
 sequence_parallel)
-    # name ranks batch args: the run without and with --sequence-parallel, compared
+    # name ranks batch args: the run without sequence parallelism, and with it in each mode
+    # (re-gather, keep-gathered), compared
     for spec in "tp2 2 4 --tp 2" "tp4 4 1 --tp 4" "dp2tp2 4 2 --dp 2 --tp 2" \
         "dp2tp2accum 4 1 --dp 2 --tp 2 --grad-accum 2"; do
         set -- $spec
         name=$1 np=$2 batch=$3
         shift 3
         train "$name" "$np" "${TINY[@]}" --batch "$batch" "$@"
-        train "${name}_sp" "$np" "${TINY[@]}" --batch "$batch" "$@" --sequence-parallel
-        check "${name}_sp said so" has_text "$TMP/${name}_sp.out" "sequence parallelism on"
-        same "$name" "${name}_sp"
-        # Traffic sent per rank by ring collectives, from rank 0's tp-group counters: an
-        # all-reduce of M bytes sends 2 (p-1)/p M, an all-gather or reduce-scatter (p-1)/p M.
-        # Sequence parallelism replaces each activation all-reduce by a reduce-scatter and an
-        # all-gather (the same), and adds the column-parallel inputs gathered again in backward
-        # (2 per layer and the head's, N x C each) and the LayerNorm gradients' all-reduce
-        # ((4 x layers + 2) x C).
-        if python3 - "$TMP/$name.out" "$TMP/${name}_sp.out" "$np" "$batch" "$name" <<'EOF'; then
+        for mode in regather keep-gathered; do
+            run=${name}_sp
+            [ "$mode" = regather ] || run=${name}_spk
+            opt=--sequence-parallel
+            [ "$mode" = regather ] || opt=--sequence-parallel=$mode
+            train "$run" "$np" "${TINY[@]}" --batch "$batch" "$@" "$opt"
+            check "$run said so" has_text "$TMP/$run.out" "sequence parallelism on"
+            same "$name" "$run"
+            # Traffic sent per rank by ring collectives, from rank 0's tp-group counters: an
+            # all-reduce of M bytes sends 2 (p-1)/p M, an all-gather or reduce-scatter (p-1)/p M.
+            # Sequence parallelism replaces each activation all-reduce by a reduce-scatter and an
+            # all-gather (the same) and adds the LayerNorm gradients' all-reduce ((4 x layers +
+            # 2) x C); re-gathering adds the column-parallel inputs gathered again in backward
+            # (2 per layer and the head's, N x C each), keep-gathered nothing more. Besides the
+            # total, per kind: keep-gathered's all-gathers and reduce-scatters move the bytes of
+            # the run without it's activation all-reduces, and its all-reduces those of the
+            # run without it less those activation all-reduces plus the LayerNorm gradients.
+            if python3 - "$TMP/$name.out" "$TMP/$run.out" "$np" "$batch" "$name" "$mode" <<'EOF'; then
 import re, sys
 layers, C, seq = 2, 32, 16  # TINY
 dp = 2 if sys.argv[5].startswith("dp2") else 1
 accum = 2 if sys.argv[5].endswith("accum") else 1  # micro-batches: each pays the extras
+mode = sys.argv[6]
 p = int(sys.argv[3]) // dp
 N = int(sys.argv[4]) * seq
 def traffic(path):
     line = [l for l in open(path) if "tp traffic" in l][-1]
-    return {k: int(b) for k, b in re.findall(r"(\w+) \d+ calls (\d+) B", line)}
+    return {k: (int(c), int(b)) for k, c, b in re.findall(r"(\w+) (\d+) calls (\d+) B", line)}
 def ring_times_p(t):  # p x bytes sent per rank, an integer
-    return (p - 1) * (2 * t["all_reduce"] + t["all_gather"] + t["reduce_scatter"])
+    return (p - 1) * (2 * t["all_reduce"][1] + t["all_gather"][1] + t["reduce_scatter"][1])
 base, sp = traffic(sys.argv[1]), traffic(sys.argv[2])
-extra = accum * ((p - 1) * (2 * layers + 1) * N * C * 4 + 2 * (p - 1) * (4 * layers + 2) * C * 4)
+ln = accum * 2 * (p - 1) * (4 * layers + 2) * C * 4
+regather = accum * (p - 1) * (2 * layers + 1) * N * C * 4
+extra = ln + (regather if mode == "regather" else 0)
 got = ring_times_p(sp) - ring_times_p(base)
-print(f"{sys.argv[5]}: per rank per step {ring_times_p(base) / p:.0f} B without, "
+print(f"{sys.argv[5]} {mode}: per rank per step {ring_times_p(base) / p:.0f} B without, "
       f"{ring_times_p(sp) / p:.0f} B with sequence parallelism (+{extra / p:.0f} expected)")
-if base["all_gather"] or base["reduce_scatter"] or got != extra:
+if base["all_gather"][1] or base["reduce_scatter"][1] or got != extra:
     sys.exit(f"traffic {base} -> {sp}: difference {got / p} B, expected {extra / p} B")
+if mode == "keep-gathered":
+    # The activation all-reduces of the run without: 4 x layers + 2 per micro-batch of N x C
+    # (embedding, 2 row-parallel forwards and 2 column-parallel backwards a layer, the head's).
+    act_calls, act_bytes = accum * (4 * layers + 2), accum * (4 * layers + 2) * N * C * 4
+    ln_calls, ln_bytes = accum * (layers + 1), accum * (4 * layers + 2) * C * 4
+    want = {"all_gather": (act_calls, act_bytes), "reduce_scatter": (act_calls, act_bytes),
+            "all_reduce": (base["all_reduce"][0] - act_calls + ln_calls,
+                           base["all_reduce"][1] - act_bytes + ln_bytes)}
+    for k, v in want.items():
+        if sp[k] != v:
+            sys.exit(f"{k}: {sp[k][0]} calls {sp[k][1]} B, expected {v[0]} calls {v[1]} B "
+                     f"(without: {base})")
 EOF
-            pass "$name: tp traffic differs by the re-gathers and LayerNorm gradients only"
-        else
-            fail "$name: tp traffic"
-        fi
+                if [ "$mode" = regather ]; then
+                    pass "$run: tp traffic differs by the re-gathers and LayerNorm gradients only"
+                else
+                    pass "$run: tp traffic differs by the LayerNorm gradients only, per kind"
+                fi
+            else
+                fail "$run: tp traffic"
+            fi
+        done
     done
     refused sp_seq 4 "sequence parallelism: seq 10 not divisible by tp 4" "${TINY[@]}" \
         --seq 10 --tp 4 --sequence-parallel
+    refused sp_mode 2 "--sequence-parallel 'keep': the mode is regather (the default) or keep-gathered" \
+        "${TINY[@]}" --tp 2 --sequence-parallel=keep
     ;;
 *)
     fail "unknown variant '$VARIANT'"

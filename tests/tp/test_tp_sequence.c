@@ -2,7 +2,10 @@
  * mtrun on 1, 2 and 4 ranks, all on the mesh's "tp" dimension):
  *   gather / reduce-scatter of rows;
  *   column-parallel forward from a row shard = the replicated forward; its backward: d_w, d_b
- *   equal, d_in_shard = this rank's rows of the replicated d_in, added to what it held;
+ *   equal, d_in_shard = this rank's rows of the replicated d_in, added to what it held; the
+ *   same for the kept-gathered pair (_sp_gathered: the forward leaves the replicated input in
+ *   the caller's buffer, the backward takes it), whose backward communicates only the input
+ *   gradient's reduce-scatter;
  *   row-parallel forward = this rank's rows of the replicated output; its backward from the row
  *   shard of the output gradient = the replicated backward (d_b the full bias gradient);
  *   vocab embedding and the position embedding on a shard that starts inside a sequence (3
@@ -122,6 +125,70 @@ static void test_column(const mt_tp_ctx *tp, int rows) {
     free(want_b);
     float *bufs[] = {in, w, b, in_shard, out, out_sp, d_out, d_in, d_w, d_b, held, d_in_sp,
                      d_w_sp, d_b_sp};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) mt_device_free(dev, bufs[i]);
+}
+
+/* The kept-gathered pair against the replicated functions, and its traffic: the forward's
+ * all-gather, the backward's reduce-scatter, nothing else (no re-gather). */
+static void test_column_gathered(const mt_tp_ctx *tp, int rows) {
+    size_t R = (size_t)rows, off = (size_t)tp->rank * R;
+    float *in = rand_dev(21, N * IN), *w = rand_dev(120 + tp->rank, OUT_LOCAL * IN);
+    float *b = rand_dev(220 + tp->rank, OUT_LOCAL);
+    float *in_host = down(in, N * IN);
+    float *in_shard = up(in_host + off * IN, R * IN), *in_full = zeros_dev(N * IN);
+    float *out = zeros_dev(N * OUT_LOCAL), *out_sp = zeros_dev(N * OUT_LOCAL);
+    float *d_out = rand_dev(320 + tp->rank, N * OUT_LOCAL);
+    float *d_in = zeros_dev(N * IN), *d_w = zeros_dev(OUT_LOCAL * IN), *d_b = zeros_dev(OUT_LOCAL);
+    float *held = rand_dev(420 + tp->rank, R * IN); /* d_in_shard's += */
+    float *held_h = down(held, R * IN), *d_in_sp = up(held_h, R * IN);
+    float *d_w_sp = zeros_dev(OUT_LOCAL * IN), *d_b_sp = zeros_dev(OUT_LOCAL);
+    /* The replicated references first, so that the counters see the kept-gathered pair alone. */
+    CHECK_OK(mt_tp_column_linear_forward(tp, in, w, MT_F32, b, out, N, IN, OUT_LOCAL));
+    CHECK_OK(mt_tp_column_linear_backward(tp, d_out, in, w, MT_F32, d_in, d_w, d_b, N, IN,
+                                          OUT_LOCAL));
+    mt_group_counters_reset(tp->group);
+    CHECK_OK(mt_tp_column_linear_forward_sp_gathered(tp, in_shard, in_full, w, MT_F32, b, out_sp,
+                                                     N, IN, OUT_LOCAL));
+    expect_close("kept-gathered column forward: the gathered input", in_full, in_host, N * IN);
+    float *want = down(out, N * OUT_LOCAL);
+    expect_close("kept-gathered column forward", out_sp, want, N * OUT_LOCAL);
+    free(want);
+    CHECK_OK(mt_tp_column_linear_backward_sp_gathered(tp, d_out, in_full, w, MT_F32, d_in_sp,
+                                                      d_w_sp, d_b_sp, N, IN, OUT_LOCAL));
+    mt_comm_counters c;
+    mt_group_counters(tp->group, &c);
+    uint64_t bytes = tp->size > 1 ? (uint64_t)N * IN * sizeof(float) : 0;
+    uint64_t calls = tp->size > 1 ? 1 : 0;
+    CHECK_MSG(c.calls[MT_COLL_ALL_GATHER] == calls && c.bytes[MT_COLL_ALL_GATHER] == bytes &&
+                  c.calls[MT_COLL_REDUCE_SCATTER] == calls &&
+                  c.bytes[MT_COLL_REDUCE_SCATTER] == bytes && c.calls[MT_COLL_ALL_REDUCE] == 0,
+              "kept gathered: all-gathers %llu calls %llu B, reduce-scatters %llu calls %llu B, "
+              "all-reduces %llu; expected the forward's gather and the backward's "
+              "reduce-scatter alone", (unsigned long long)c.calls[MT_COLL_ALL_GATHER],
+              (unsigned long long)c.bytes[MT_COLL_ALL_GATHER],
+              (unsigned long long)c.calls[MT_COLL_REDUCE_SCATTER],
+              (unsigned long long)c.bytes[MT_COLL_REDUCE_SCATTER],
+              (unsigned long long)c.calls[MT_COLL_ALL_REDUCE]);
+    float *want_in = down(d_in, N * IN);
+    for (size_t i = 0; i < R * IN; i++) held_h[i] += want_in[off * IN + i];
+    expect_close("kept-gathered column backward d_in (this rank's rows, accumulated)", d_in_sp,
+                 held_h, R * IN);
+    float *want_w = down(d_w, OUT_LOCAL * IN), *want_b = down(d_b, OUT_LOCAL);
+    expect_close("kept-gathered column backward d_w", d_w_sp, want_w, OUT_LOCAL * IN);
+    expect_close("kept-gathered column backward d_b", d_b_sp, want_b, OUT_LOCAL);
+    expect_error(mt_tp_column_linear_backward_sp_gathered(tp, d_out, NULL, w, MT_F32, d_in_sp,
+                                                          d_w_sp, d_b_sp, N, IN, OUT_LOCAL),
+                 "in_full (the input gathered in forward) must not be NULL");
+    expect_error(mt_tp_column_linear_forward_sp_gathered(tp, in_shard, NULL, w, MT_F32, b, out_sp,
+                                                         N, IN, OUT_LOCAL),
+                 "in_shard and in_full must not be NULL");
+    free(in_host);
+    free(want_in);
+    free(held_h);
+    free(want_w);
+    free(want_b);
+    float *bufs[] = {in, w, b, in_shard, in_full, out, out_sp, d_out, d_in, d_w, d_b, held,
+                     d_in_sp, d_w_sp, d_b_sp};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) mt_device_free(dev, bufs[i]);
 }
 
@@ -257,6 +324,7 @@ int main(int argc, char **argv) {
     }
     int rows = N / world;
     test_column(&tp, rows);
+    test_column_gathered(&tp, rows);
     test_row(&tp, rows);
     test_embeddings(&tp, rows);
     test_counters(&tp, rows);
