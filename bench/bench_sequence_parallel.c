@@ -3,15 +3,18 @@
  *   mtrun --standalone --nproc_per_node T mt-bench-sequence-parallel [--layers L] [--d-model C]
  *         [--heads H] [--seq S] [--batch B]
  *
- * For the model without and with config.sequence_parallel, rank 0 reports:
+ * For the model without config.sequence_parallel and with each of its modes (MT_GPT_SP_REGATHER,
+ * MT_GPT_SP_KEEP_GATHERED), rank 0 reports:
  *   the bytes of the activations sequence parallelism splits, from the shapes the model
  *   allocates (per block ln_1, ln_2 with their means and rstds, the two residual sums; the
- *   embedding output; ln_f with its mean and rstd), which must drop to 1 / tp;
+ *   embedding output; ln_f with its mean and rstd), which must drop to 1 / tp when re-gathering
+ *   (keeping the column-parallel inputs gathered holds ln_1, ln_2 and ln_f's outputs whole);
  *   the device's activation peak (MT_MEM_ACTIVATIONS) of a forward and of a forward-backward,
  *   measured;
  *   the tp group's collectives in one forward-backward (mt_group_counters), and the bytes a ring
  *   sends per rank from them: 2 (p-1)/p of an all-reduce's payload, (p-1)/p of an all-gather's or
- *   a reduce-scatter's. */
+ *   a reduce-scatter's, whose difference from the replicated run must be the model's: the
+ *   re-gathers (re-gather only) and the LayerNorm gradients' all-reduce. */
 #include <meshtrain/meshtrain.h>
 
 #include <stdio.h>
@@ -31,10 +34,11 @@ typedef struct result {
         }                                                                                          \
     } while (0)
 
-/* The split activations' bytes when each rank holds rows of them (f32). */
-static size_t region_bytes(const mt_gpt_config *c, size_t rows) {
-    size_t C = (size_t)c->d_model, per_block = 4 * rows * C + 4 * rows;
-    return sizeof(float) * ((size_t)c->layers * per_block + 2 * rows * C + 2 * rows);
+/* The split activations' bytes when each rank holds rows of them and ln_rows of the LayerNorm
+ * outputs (rows, or all n when kept gathered) (f32). */
+static size_t region_bytes(const mt_gpt_config *c, size_t rows, size_t ln_rows) {
+    size_t C = (size_t)c->d_model, per_block = 2 * ln_rows * C + 2 * rows * C + 4 * rows;
+    return sizeof(float) * ((size_t)c->layers * per_block + rows * C + ln_rows * C + 2 * rows);
 }
 
 static int measure(mt_mesh *mesh, mt_gpt_config cfg, int batch, const int *tokens, result *r) {
@@ -96,46 +100,65 @@ int main(int argc, char **argv) {
     int *tokens = malloc(ntok * sizeof *tokens);
     if (!tokens) return 1;
     for (size_t i = 0; i < ntok; i++) tokens[i] = (int)((i * 2654435761u + 7u) % 256u);
-    result res[2];
+    enum { MODES = 3 }; /* off, re-gather, keep gathered */
+    static const char *const mode_names[MODES] = {"replicated", "SP re-gather", "SP keep-gath."};
+    result res[MODES];
     int rc = 0;
-    size_t n = (size_t)batch * (size_t)cfg.seq;
-    for (int sp = 0; sp < 2; sp++) {
-        cfg.sequence_parallel = sp;
+    size_t n = (size_t)batch * (size_t)cfg.seq, rows = n / (size_t)p;
+    for (int sp = 0; sp < MODES; sp++) {
+        cfg.sequence_parallel = sp; /* MT_GPT_SP_OFF, _REGATHER, _KEEP_GATHERED */
         if (measure(mesh, cfg, batch, tokens, &res[sp])) return 1;
-        res[sp].region = region_bytes(&cfg, sp ? n / (size_t)p : n);
+        res[sp].region = sp == 0   ? region_bytes(&cfg, n, n)
+                         : sp == 1 ? region_bytes(&cfg, rows, rows)
+                                   : region_bytes(&cfg, rows, n);
     }
     if (rank == 0) {
         printf("GPT layers %d, d_model %d, heads %d, seq %d, batch %d on tp %d (%s)\n",
                cfg.layers, cfg.d_model, cfg.heads, cfg.seq, batch, p,
                mt_device_get_kind(mt_runtime_device(rt)) == MT_DEVICE_CUDA ? "cuda" : "cpu");
-        printf("%-22s %14s %14s %8s\n", "per rank", "replicated", "seq-parallel", "ratio");
+        printf("%-22s", "per rank (ratio)");
+        for (int m = 0; m < MODES; m++) printf(" %22s", mode_names[m]);
+        printf("\n");
         const char *names[3] = {"split activations (B)", "forward peak (B)", "step peak (B)"};
         for (int k = 0; k < 3; k++) {
-            size_t a = k == 0 ? res[0].region : k == 1 ? res[0].fwd_peak : res[0].step_peak;
-            size_t b = k == 0 ? res[1].region : k == 1 ? res[1].fwd_peak : res[1].step_peak;
-            printf("%-22s %14zu %14zu %8.3f\n", names[k], a, b, a ? (double)b / (double)a : 0.0);
+            printf("%-22s", names[k]);
+            for (int m = 0; m < MODES; m++) {
+                size_t v = k == 0 ? res[m].region : k == 1 ? res[m].fwd_peak : res[m].step_peak;
+                size_t v0 = k == 0 ? res[0].region : k == 1 ? res[0].fwd_peak : res[0].step_peak;
+                printf(" %14zu (%5.3f)", v, v0 ? (double)v / (double)v0 : 0.0);
+            }
+            printf("\n");
         }
         printf("tp collectives in one forward-backward (calls, payload bytes):\n");
-        for (int k = 0; k < MT_COLL_KINDS; k++)
-            printf("%-22s %4llu %9llu B %4llu %9llu B\n", mt_coll_kind_name((mt_coll_kind)k),
-                   (unsigned long long)res[0].traffic.calls[k],
-                   (unsigned long long)res[0].traffic.bytes[k],
-                   (unsigned long long)res[1].traffic.calls[k],
-                   (unsigned long long)res[1].traffic.bytes[k]);
-        double r0 = ring_bytes(&res[0].traffic, p), r1 = ring_bytes(&res[1].traffic, p);
+        for (int k = 0; k < MT_COLL_KINDS; k++) {
+            printf("%-22s", mt_coll_kind_name((mt_coll_kind)k));
+            for (int m = 0; m < MODES; m++)
+                printf(" %4llu %15llu B", (unsigned long long)res[m].traffic.calls[k],
+                       (unsigned long long)res[m].traffic.bytes[k]);
+            printf("\n");
+        }
         /* What sequence parallelism adds: the column-parallel inputs gathered again in backward
-         * (2 per block and the head's, n x C each), the LayerNorm gradients' all-reduce. */
+         * (2 per block and the head's, n x C each; re-gather only), the LayerNorm gradients'
+         * all-reduce (both modes). */
         double f = (double)(p - 1) / p, C = cfg.d_model;
         double regather = f * (2.0 * cfg.layers + 1) * (double)n * C * 4;
         double ln = 2.0 * f * (4.0 * cfg.layers + 2) * C * 4;
-        printf("ring bytes sent per rank per step: %.0f replicated, %.0f sequence-parallel "
-               "(difference %.0f = re-gathers %.0f + LayerNorm gradients %.0f)\n", r0, r1,
-               r1 - r0, regather, ln);
-        /* The measurement against the model of it: a mismatch means a collective nobody
-         * accounted for (or a split that does not hold). */
-        double off = r1 - r0 - (regather + ln); /* (p-1)/p is inexact for some p */
-        if (off * off > 1e-18 * r1 * r1 || res[1].region * (size_t)p != res[0].region) {
-            fprintf(stderr, "measured traffic or split activations differ from the model\n");
+        double r0 = ring_bytes(&res[0].traffic, p);
+        for (int m = 1; m < MODES; m++) {
+            double r = ring_bytes(&res[m].traffic, p), extra = (m == 1 ? regather : 0.0) + ln;
+            printf("ring bytes sent per rank per step, %s: %.0f against %.0f replicated "
+                   "(difference %.0f = re-gathers %.0f + LayerNorm gradients %.0f)\n",
+                   mode_names[m], r, r0, r - r0, m == 1 ? regather : 0.0, ln);
+            /* The measurement against the model of it: a mismatch means a collective nobody
+             * accounted for. */
+            double off = r - r0 - extra; /* (p-1)/p is inexact for some p */
+            if (off * off > 1e-18 * r * r) {
+                fprintf(stderr, "%s: measured traffic differs from the model\n", mode_names[m]);
+                rc = 1;
+            }
+        }
+        if (res[1].region * (size_t)p != res[0].region) {
+            fprintf(stderr, "the re-gathering split activations are not 1 / tp of the replicated\n");
             rc = 1;
         }
     }
