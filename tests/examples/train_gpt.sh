@@ -24,8 +24,9 @@
 #               start inside a sequence), dp 2 x tp 2, and that with 2 micro-batches (LayerNorm
 #               gradients summed per micro-batch); the tp group's traffic differs only by the
 #               re-gathered column-parallel inputs (re-gather) and the LayerNorm gradients'
-#               all-reduce, per collective kind for keep-gathered; a seq that tp does not
-#               divide and an unknown mode are refused
+#               all-reduce, per collective kind for keep-gathered; keep-gathered with full
+#               recompute on dp 2 x tp 2; a seq that tp does not divide and an unknown mode
+#               are refused
 #   token_errors  a bad id, --data with --token-file, an odd-sized token file, --vocab below a
 #               byte of --data, a vocabulary tp cannot split: one clear message each
 #   recompute   --activation-checkpointing full and every:2 against none, dp 2 x tp 2 (4 ranks),
@@ -528,6 +529,11 @@ EOF
             fi
         done
     done
+    # Recompute with the inputs kept gathered: the discard frees them, the re-run gathers them
+    # again; the losses stay those without sequence parallelism.
+    train dp2tp2_spk_ac 4 "${TINY[@]}" --batch 2 --dp 2 --tp 2 \
+        --sequence-parallel=keep-gathered --activation-checkpointing full
+    same dp2tp2 dp2tp2_spk_ac
     refused sp_seq 4 "sequence parallelism: seq 10 not divisible by tp 4" "${TINY[@]}" \
         --seq 10 --tp 4 --sequence-parallel
     refused sp_mode 2 "--sequence-parallel 'keep': the mode is regather (the default) or keep-gathered" \

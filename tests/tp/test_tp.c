@@ -1,7 +1,7 @@
 /* Tensor-parallel GPT against its single-rank self (run through mtrun, see tp_gpt.cmake).
  *
- *   test_tp [--tp T] [--vocab V] [--bf16] [--tp-dim NAME] [--sequence-parallel]
- *           (--out FILE | --ref FILE)
+ *   test_tp [--tp T] [--vocab V] [--bf16] [--tp-dim NAME]
+ *           [--sequence-parallel[=keep-gathered]] (--out FILE | --ref FILE)
  *
  * The mesh is {"dp", "tp"} = {world / T, T} ("tp" renamed by --tp-dim); the GPT (layers 2, d_model 16, heads 4, seq 8) is
  * moved off its initialisation by noise defined on the global tensors (so biases and LayerNorm
@@ -18,7 +18,10 @@
  * parameter count, and the configuration errors that name the values. --sequence-parallel turns
  * on the GPT's sequence parallelism (against the same reference, made without it): the same
  * loss and gradients, the replicated LayerNorm gradients (summed over tp from each rank's rows)
- * still identical on every tp rank, and a seq that tp does not divide refused. */
+ * still identical on every tp rank, and a seq that tp does not divide refused;
+ * --sequence-parallel=keep-gathered the same with the column-parallel inputs kept gathered
+ * (MT_GPT_SP_KEEP_GATHERED; the activations freed after the step include its kept buffers). A
+ * sequence_parallel that is no mode is refused on every run. */
 #include "fsdp/fsdp_internal.h"
 
 #include "check.h"
@@ -44,7 +47,7 @@ static bool use_bf16;
 /* The mesh's tensor-parallel dimension (--tp-dim): the model must split over it, whatever its
  * name. */
 static const char *tp_dim = MT_TP_DIM_DEFAULT;
-static bool sequence_parallel;
+static int sequence_parallel; /* an mt_gpt_sp_mode */
 
 typedef struct gtensor {
     char name[96];
@@ -303,6 +306,9 @@ static void check_config_errors(const ctx *c, const mt_gpt_config *good) {
     cfg = *good;
     cfg.d_model = 18;
     expect_create_error(c->mesh, cfg, "d_model 18 not divisible by heads 4");
+    cfg = *good;
+    cfg.sequence_parallel = MT_GPT_SP_KEEP_GATHERED + 1;
+    expect_create_error(c->mesh, cfg, "sequence_parallel 3 is no mode");
     if (c->tp_size > 1) {
         char want[64];
         cfg = *good;
@@ -409,13 +415,16 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--out") == 0 && v) out = v, i++;
         else if (strcmp(argv[i], "--ref") == 0 && v) ref = v, i++;
         else if (strcmp(argv[i], "--tp-dim") == 0 && v) tp_dim = v, i++;
-        else if (strcmp(argv[i], "--sequence-parallel") == 0) sequence_parallel = true;
+        else if (strcmp(argv[i], "--sequence-parallel") == 0)
+            sequence_parallel = MT_GPT_SP_REGATHER;
+        else if (strcmp(argv[i], "--sequence-parallel=keep-gathered") == 0)
+            sequence_parallel = MT_GPT_SP_KEEP_GATHERED;
         else if (strcmp(argv[i], "--bf16") == 0)
             use_bf16 = true, loss_tol = 1e-3, grad_tol = 2e-2;
         else {
             fprintf(stderr,
                     "usage: test_tp [--tp T] [--vocab V] [--bf16] [--tp-dim NAME] "
-                    "[--sequence-parallel] (--out FILE | --ref FILE)\n");
+                    "[--sequence-parallel[=keep-gathered]] (--out FILE | --ref FILE)\n");
             return 2;
         }
     }

@@ -10,12 +10,17 @@ set(MT_TP_REF_DIR ${CMAKE_CURRENT_BINARY_DIR})
 
 # name, world size, tp, vocab (255: padded to a multiple of tp, the last rank's slice short),
 # extra option of the compared run (bf16 parameters against the f32 reference; the mesh's tp
-# dimension named "model" instead of "tp"; sequence parallelism against the reference without).
+# dimension named "model" instead of "tp"; sequence parallelism, re-gathering or keeping the
+# column-parallel inputs gathered, against the reference without).
 foreach(spec "tp2;2;2;256;" "tp4;4;4;256;" "dp2_tp2;4;2;256;" "tp2_padded_vocab;2;2;255;"
         "dp2_tp2_bf16;4;2;256;--bf16" "tp2_named_dim;2;2;256;--tp-dim model"
         "tp2_sp;2;2;256;--sequence-parallel" "tp4_sp;4;4;256;--sequence-parallel"
         "dp2_tp2_sp;4;2;256;--sequence-parallel" "tp2_sp_padded_vocab;2;2;255;--sequence-parallel"
-        "dp2_tp2_sp_bf16;4;2;256;--sequence-parallel --bf16")
+        "dp2_tp2_sp_bf16;4;2;256;--sequence-parallel --bf16"
+        "tp2_spk;2;2;256;--sequence-parallel=keep-gathered"
+        "tp4_spk;4;4;256;--sequence-parallel=keep-gathered"
+        "dp2_tp2_spk_bf16;4;2;256;--sequence-parallel=keep-gathered --bf16"
+        "tp2_spk_padded_vocab;2;2;255;--sequence-parallel=keep-gathered")
   list(GET spec 0 name)
   list(GET spec 1 np)
   list(GET spec 2 tp)
