@@ -9,7 +9,9 @@
 # (the memory predictor, exact for these options: tests/examples/train_gpt_memory.sh), then the
 # largest that fits is trained for --steps steps under MT_CPU_DEVICE_MEMORY=cap, and one layer
 # more is shown not to fit. Prints one markdown row per configuration: layers, parameters,
-# predicted and measured peak, tokens/s. Exits non-zero when a run that should fit fails.
+# predicted and measured peak, tokens/s and the model FLOP/s they mean (train_gpt's FLOP per
+# token: 6 x parameters + attention, recompute not counted), then a table of the measured peaks
+# by category. Exits non-zero when a run that should fit fails.
 set -u
 BUILD=${1:?usage: large_models.sh BUILD_DIR [--cap BYTES] [--ranks N] [--steps N] [model options...]}
 shift
@@ -67,16 +69,17 @@ field() { sed -n "s/^\[rank0\]:$1//p" "$2" | head -1; }
 
 echo "cap $CAP per rank, $RANKS ranks, model ${MODEL[*]}, $STEPS steps"
 echo
-echo "| configuration | layers | parameters | predicted peak | measured peak | tokens/s |"
-echo "|---|---|---|---|---|---|"
+echo "| configuration | layers | parameters | predicted peak | measured peak | tokens/s | model GFLOP/s |"
+echo "|---|---|---|---|---|---|---|"
 status=0
+categories=()
 for entry in "${CONFIGS[@]}"; do
     name=${entry%%|*}
     read -r -a opts <<<"${entry#*|}"
     [ -n "$ONLY" ] && [ "$ONLY" != "$name" ] && continue
     L=$(largest "${opts[@]}")
     if [ "$L" -lt 1 ]; then
-        echo "| $name | none fits | | | | |"
+        echo "| $name | none fits | | | | | |"
         [ "$L" -lt 0 ] && { cat "$TMP/predict.out" >&2; status=1; }
         continue
     fi
@@ -88,16 +91,31 @@ for entry in "${CONFIGS[@]}"; do
     secs=$(($(date +%s) - start))
     params=$(sed -n 's/^\[rank0\]:train_gpt: GPT .*: \([0-9]*\) parameters.*/\1/p' "$out" | head -1)
     tps=$(sed -n 's/^\[rank0\]:throughput[^:]*: \([0-9.]*\) tok\/s.*/\1/p' "$out" | head -1)
+    fpt=$(sed -n 's/^\[rank0\]:train_gpt: \([0-9.e+]*\) FLOP per token.*/\1/p' "$out" | head -1)
+    gflops=$(awk -v f="${fpt:-0}" -v t="${tps:-0}" 'BEGIN { printf "%.1f", f * t / 1e9 }')
     pred=$(sed -n 's/^\[rank0\]:  total  *\([0-9.]* [KMG]iB\)  (during.*/\1/p' "$out" | head -1)
     meas=$(sed -n 's/^\[rank0\]:  total  *[0-9.]* [KMG]iB  *\([0-9.]* [KMG]iB\)  *[0-9.]*$/\1/p' "$out" | head -1)
     if [ $rc -ne 0 ]; then
-        echo "| $name | $L (failed: exit $rc) | ${params:-?} | $pred | | |"
+        echo "| $name | $L (failed: exit $rc) | ${params:-?} | $pred | | | |"
         tail -20 "$out" >&2
         status=1
         continue
     fi
     more=fits
     fits $((L + 1)) "${opts[@]}" || more="does not fit"
-    echo "| $name | $L ($((L + 1)): $more) | ${params:-?} | $pred | $meas | ${tps:-?} (${secs} s run) |"
+    echo "| $name | $L ($((L + 1)): $more) | ${params:-?} | $pred | $meas | ${tps:-?} (${secs} s run) | $gflops |"
+    # The measured per-category peaks (the comparison train_gpt prints at the end).
+    row="| $name |"
+    for cat in params grads optimizer activations comm; do
+        v=$(sed -n "s/^\[rank0\]:  $cat  *[0-9.]* [KMG]iB  *\([0-9.]* [KMG]iB\)  *[0-9.]*\$/\1/p" "$out" | head -1)
+        row="$row ${v:-?} |"
+    done
+    categories+=("$row")
 done
+echo
+echo "Measured per-rank peak by category (the highest over ranks and steps):"
+echo
+echo "| configuration | params | grads | optimizer | activations | comm |"
+echo "|---|---|---|---|---|---|"
+for row in "${categories[@]}"; do echo "$row"; done
 exit $status

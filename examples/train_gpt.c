@@ -718,7 +718,8 @@ static mt_status predict_memory(trainer *t) {
     else
         printf("  %-12s %12s\n" PROG ": WARNING: the predicted peak %s exceeds the device's "
                "capacity %s: this configuration is expected to run out of device memory (a "
-               "smaller --batch, more --dp or --tp, or bf16 parameters need less)\n",
+               "smaller --batch, more --dp or --tp, --activation-checkpointing, --sequence-parallel or "
+               "bf16 parameters need less)\n",
                "capacity", mt_format_bytes(ms.capacity, b, sizeof b),
                mt_format_bytes(need, a, sizeof a), b);
     fflush(stdout);

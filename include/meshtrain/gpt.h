@@ -46,7 +46,8 @@ typedef struct mt_gpt_config {
     /* An mt_gpt_sp_mode: sequence parallelism inside the tp group (tp.h): the LayerNorms,
      * residual adds and embedding output hold batch * seq / tp rows per rank instead of all of
      * them. Needs seq divisible by tp; a no-op at tp 1. The losses and gradients are those
-     * without it. */
+     * without it up to the order of floating-point sums (not bit for bit: the LayerNorm
+     * gradients are summed over tp rank by rank). */
     int sequence_parallel;
 } mt_gpt_config;
 
@@ -58,8 +59,9 @@ typedef enum mt_gpt_sp_mode {
      * column-parallel linear per backward, only n / tp rows kept. */
     MT_GPT_SP_REGATHER = 1,
     /* Kept from the forward: the tp traffic is that without sequence parallelism plus the
-     * LayerNorm gradients' all-reduce, at the cost of n x C more kept per column-parallel linear
-     * (two per block and the head's). */
+     * LayerNorm gradients' all-reduce, at the cost of n x C x (1 - 1/tp) more floats kept per
+     * column-parallel linear (two per block and the head's: the gathered input is kept, the
+     * LayerNorm output's shard freed). */
     MT_GPT_SP_KEEP_GATHERED = 2
 } mt_gpt_sp_mode;
 
@@ -89,7 +91,9 @@ MT_API mt_status mt_gpt_forward(mt_gpt *gpt, const int *tokens, int batch, float
  * step's allocations and frees in the order the model (models/gpt.c), FSDP (fsdp/), the tp layers
  * (tp/), AdamW and the host transport (comm/) make them. Exact for the code as it is on the CPU
  * device (what train_gpt's --metrics peak_bytes measure), activation checkpointing and both
- * sequence-parallel modes included. Every rank of
+ * sequence-parallel modes included; recompute is modelled enabled after mt_fsdp_shard (FSDP's
+ * hooks outside, as train_gpt does: enabled before, a block's backward prefetch is issued after
+ * its re-run forward and the peak can be one unit's gathered parameters lower). Every rank of
  * a dp x tp mesh holds the same sizes except the last tp rank's smaller vocabulary slice, so the
  * prediction (tp rank 0's) is also the maximum over ranks. */
 

@@ -66,8 +66,8 @@ MT_API mt_initialiser mt_init_function(mt_init_fn fn, void *user);
 /* Initialises param now, on what this rank holds (see above). Only a deferred parameter that
  * holds no values yet: MT_ERR_INVALID_ARG naming it for a parameter created with values
  * (mt_module_add_param), for one already initialised or loaded from a checkpoint, and for bad
- * arguments (std < 0, low > high, a NULL function; NaN included). Also refused while the
- * parameter's unit is gathered. Collective-free: ranks may initialise at different times. */
+ * arguments (std < 0, low > high, a NULL function; NaN included). Collective-free: ranks may
+ * initialise at different times. */
 MT_API mt_status mt_param_init(mt_param *param, const mt_initialiser *init);
 
 /* Records init as param's initialiser, run later by mt_module_init_params (models record one
