@@ -19,6 +19,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log_internal.h"
+#include "core/thread_pool.h"
 #include "topo/classify.h"
 #include "topo/topo_open.h"
 
@@ -376,6 +377,17 @@ mt_status mt_init(mt_runtime **out, int *argc, char ***argv) {
     rt->node_rank = rt->env.node_rank;
     mt_log_set_rank(rt->rank);
     rt->timeout = mt_default_timeout();
+
+    /* The rank's thread pool before any product: it sets OpenBLAS's thread count, and a bad
+     * MT_NUM_THREADS fails here, like a bad launch variable. */
+    mt_thread_pool *pool = NULL;
+    st = mt_thread_pool_get(&pool);
+    if (st != MT_OK) {
+        free(rt);
+        return mt_error_wrap(st, "mt_init");
+    }
+    mt_log(MT_LOG_DEBUG, "rank %d: %d thread(s) for host loops and OpenBLAS", rt->rank,
+           mt_thread_pool_threads(pool));
 
     st = open_store(rt);
     if (st == MT_OK) {

@@ -1,6 +1,11 @@
 /* Compute ops (include/meshtrain/ops.h) on the CPU device: matrix products through OpenBLAS,
- * everything else as flat loops the compiler vectorises. core/ops.c has checked the arguments. */
+ * AdamW through the host AdamW (core/cpu/adamw_host.h), everything else as flat loops the
+ * compiler vectorises. core/ops.c has checked the arguments. */
 #include "core/cpu/ops_cpu.h"
+
+#include "core/cpu/adamw_host.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -90,18 +95,10 @@ mt_status mt_cpu_op_mse_backward(const float *pred, const float *target, size_t 
 
 mt_status mt_cpu_op_adamw(float *param, const float *grad, float *m, float *v, size_t n, long t,
                           float lr, float beta1, float beta2, float eps, float weight_decay) {
-    /* Bias corrections in double: beta2^t is close to 1 for many steps. */
-    float c1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t)));
-    float c2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)t)));
-    float decay = lr * weight_decay;
-    for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float p = param[i];
-        param[i] = p - lr * (mi * c1) / (sqrtf(vi * c2) + eps) - decay * p;
-    }
-    return MT_OK;
+    /* The host AdamW of CPU offload is this op: one code, one set of bits. */
+    mt_thread_pool *pool = NULL;
+    mt_adamw_isa isa = MT_ADAMW_SCALAR;
+    MT_TRY(mt_thread_pool_get(&pool));
+    MT_TRY(mt_adamw_isa_select(&isa));
+    return mt_host_adamw(pool, isa, param, grad, m, v, n, t, lr, beta1, beta2, eps, weight_decay);
 }
