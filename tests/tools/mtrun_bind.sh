@@ -23,6 +23,7 @@ for ((r = 0; r < NCORES; r++)); do
     is_core=no
     for c in "${CORE_CPUS[@]}"; do [ "$c" = "$aff" ] && is_core=yes; done
     check "core: rank $r runs on one whole core (cpus '$aff')" test $is_core = yes
+    check "core: rank $r has its core alone (MT_CPU_SHARERS 1)" test "$(field core $r sharers)" = 1
     expand "$aff" >>"$TMP/seen"
 done
 check "core: the ranks' cores are disjoint" test "$(sort "$TMP/seen" | uniq -d | wc -l)" = 0
@@ -39,6 +40,8 @@ check "over: the warning counts the ranks" grep -q "^mtrun: more local ranks tha
 check "over: rank $NCORES shares rank 0's core" test "$(field over $NCORES affinity)" = "$(field over 0 affinity)"
 check "over: rank $NCORES's line says shared" grep -q "shared round-robin" <<<"$(bind_line over $NCORES)"
 check "over: rank $NCORES runs on one core" test -n "$(field over $NCORES affinity)"
+check "over: rank 0 is told it shares its core (MT_CPU_SHARERS 2)" test "$(field over 0 sharers)" = 2
+check "over: rank $NCORES too" test "$(field over $NCORES sharers)" = 2
 
 # --bind numa: every rank runs on its NUMA node's cpus; memory is bound there too unless the
 # system refuses (then mtrun says so).
@@ -51,6 +54,11 @@ for r in 0 1; do
     want=$(sed -n "s/^numa $node //p" "$TMP/machine")
     check "numa: rank $r runs on node $node's cpus ($want)" test "$(field numa $r affinity)" = "$want"
     check "numa: rank $r's line lists them" test "$(line_cpus "$line")" = "$want"
+    other=$(field numa $((1 - r)) affinity)
+    sharers=1
+    [ "$other" = "$want" ] && sharers=2
+    check "numa: rank $r is told $sharers rank(s) run on its node's cpus" \
+        test "$(field numa $r sharers)" = "$sharers"
     if grep -q "cannot bind the ranks' memory" "$TMP/numa.err"; then
         check "numa: rank $r's line says memory is not bound" grep -q "memory not bound" <<<"$line"
     else
@@ -66,6 +74,8 @@ run none taskset -c "$FIRST" "$MTRUN" --standalone --nproc_per_node 2 --bind non
 ran_ok none
 for r in 0 1; do
     check "none: rank $r keeps the inherited cpu $FIRST" test "$(field none $r affinity)" = "$FIRST"
+    check "none: rank $r gets no MT_CPU_SHARERS (LOCAL_WORLD_SIZE sizes its pool)" \
+        test "$(field none $r sharers)" = unset
     # Said once, by the node's first rank, since every rank would say the same.
     want="not bound (--bind none)"
     [ "$r" = 0 ] || want=""
@@ -116,7 +126,17 @@ for ((r = 0; r < NCORES; r++)); do
     aff=$(field init $r affinity)
     check "init: rank $r logs its affinity ($aff)" grep -qF "[rank$r]:meshtrain[rank $r] info: local rank $r of host " "$TMP/init.err"
     check "init: rank $r's logged cpus are $aff" grep -qE "^\[rank$r\]:meshtrain\[rank $r\] info: local rank $r of host .* runs on cpus $aff \(" "$TMP/init.err"
+    check "init: rank $r's thread pool has its one core" test "$(field init $r threads)" = 1
     check "init: rank $r's runtime topology is live" grep -q "^topology live numa=[1-9]" <<<"$(sed -n "s/^\[rank$r\]://p" "$TMP/init.out" | grep '^topology')"
 done
+
+# The thread pool takes its rank's share of the cpus it was bound to: one rank on a NUMA node
+# has all of the node's cpus; an inherited MT_CPU_SHARERS yields to mtrun's own count.
+MT_CPU_SHARERS=64 run pool "$MTRUN" --standalone --bind numa "$PROG" --init
+ran_ok pool
+aff=$(field pool 0 affinity)
+check "pool: MT_CPU_SHARERS replaced by mtrun's 1" test "$(field pool 0 sharers)" = 1
+check "pool: rank 0's pool has one thread per cpu of $aff" \
+    test "$(field pool 0 threads)" = "$(expand "$aff" | wc -l)"
 
 finish

@@ -1,12 +1,15 @@
 /* Test program for mtrun --bind: reports where it runs.
  *
  *   prog_bind_report            "affinity L" (sched_getaffinity), "status L" (Cpus_allowed_list)
- *                               and "mempolicy MODE NODES" (get_mempolicy, or "mempolicy ?")
+ *                               and "mempolicy MODE NODES" (get_mempolicy, or "mempolicy ?"),
+ *                               "sharers N" (MT_CPU_SHARERS as mtrun set it, or "unset")
  *   prog_bind_report --init     also mt_init, then the runtime's topology: "topology SOURCE
- *                               numa=N gpus=G" or "topology-error MESSAGE" (exit 3)
+ *                               numa=N gpus=G" or "topology-error MESSAGE" (exit 3), and the
+ *                               rank's thread pool: "threads N"
  *   prog_bind_report --machine  the machine as hwloc sees it, for the test to compare with:
  *                               "cores N", "core I L" for each core, "numa ID L" for each node
  * Every cpu or node list is written as a cpu list ("0-3,8"). */
+#include "core/thread_pool.h"
 #include "mesh/runtime_topo.h"
 
 #include <meshtrain/runtime.h>
@@ -62,6 +65,8 @@ static void report_self(void) {
             printf("status %s", v);
         }
     if (f) fclose(f);
+    const char *sharers = getenv("MT_CPU_SHARERS");
+    printf("sharers %s\n", sharers ? sharers : "unset");
     /* The raw system call: what the kernel holds, not what a library makes of it. */
     enum { NODE_BITS = 1024 };
     unsigned long mask[NODE_BITS / (8 * sizeof(unsigned long))] = {0};
@@ -119,6 +124,8 @@ static int report_runtime(void) {
         printf("topology-error %s\n", mt_last_error());
         code = 3;
     }
+    mt_thread_pool *pool = NULL;
+    if (mt_thread_pool_get(&pool) == MT_OK) printf("threads %d\n", mt_thread_pool_threads(pool));
     fflush(stdout);
     mt_finalize(rt);
     return code;

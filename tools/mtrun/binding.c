@@ -233,6 +233,17 @@ int mtrun_binding_enter(mtrun_binding *b, int local, char *err, size_t cap) {
     return 0;
 }
 
+int mtrun_binding_sharers(const mtrun_binding *b, int local) {
+    const mt_bind_plan *p = b ? b->plan : NULL;
+    if (!p || !b->apply || (size_t)local >= p->n_ranks || !p->ranks[local].cpus) return 0;
+    int n = 0;
+    /* The plan hands out whole domains (numa) or equal lists (cores shared round-robin), so
+     * ranks that share cpus have the same list. */
+    for (size_t i = 0; i < p->n_ranks; i++)
+        n += p->ranks[i].cpus && strcmp(p->ranks[i].cpus, p->ranks[local].cpus) == 0;
+    return n;
+}
+
 void mtrun_binding_leave(mtrun_binding *b) {
     if (!b->apply) return;
     if (hwloc_set_cpubind(b->h, b->saved_cpus, HWLOC_CPUBIND_THREAD) != 0)

@@ -19,6 +19,10 @@ int mtrun_binding_prepare(const mtrun_options *o, mtrun_binding **out);
  * or -1 with why written into err. Call mtrun_binding_leave after the fork either way. */
 int mtrun_binding_enter(mtrun_binding *b, int local, char *err, size_t cap);
 
+/* How many local ranks are bound to exactly local rank `local`'s cpus (itself included: 1 when
+ * it has them alone), or 0 when the rank is not bound (no plan, or a plan not applied). */
+int mtrun_binding_sharers(const mtrun_binding *b, int local);
+
 /* Gives the calling thread back the binding it had before mtrun_binding_enter. */
 void mtrun_binding_leave(mtrun_binding *b);
 

@@ -275,6 +275,7 @@ static void start_ranks(job *j) {
             fail(j, 1, text, true, false, SIGTERM);
             break;
         }
+        l.cpu_sharers = mtrun_binding_sharers(j->binding, i);
         pid_t pid = mtrun_spawn_rank(&l, i, &out_fd, &err_fd);
         int spawn_errno = errno;
         mtrun_binding_leave(j->binding);

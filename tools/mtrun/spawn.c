@@ -81,7 +81,8 @@ static char *env_entry(const char *name, const char *fmt, ...) {
 }
 
 /* The variables mtrun owns replace inherited ones; OMP/OpenBLAS threads default to 1 when
- * several ranks share the node, unless the user chose otherwise. */
+ * several ranks share the node, unless the user chose otherwise (mt_init then sets OpenBLAS to
+ * the rank's thread pool, sized from MT_CPU_SHARERS when mtrun bound the rank). */
 static char **build_env(const mtrun_launch *l, int local_rank, char ***owned, int *nowned) {
     static const char *const set_names[] = {
         "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
@@ -89,7 +90,7 @@ static char **build_env(const mtrun_launch *l, int local_rank, char ***owned, in
         "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
         "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "MT_STORE_PREFIX"};
     enum { NSET = sizeof set_names / sizeof set_names[0] };
-    char *mine[NSET + 2];
+    char *mine[NSET + 3];
     int n = 0;
     long rank = (long)l->node_rank * l->nproc_per_node + local_rank;
     mine[n++] = env_entry("RANK", "%ld", rank);
@@ -112,6 +113,7 @@ static char **build_env(const mtrun_launch *l, int local_rank, char ***owned, in
     mine[n++] = env_entry("TORCHELASTIC_MAX_RESTARTS", "%d", l->max_restarts);
     /* Each round's ranks keep to their own keys in the store that outlives the round. */
     mine[n++] = env_entry("MT_STORE_PREFIX", "round/%d/", l->restart_count);
+    if (l->cpu_sharers > 0) mine[n++] = env_entry("MT_CPU_SHARERS", "%d", l->cpu_sharers);
     if (l->nproc_per_node > 1) {
         if (!getenv("OMP_NUM_THREADS")) mine[n++] = env_entry("OMP_NUM_THREADS", "1");
         if (!getenv("OPENBLAS_NUM_THREADS")) mine[n++] = env_entry("OPENBLAS_NUM_THREADS", "1");
@@ -132,6 +134,8 @@ static char **build_env(const mtrun_launch *l, int local_rank, char ***owned, in
     for (size_t i = 0; i < count; i++) {
         int replaced = 0;
         for (int j = 0; j < NSET && !replaced; j++) replaced = env_is(environ[i], set_names[j]);
+        /* A binding mtrun applied itself knows better than an inherited count. */
+        if (l->cpu_sharers > 0 && env_is(environ[i], "MT_CPU_SHARERS")) replaced = 1;
         if (!replaced) env[k++] = environ[i];
     }
     for (int i = 0; i < n; i++) env[k++] = keep[i] = mine[i];

@@ -14,6 +14,9 @@ typedef struct mtrun_launch {
     const char *job_id;
     const char *role;     /* ROLE_NAME */
     int restart_count, max_restarts; /* TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS */
+    /* MT_CPU_SHARERS of the rank spawned next: how many local ranks mtrun bound to its cpus, so
+     * that its thread pool takes its share (core/thread_pool.h); 0 when mtrun did not bind it. */
+    int cpu_sharers;
 } mtrun_launch;
 
 /* Finds the executable the way execvp would (PATH search when name has no '/'). On success
