@@ -50,6 +50,22 @@ static bool parse_long(const char *s, long min, long *out) {
     return true;
 }
 
+/* Splits a comma-separated list into at most MAX_LIST items of up to 15 characters; returns
+ * their count, or -1 when there are more or longer ones. Empty items are skipped. */
+static int split_list(const char *val, char items[MAX_LIST][16]) {
+    int n = 0;
+    for (const char *p = val; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len >= 16 || (len > 0 && n == MAX_LIST)) return -1;
+        if (len > 0) {
+            memcpy(items[n], p, len);
+            items[n++][len] = '\0';
+        }
+        p += len + (p[len] == ',');
+    }
+    return n;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
     *o = (options){.params = 16L << 20, .rounds = 5};
     for (int i = 1; i < argc; i++) {
@@ -61,33 +77,29 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (!strcmp(name, "--rounds")) {
             if (!parse_long(val, 1, &o->rounds)) return bad(name, val, "an integer >= 1");
         } else if (!strcmp(name, "--threads")) {
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", val);
-            o->n_threads = 0;
-            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-                 tok = strtok_r(NULL, ",", &save)) {
+            char items[MAX_LIST][16];
+            int n = split_list(val, items);
+            for (int k = 0; k < n; k++) {
                 long t;
-                if (o->n_threads == MAX_LIST || !parse_long(tok, 1, &t) || t > MT_THREAD_POOL_MAX)
-                    return bad(name, val, "a list of at most 32 thread counts in 1..1024");
-                o->threads[o->n_threads++] = (int)t;
+                if (!parse_long(items[k], 1, &t) || t > MT_THREAD_POOL_MAX) n = -1;
+                else o->threads[k] = (int)t;
             }
-            if (!o->n_threads) return bad(name, val, "an empty list");
+            if (n < 1) return bad(name, val, "a list of at most 32 thread counts in 1..1024");
+            o->n_threads = n;
         } else if (!strcmp(name, "--isa")) {
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", val);
-            o->n_isa = 0;
-            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-                 tok = strtok_r(NULL, ",", &save)) {
-                int k = 0;
-                while (k < MT_ADAMW_ISA_COUNT && strcmp(tok, mt_adamw_isa_name((mt_adamw_isa)k)))
-                    k++;
-                if (k == MT_ADAMW_ISA_COUNT || o->n_isa == MT_ADAMW_ISA_COUNT)
+            char items[MAX_LIST][16];
+            int n = split_list(val, items);
+            for (int k = 0; k < n; k++) {
+                int isa = 0;
+                while (isa < MT_ADAMW_ISA_COUNT && strcmp(items[k], mt_adamw_isa_name(isa))) isa++;
+                if (isa == MT_ADAMW_ISA_COUNT || k >= MT_ADAMW_ISA_COUNT)
                     return bad(name, val, "a list of scalar, avx2, avx512");
-                if (!mt_adamw_isa_supported((mt_adamw_isa)k))
+                if (!mt_adamw_isa_supported((mt_adamw_isa)isa))
                     return bad(name, val, "this CPU lacks one of them");
-                o->isa[o->n_isa++] = (mt_adamw_isa)k;
+                o->isa[k] = (mt_adamw_isa)isa;
             }
-            if (!o->n_isa) return bad(name, val, "an empty list");
+            if (n < 1) return bad(name, val, "a list of scalar, avx2, avx512");
+            o->n_isa = n;
         } else {
             return bad(name, NULL, "unknown (--params, --rounds, --threads, --isa)");
         }

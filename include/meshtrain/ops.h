@@ -47,7 +47,9 @@ mt_status mt_op_mse_backward(mt_device *dev, const float *pred, const float *tar
                              float scale, float *d_pred);
 
 /* One AdamW update of n elements at step t (1-based): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
- * p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + lr * wd * p. */
+ * p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + lr * wd * p. On the CPU device it
+ * runs on the rank's thread pool (MT_NUM_THREADS) with the widest vector path the CPU has
+ * (MT_ADAMW_ISA forces one); every path and thread count gives the same bits. */
 MT_API mt_status mt_op_adamw(mt_device *dev, float *param, const float *grad, float *m, float *v,
                              size_t n, long t, float lr, float beta1, float beta2, float eps,
                              float weight_decay);
