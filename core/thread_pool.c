@@ -1,6 +1,8 @@
 /* The per-rank thread pool (core/thread_pool.h). Workers sleep on a condition variable between
  * jobs; a job's chunks are handed out through an atomic counter, so a slow thread delays the job
- * by at most one chunk. The chunk boundaries come from n and the grain alone. */
+ * by at most one chunk. The chunk boundaries come from n and the grain alone. The caller waits
+ * only for the workers that joined its job: on a busy machine a worker that is not scheduled in
+ * time finds the job closed and sleeps on, instead of holding the caller up. */
 #include "core/thread_pool.h"
 
 #include "core/error.h"
@@ -15,6 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One parallel-for, on its caller's stack. */
+typedef struct pool_job {
+    mt_parallel_fn fn;
+    void *ctx;
+    size_t n, grain, chunks;
+    atomic_size_t next;
+} pool_job;
+
 struct mt_thread_pool {
     int threads;
     pthread_t *workers;
@@ -25,22 +35,19 @@ struct mt_thread_pool {
     pthread_cond_t wake, idle;
     unsigned long generation; /* bumped per job, under lock */
     bool stop;
-    int running; /* workers still inside the current job, under lock */
-    mt_parallel_fn fn;
-    void *ctx;
-    size_t n, grain, chunks;
-    atomic_size_t next;
+    pool_job *current; /* the job workers may join, NULL once its chunks are all taken */
+    int inside;        /* workers inside a job, under lock */
 };
 
 size_t mt_parallel_chunks(size_t n, size_t grain) { return n / grain + (n % grain != 0); }
 
-static void run_chunks(mt_thread_pool *p) {
+static void run_chunks(pool_job *j) {
     for (;;) {
-        size_t c = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-        if (c >= p->chunks) return;
-        size_t begin = c * p->grain;
-        size_t end = p->n - begin < p->grain ? p->n : begin + p->grain;
-        p->fn(p->ctx, c, begin, end);
+        size_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (c >= j->chunks) return;
+        size_t begin = c * j->grain;
+        size_t end = j->n - begin < j->grain ? j->n : begin + j->grain;
+        j->fn(j->ctx, c, begin, end);
     }
 }
 
@@ -49,13 +56,16 @@ static void *worker_main(void *arg) {
     unsigned long seen = 0;
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
+        while (!p->stop && (!p->current || p->generation == seen))
+            pthread_cond_wait(&p->wake, &p->lock);
         if (p->stop) break;
         seen = p->generation;
+        pool_job *j = p->current;
+        p->inside++;
         pthread_mutex_unlock(&p->lock);
-        run_chunks(p);
+        run_chunks(j);
         pthread_mutex_lock(&p->lock);
-        if (--p->running == 0) pthread_cond_signal(&p->idle);
+        if (--p->inside == 0) pthread_cond_signal(&p->idle);
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
@@ -93,7 +103,6 @@ mt_status mt_thread_pool_create(int threads, mt_thread_pool **out) {
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->idle, NULL);
-    atomic_init(&p->next, 0);
     for (int i = 0; i < threads - 1; i++) {
         int e = pthread_create(&p->workers[i], NULL, worker_main, p);
         if (e != 0) {
@@ -120,28 +129,26 @@ static void run_alone(size_t n, size_t grain, mt_parallel_fn fn, void *ctx) {
 mt_status mt_parallel_for(mt_thread_pool *p, size_t n, size_t grain, mt_parallel_fn fn,
                           void *ctx) {
     if (!p || !fn || grain == 0)
-        return mt_error(MT_ERR_INVALID_ARG, "parallel for: %s", !p ? "no pool" : !fn ? "no function"
-                                                                         : "a grain of 0");
+        return mt_error(MT_ERR_INVALID_ARG, "parallel for: %s",
+                        !p ? "no pool" : !fn ? "no function" : "a grain of 0");
     size_t chunks = mt_parallel_chunks(n, grain);
     /* One chunk, one thread, or the pool busy with another caller's job: no hand-off. */
     if (chunks <= 1 || p->threads == 1 || pthread_mutex_trylock(&p->busy) != 0) {
         run_alone(n, grain, fn, ctx);
         return MT_OK;
     }
+    pool_job job = {.fn = fn, .ctx = ctx, .n = n, .grain = grain, .chunks = chunks};
+    atomic_init(&job.next, 0);
     pthread_mutex_lock(&p->lock);
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n = n;
-    p->grain = grain;
-    p->chunks = chunks;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    p->running = p->started;
+    p->current = &job;
     p->generation++;
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
-    run_chunks(p);
+    run_chunks(&job);
+    /* Every chunk is taken: close the job to late workers, wait for those inside it. */
     pthread_mutex_lock(&p->lock);
-    while (p->running > 0) pthread_cond_wait(&p->idle, &p->lock);
+    p->current = NULL;
+    while (p->inside > 0) pthread_cond_wait(&p->idle, &p->lock);
     pthread_mutex_unlock(&p->lock);
     pthread_mutex_unlock(&p->busy);
     return MT_OK;
