@@ -9,6 +9,7 @@
 #include <meshtrain/dtype.h>
 #include <meshtrain/log.h>
 #include <meshtrain/fsdp.h>
+#include <meshtrain/host_memory.h>
 #include <meshtrain/gpt.h>
 #include <meshtrain/init.h>
 #include <meshtrain/memory.h>
