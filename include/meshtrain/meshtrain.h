@@ -20,6 +20,7 @@
 #include <meshtrain/optim.h>
 #include <meshtrain/recompute.h>
 #include <meshtrain/runtime.h>
+#include <meshtrain/stage.h>
 #include <meshtrain/status.h>
 #include <meshtrain/store.h>
 #include <meshtrain/tp.h>
