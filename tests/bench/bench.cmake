@@ -16,3 +16,6 @@ mt_add_mp_test(bench_sequence_parallel_smoke TIMEOUT 120 LABELS bench ENV MT_DEV
   COMMAND $<TARGET_FILE:mtrun> --standalone --nproc_per_node 2
           $<TARGET_FILE:mt-bench-sequence-parallel> --layers 2 --d-model 32 --heads 4 --seq 16
           --batch 2)
+# mt-bench-offload on small sizes: one line per size with positive figures, bad options refused.
+mt_add_mp_test(bench_offload_smoke TIMEOUT 120 LABELS bench ENV MT_DEVICE=cpu
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_offload_smoke.sh $<TARGET_FILE:mt-bench-offload>)

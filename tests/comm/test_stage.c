@@ -110,6 +110,7 @@ static void test_errors(bufs *b) {
     CHECK(s == MT_ERR_COMM);
     CHECK_MSG(strstr(mt_last_error(), "ucp_mem_map") && strstr(mt_last_error(), "ulimit -l") &&
               strstr(mt_last_error(), "64 B"), "%s", mt_last_error());
+    printf("refused as it should be: %s\n", mt_last_error());
     /* Nothing was registered: a copy from it is still refused, and registering it now works. */
     CHECK(mt_stage_copy_async(b->st, b->device, outside, 8, MT_COPY_HOST_TO_DEVICE, &c) ==
           MT_ERR_INVALID_ARG);

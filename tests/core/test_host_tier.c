@@ -129,6 +129,7 @@ static void test_mlock_refusal(size_t limit) {
     CHECK_MSG(strstr(msg, "mlock") && strstr(msg, lim) && strstr(msg, "optimizer") &&
               strstr(msg, "ulimit -l") && strstr(msg, "prlimit --memlock") &&
               strstr(msg, "MT_HOST_MLOCK"), "%s", msg);
+    printf("refused as it should be: %s\n", msg);
     mt_mem_stats host;
     mt_host_mem_stats(dev, &host);
     CHECK(host.total_current == limit / 4 && host.current[MT_MEM_OPTIMIZER] == 0);
