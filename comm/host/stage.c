@@ -220,7 +220,13 @@ void mt_stager_destroy(mt_stager *st) {
     if (st->self_ep) close_self_ep(st);
     if (st->worker) ucp_worker_destroy(st->worker);
     if (st->ctx) ucp_cleanup(st->ctx);
-    if (st->stream) mt_stream_destroy(st->stream);
+    if (st->stream) {
+        /* The device-copy path's copies in flight finish before their stream goes. */
+        if (mt_stream_synchronize(st->stream) != MT_OK)
+            mt_log(MT_LOG_WARN, "offload staging: waiting for copies in flight on %s failed: %s",
+                   st->dev->name, mt_last_error());
+        mt_stream_destroy(st->stream);
+    }
     pthread_cond_destroy(&st->done_cv);
     pthread_cond_destroy(&st->work_cv);
     pthread_mutex_destroy(&st->mu);

@@ -5,6 +5,7 @@
  * registrations, unregistering a region twice and an injected ucp_mem_map failure are errors
  * that say what to do, and nothing crashes. */
 #include "check.h"
+#include "numeric.h"
 
 #include <meshtrain/device.h>
 #include <meshtrain/host_memory.h>
@@ -17,14 +18,6 @@
 #define BIG ((size_t)16 << 20)
 #define SLACK 4096
 
-static void fill(unsigned char *p, size_t n, unsigned seed) {
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        p[i] = (unsigned char)(x >> 24);
-    }
-}
-
 typedef struct bufs {
     mt_device *dev;
     mt_stager *st;
@@ -33,7 +26,7 @@ typedef struct bufs {
 
 static void copy_both_ways(bufs *b, size_t n, size_t host_off, size_t dev_off, unsigned seed) {
     unsigned char *want = malloc(n ? n : 1);
-    fill(want, n, seed);
+    test_fill_bytes(want, n, seed);
     memcpy(b->host + host_off, want, n);
     memset(b->device, 0x5A, BIG + SLACK);
     mt_stage_copy *c = NULL;
@@ -45,7 +38,7 @@ static void copy_both_ways(bufs *b, size_t n, size_t host_off, size_t dev_off, u
     CHECK(dev_off == 0 || b->device[dev_off - 1] == 0x5A);
     CHECK(b->device[dev_off + n] == 0x5A);
 
-    fill(want, n, seed + 1);
+    test_fill_bytes(want, n, seed + 1);
     memcpy(b->device + dev_off, want, n);
     memset(b->host, 0xA5, BIG + SLACK);
     CHECK_OK(mt_stage_copy_async(b->st, b->host + host_off, b->device + dev_off, n,
@@ -59,7 +52,7 @@ static void copy_both_ways(bufs *b, size_t n, size_t host_off, size_t dev_off, u
 static void test_many_in_flight(bufs *b) {
     enum { COPIES = 64 };
     size_t chunk = BIG / COPIES;
-    fill(b->host, BIG, 77);
+    test_fill_bytes(b->host, BIG, 77);
     memset(b->device, 0, BIG);
     mt_stage_copy *c[COPIES];
     for (int i = 0; i < COPIES; i++)
