@@ -24,7 +24,7 @@ perftest() { # test size iterations -> GB/s, best of 3
 
 echo "# mt-bench-offload ($bench), then ucx_perftest -l -m $mem; GB/s"
 printf '%-10s %9s %9s %9s %12s %12s\n' bytes h2d d2h memcpy perf_get perf_put_bw
-"$bench" --min-bytes 64KiB --max-bytes 256MiB | while read -r line; do
+"$bench" --min-bytes 64KiB --max-bytes 256MiB --overlap-bytes 0 | while read -r line; do
     bytes=$(sed 's/.*bytes=\([0-9]*\).*/\1/' <<<"$line")
     iters=$((1073741824 / bytes)); [ "$iters" -ge 4 ] || iters=4
     read -r h2d d2h plain < <(awk '{for (i = 2; i <= 4; i++) {split($i, kv, "="); printf "%s ", kv[2]} print ""}' <<<"$line")

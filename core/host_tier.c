@@ -15,6 +15,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* Host blocks are copied to and from the device by DMA (pinned) or by UCX, which both work in
  * pages: page alignment keeps a block from sharing a page with anything else. */
@@ -40,6 +42,11 @@ mt_status mt_host_tier_init(mt_host_tier *tier) {
     if (rc) return mt_error_errno(MT_ERR_SYSTEM, rc, "cannot create the host tier's lock");
     return MT_OK;
 }
+
+/* The system calls themselves: AddressSanitizer replaces mlock and munlock with no-ops, which
+ * would make a sanitizer build lock nothing and never see the limit. */
+static int lock_pages(void *ptr, size_t bytes) { return (int)syscall(SYS_mlock, ptr, bytes); }
+static void unlock_pages(void *ptr, size_t bytes) { (void)syscall(SYS_munlock, ptr, bytes); }
 
 /* mlock refused: almost always RLIMIT_MEMLOCK (8 MiB by default on Debian), which the user can
  * raise; say which limit, its value, what was asked and how. */
@@ -90,7 +97,7 @@ static mt_status allocate_block(mt_device *dev, size_t bytes, mt_mem_category ca
                               "tier)%s", asked, mt_mem_category_name(category), dev->name,
                               inject ? " (injected by MT_TEST_HOST_ALLOC_FAIL=1)" : "");
     if (tier->mlock) {
-        if (mlock(block->ptr, bytes ? bytes : 1) != 0) {
+        if (lock_pages(block->ptr, bytes ? bytes : 1) != 0) {
             int err = errno;
             free(block->ptr);
             block->ptr = NULL;
@@ -109,7 +116,7 @@ static void release_block(mt_device *dev, const mt_host_block *block) {
         dev->ops->staging_free(block->ptr);
         return;
     }
-    if (block->locked) (void)munlock(block->ptr, block->bytes ? block->bytes : 1);
+    if (block->locked) unlock_pages(block->ptr, block->bytes ? block->bytes : 1);
     free(block->ptr);
 }
 
