@@ -268,45 +268,6 @@ static mt_status read_local(loader *l, mt_module *root, mt_adamw *opt, const cha
     return read_shards(l);
 }
 
-/* Every rank's outcome; on failure, every rank returns the lowest failing rank's error. */
-static mt_status agree(mt_runtime *rt, mt_status mine) {
-    static long seq; /* loads in this process: collective, so the same on every rank */
-    seq++;
-    int world = mt_runtime_world_size(rt), rank = mt_runtime_rank(rt);
-    float v = (float)mine, *all = malloc((size_t)world * sizeof *all);
-    if (!all) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
-    char saved[2048];
-    snprintf(saved, sizeof saved, "%s", mine != MT_OK ? mt_last_error() : "");
-    mt_status st = mt_all_gather(mt_runtime_world(rt), &v, all, 1, MT_F32, NULL);
-    int first = -1;
-    mt_status first_st = MT_OK;
-    for (int r = 0; st == MT_OK && r < world && first < 0; r++)
-        if (all[r] != 0.0f) {
-            first = r;
-            first_st = (mt_status)(int)all[r];
-        }
-    free(all);
-    if (st != MT_OK) return mt_error_wrap(st, "checkpoint load: agreeing on the outcome");
-    if (first < 0) return MT_OK;
-    char key[128];
-    snprintf(key, sizeof key, "mt/ckpt/load/%ld/error", seq);
-    mt_store *store = mt_runtime_store(rt);
-    if (rank == first) {
-        mt_store_set(store, key, saved, strlen(saved));
-        return mt_error_restore(mine, saved);
-    }
-    void *msg = NULL;
-    size_t len = 0;
-    st = mt_store_get(store, key, mt_runtime_timeout(rt), &msg, &len);
-    if (st != MT_OK)
-        return mt_error(first_st, "checkpoint load failed on rank %d (its message could not be "
-                        "read)", first);
-    st = mt_error(first_st, "checkpoint load failed on rank %d: %s", first,
-                  mt_ckpt_without_rank(msg, first));
-    free(msg);
-    return st;
-}
-
 static mt_status apply(loader *l, mt_module *root, mt_adamw *opt, const mt_checkpoint_extra *ex,
                        int n_ex) {
     int kinds = l->load_optimizer ? MT_CKPT_KINDS : 1;
@@ -343,7 +304,8 @@ mt_status mt_checkpoint_load(mt_module *root, mt_adamw *opt, const char *path,
     loader l;
     memset(&l, 0, sizeof l);
     if (st == MT_OK) st = read_local(&l, root, opt, path, extras, n_extras, rank, world);
-    st = agree(rt, st);
+    static long loads; /* collective, so the same count on every rank */
+    st = mt_ckpt_agree(rt, st, "load", ++loads);
     if (st == MT_OK) {
         st = apply(&l, root, opt, extras, n_extras);
         /* A device copy that fails after the others succeeded leaves this rank's model part old

@@ -26,6 +26,7 @@
 #include "store/store_internal.h"
 
 #include <meshtrain/checkpoint.h>
+#include <meshtrain/comm.h>
 #include <meshtrain/log.h>
 #include <meshtrain/memory.h>
 #include <meshtrain/mesh.h>
@@ -87,6 +88,42 @@ const char *mt_ckpt_without_rank(const char *msg, int rank) {
     char prefix[32];
     int n = snprintf(prefix, sizeof prefix, "rank %d: ", rank);
     return strncmp(msg, prefix, (size_t)n) == 0 ? msg + n : msg;
+}
+
+mt_status mt_ckpt_agree(mt_runtime *rt, mt_status mine, const char *what, long seq) {
+    int world = mt_runtime_world_size(rt), rank = mt_runtime_rank(rt);
+    float v = (float)mine, *all = malloc((size_t)world * sizeof *all);
+    if (!all) return mt_error(MT_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory");
+    char saved[2048];
+    snprintf(saved, sizeof saved, "%s", mine != MT_OK ? mt_last_error() : "");
+    mt_status st = mt_all_gather(mt_runtime_world(rt), &v, all, 1, MT_F32, NULL);
+    int first = -1;
+    mt_status first_st = MT_OK;
+    for (int r = 0; st == MT_OK && r < world && first < 0; r++)
+        if (all[r] != 0.0f) {
+            first = r;
+            first_st = (mt_status)(int)all[r];
+        }
+    free(all);
+    if (st != MT_OK) return mt_error_wrap(st, "checkpoint %s: agreeing on the outcome", what);
+    if (first < 0) return MT_OK;
+    char key[128];
+    snprintf(key, sizeof key, "mt/ckpt-agree/%s/%ld/error", what, seq);
+    mt_store *store = mt_runtime_store(rt);
+    if (rank == first) {
+        mt_store_set(store, key, saved, strlen(saved));
+        return mt_error_restore(mine, saved);
+    }
+    void *msg = NULL;
+    size_t len = 0;
+    st = mt_store_get(store, key, mt_runtime_timeout(rt), &msg, &len);
+    if (st != MT_OK)
+        return mt_error(first_st, "checkpoint %s failed on rank %d (its message could not be "
+                        "read)", what, first);
+    st = mt_error(first_st, "checkpoint %s failed on rank %d: %s", what, first,
+                  mt_ckpt_without_rank(msg, first));
+    free(msg);
+    return st;
 }
 
 bool mt_ckpt_fail_point(const char *point, int rank, long step) {
@@ -569,8 +606,12 @@ mt_status mt_checkpoint_save(mt_module *root, mt_adamw *opt, const char *dir,
     MT_TRY(mt_ckpt_plan_build(root, opt, &plan));
     saver *s = NULL;
     /* A deferred parameter never initialised would be saved as zeros, as if they were its
-     * values. Every rank's model is built alike, so all refuse together. */
+     * values. Initialisation is per rank (it has no collectives), so one rank may refuse while
+     * the others would go on into the save and wait for it: all agree first, and every rank
+     * returns the refusal. */
+    static long checks; /* saves in this process: collective, so the same count on every rank */
     mt_status st = mt_fsdp_check_initialised(root, "saving a checkpoint");
+    st = mt_ckpt_agree(mt_mesh_runtime(mt_module_mesh(root)), st, "save", ++checks);
     if (st == MT_OK) st = saver_get(root, &s);
     if (st == MT_OK) st = join_writer(s); /* the previous save's outcome, the same everywhere */
     if (st != MT_OK) {

@@ -5,6 +5,7 @@
 
 #include <meshtrain/checkpoint.h>
 #include <meshtrain/module.h>
+#include <meshtrain/runtime.h>
 #include <meshtrain/status.h>
 
 #include <stdbool.h>
@@ -21,6 +22,11 @@ void mt_ckpt_crash_point(const char *point, int rank, long step);
 /* msg without its leading "rank R: " (a message of rank R quoted by another rank, which
  * says whose it is itself). */
 const char *mt_ckpt_without_rank(const char *msg, int rank);
+
+/* Every rank's outcome mine, over rt's world (collective: every rank calls it, seq counting the
+ * calls for what alike everywhere): MT_OK when all succeeded, else on every rank the lowest
+ * failing rank's status and message ("checkpoint <what> failed on rank R: ..."). */
+mt_status mt_ckpt_agree(mt_runtime *rt, mt_status mine, const char *what, long seq);
 
 /* Test hook: MT_TEST_CKPT_FAIL="<point>:<rank>:<step>" makes point fail (an I/O error) instead:
  * "stage" (this rank's copy to host memory) or "write" (its data file). True when it applies. */

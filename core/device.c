@@ -100,8 +100,7 @@ static void uncharge(mt_device *dev, mt_mem_category category, size_t bytes) {
     dev->stats.total_current -= bytes;
 }
 
-/* "params 900.00 MiB, grads 12.00 MiB" for the categories in use, or "nothing". */
-static void format_in_use(const mt_mem_stats *s, char *buf, size_t cap) {
+void mt_mem_format_in_use(const mt_mem_stats *s, char *buf, size_t cap) {
     size_t used = 0;
     buf[0] = '\0';
     for (int c = 0; c < MT_MEM_CATEGORY_COUNT && used < cap; c++) {
@@ -115,6 +114,23 @@ static void format_in_use(const mt_mem_stats *s, char *buf, size_t cap) {
     if (!buf[0]) snprintf(buf, cap, "nothing");
 }
 
+size_t mt_mem_report_lines(const mt_mem_stats *s, char *buf, size_t size, size_t len) {
+    char now[32], peak[32];
+    for (int c = 0; c < MT_MEM_CATEGORY_COUNT && len < size; c++)
+        len += (size_t)snprintf(buf + len, size - len, "  %-12s %12s  (peak %s)\n",
+                                mt_mem_category_name((mt_mem_category)c),
+                                mt_format_bytes(s->current[c], now, sizeof now),
+                                mt_format_bytes(s->peak[c], peak, sizeof peak));
+    if (len < size)
+        len += (size_t)snprintf(buf + len, size - len, "  %-12s %12s  (peak %s)", "total",
+                                mt_format_bytes(s->total_current, now, sizeof now),
+                                mt_format_bytes(s->total_peak, peak, sizeof peak));
+    if (len < size && s->capacity)
+        len += (size_t)snprintf(buf + len, size - len, ", capacity %s",
+                                mt_format_bytes(s->capacity, now, sizeof now));
+    return len < size ? len : (size ? size - 1 : 0);
+}
+
 /* ---- opening and closing --------------------------------------------------------------------- */
 
 static mt_status device_new(mt_device **out) {
@@ -125,12 +141,20 @@ static mt_status device_new(mt_device **out) {
         free(dev);
         return mt_error_errno(MT_ERR_SYSTEM, rc, "cannot create the device's lock");
     }
+    mt_status st = mt_host_tier_init(&dev->host);
+    if (st != MT_OK) {
+        pthread_mutex_destroy(&dev->lock);
+        free(dev);
+        return st;
+    }
     *out = dev;
     return MT_OK;
 }
 
 static void device_delete(mt_device *dev) {
     pthread_mutex_destroy(&dev->lock);
+    pthread_mutex_destroy(&dev->host.lock);
+    free(dev->host.blocks);
     free(dev->table);
     free(dev);
 }
@@ -239,7 +263,7 @@ void mt_device_close(mt_device *dev) {
     if (!dev) return;
     if (dev->table_used) {
         char in_use[512], total[32];
-        format_in_use(&dev->stats, in_use, sizeof in_use);
+        mt_mem_format_in_use(&dev->stats, in_use, sizeof in_use);
         /* After an error that ended the program early, blocks left behind are expected: the
          * error is what the user needs to read, not a leak report. */
         mt_log(mt_failure_pending(NULL, NULL, 0) ? MT_LOG_INFO : MT_LOG_WARN,
@@ -250,6 +274,8 @@ void mt_device_close(mt_device *dev) {
         for (size_t i = 0; i < dev->table_cap; i++)
             if (dev->table[i].ptr) dev->ops->free(dev, dev->table[i].ptr);
     }
+    /* Host blocks first: on a GPU they are pinned through the backend, which close releases. */
+    mt_host_tier_close(dev);
     if (dev->ops->close) dev->ops->close(dev);
     device_delete(dev);
 }
@@ -282,7 +308,7 @@ mt_status mt_device_alloc(mt_device *dev, size_t bytes, mt_mem_category category
         capacity > dev->stats.total_current ? capacity - dev->stats.total_current : 0;
     if (capacity && bytes > left_bytes) {
         char left[32], cap[32], in_use[512];
-        format_in_use(&dev->stats, in_use, sizeof in_use);
+        mt_mem_format_in_use(&dev->stats, in_use, sizeof in_use);
         pthread_mutex_unlock(&dev->lock);
         return mt_error(MT_ERR_OUT_OF_MEMORY,
                         "out of memory on %s: asked %s for %s, %s left of %s (in use: %s)",
@@ -351,19 +377,8 @@ const char *mt_memory_report(const mt_device *dev, char *buf, size_t size) {
     mt_mem_stats s;
     mt_device_mem_stats(dev, &s);
     size_t len = (size_t)snprintf(buf, size, "memory of %s:\n", dev->name);
-    char now[32], peak[32];
-    for (int c = 0; c < MT_MEM_CATEGORY_COUNT && len < size; c++)
-        len += (size_t)snprintf(buf + len, size - len, "  %-12s %12s  (peak %s)\n",
-                                mt_mem_category_name((mt_mem_category)c),
-                                mt_format_bytes(s.current[c], now, sizeof now),
-                                mt_format_bytes(s.peak[c], peak, sizeof peak));
-    if (len < size)
-        len += (size_t)snprintf(buf + len, size - len, "  %-12s %12s  (peak %s)", "total",
-                                mt_format_bytes(s.total_current, now, sizeof now),
-                                mt_format_bytes(s.total_peak, peak, sizeof peak));
-    if (len < size && s.capacity)
-        snprintf(buf + len, size - len, ", capacity %s",
-                 mt_format_bytes(s.capacity, now, sizeof now));
+    len = mt_mem_report_lines(&s, buf, size, len);
+    if (len < size) mt_host_tier_report(&dev->host, buf, size, len);
     return buf;
 }
 
@@ -409,6 +424,7 @@ void mt_device_reset_peaks(mt_device *dev) {
     for (int c = 0; c < MT_MEM_CATEGORY_COUNT; c++) dev->stats.peak[c] = dev->stats.current[c];
     dev->stats.total_peak = dev->stats.total_current;
     pthread_mutex_unlock(&dev->lock);
+    mt_host_tier_reset_peaks(&dev->host);
 }
 
 /* ---- copies ---------------------------------------------------------------------------------- */

@@ -8,6 +8,8 @@
 #ifndef MT_CORE_DEVICE_INTERNAL_H
 #define MT_CORE_DEVICE_INTERNAL_H
 
+#include "core/host_tier.h"
+
 #include <meshtrain/device.h>
 
 #include <pthread.h>
@@ -66,6 +68,8 @@ struct mt_device {
     mt_alloc_entry *table; /* open addressing, linear probing, power-of-two size */
     size_t table_cap;
     size_t table_used;
+
+    mt_host_tier host; /* host memory beside the device (core/host_tier.c) */
 };
 
 struct mt_stream {
@@ -87,6 +91,12 @@ mt_status mt_cpu_device_init(mt_device *dev);
 void mt_cuda_device_count(int *count, char *why, size_t why_cap);
 /* CUDA backend for GPU index (valid): sets up dev->ops and dev->backend. */
 mt_status mt_cuda_device_init(mt_device *dev, int index);
+/* "params 900.00 MiB, grads 12.00 MiB" for the categories in use, or "nothing". */
+void mt_mem_format_in_use(const mt_mem_stats *s, char *buf, size_t cap);
+/* Appends one line per category (current, peak), then the total and the capacity, to a report
+ * of len characters so far; returns the new length. */
+size_t mt_mem_report_lines(const mt_mem_stats *s, char *buf, size_t size, size_t len);
+
 #endif
 
 /* Charges (releases) memory the device's allocator did not hand out but that lives on the device,
@@ -94,5 +104,11 @@ mt_status mt_cuda_device_init(mt_device *dev, int index);
  * accounting and its peaks cover it. No capacity check: the memory is already taken. */
 void mt_device_charge_external(mt_device *dev, mt_mem_category category, size_t bytes);
 void mt_device_release_external(mt_device *dev, mt_mem_category category, size_t bytes);
+
+/* "params 900.00 MiB, grads 12.00 MiB" for the categories in use, or "nothing". */
+void mt_mem_format_in_use(const mt_mem_stats *s, char *buf, size_t cap);
+/* Appends one line per category (current, peak), then the total and the capacity, to a report
+ * of len characters so far; returns the new length. */
+size_t mt_mem_report_lines(const mt_mem_stats *s, char *buf, size_t size, size_t len);
 
 #endif

@@ -171,8 +171,17 @@ static mt_status pre_forward(mt_module *module, void *unit) {
 
 static mt_status post_forward(mt_module *module, void *unit, mt_status user_status) {
     mt_fsdp_unit *u = unit;
-    /* After a recompute forward the backward follows at once: the parameters stay. */
-    if (mt_module_recomputing(module)) return user_status;
+    /* After a recompute forward the backward follows at once: the parameters stay. A failed
+     * recompute forward fails the module's backward before it starts, so this unit's
+     * post-backward (which would reshard it) never runs: reshard here, or it stays gathered. */
+    if (mt_module_recomputing(module)) {
+        if (user_status == MT_OK) return MT_OK;
+        char failed[1024];
+        snprintf(failed, sizeof failed, "%s", mt_last_error());
+        mt_status st = mt_fsdp_reshard(u);
+        if (st != MT_OK) mark_broken(u->root, st);
+        return mt_error_restore(user_status, failed);
+    }
     mt_fsdp_root *r = u->root;
     char saved[1024];
     if (user_status != MT_OK) snprintf(saved, sizeof saved, "%s", mt_last_error());

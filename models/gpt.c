@@ -17,6 +17,7 @@
  * kept with the activations from the forward instead of its rows (MT_GPT_SP_KEEP_GATHERED:
  * ln1_full, ln2_full, lnf_full). */
 #include "core/error.h"
+#include "models/gpt_config.h"
 #include "models/model_common.h"
 
 #include <meshtrain/gpt.h>
@@ -496,32 +497,6 @@ static mt_status root_backward(mt_module *module, void *ctx) {
 
 /* ---- creation -------------------------------------------------------------------------------- */
 
-static mt_status check_config(const mt_gpt_config *c, int tp) {
-    if (c->layers < 1 || c->d_model < 1 || c->heads < 1 || c->seq < 1 || c->vocab < 1)
-        return mt_error(MT_ERR_INVALID_ARG, "gpt: layers %d, d_model %d, heads %d, seq %d, vocab "
-                        "%d: each must be >= 1", c->layers, c->d_model, c->heads, c->seq,
-                        c->vocab);
-    if (c->d_model % c->heads != 0)
-        return mt_error(MT_ERR_INVALID_ARG, "gpt: d_model %d not divisible by heads %d",
-                        c->d_model, c->heads);
-    if (c->heads % tp != 0)
-        return mt_error(MT_ERR_INVALID_ARG, "gpt: heads %d not divisible by tp %d", c->heads, tp);
-    int local = (c->vocab + tp - 1) / tp;
-    if (c->vocab - (tp - 1) * local < 1)
-        return mt_error(MT_ERR_INVALID_ARG, "gpt: vocab %d cannot be split over tp %d (padded to "
-                        "%d, the last rank's slice of %d rows would hold no real token)",
-                        c->vocab, tp, local * tp, local);
-    if (c->sequence_parallel < MT_GPT_SP_OFF || c->sequence_parallel > MT_GPT_SP_KEEP_GATHERED)
-        return mt_error(MT_ERR_INVALID_ARG, "gpt: sequence_parallel %d is no mode (0 off, 1 "
-                        "re-gather, 2 keep gathered)", c->sequence_parallel);
-    if ((int64_t)c->layers * c->d_model * c->d_model > INT32_MAX / 16 ||
-        (int64_t)c->vocab * c->d_model > INT32_MAX / 2 || (int64_t)c->seq * c->seq > INT32_MAX / 2)
-        return mt_error(MT_ERR_INVALID_ARG, "gpt: layers %d, d_model %d, vocab %d, seq %d: too "
-                        "large for this implementation's 32-bit sizes", c->layers, c->d_model,
-                        c->vocab, c->seq);
-    return MT_OK;
-}
-
 static mt_status add_block(mt_gpt *g, mt_mesh *mesh, int l) {
     gpt_block *blk = &g->blocks[l];
     blk->gpt = g;
@@ -577,8 +552,7 @@ mt_status mt_gpt_create(mt_mesh *mesh, const mt_gpt_config *config, mt_gpt **out
     const char *tp_dim = config->tp_dim ? config->tp_dim : MT_TP_DIM_DEFAULT;
     MT_TRY(mt_tp_context_dim(mesh, tp_dim, &tp));
     const mt_gpt_config *c = config;
-    MT_TRY(check_config(c, tp.size));
-    if (c->sequence_parallel && tp.size > 1) MT_TRY(mt_tp_sequence_check(&tp, c->seq));
+    MT_TRY(mt_gpt_config_check(c, tp.size, c->sequence_parallel));
     mt_gpt *g = calloc(1, sizeof *g);
     if (g) {
         g->block_modules = calloc((size_t)c->layers, sizeof *g->block_modules);

@@ -17,6 +17,7 @@
  * (SP below) too. */
 #include "core/error.h"
 #include "models/comm_scratch.h"
+#include "models/gpt_config.h"
 #include "models/mem_timeline.h"
 
 #include <meshtrain/gpt.h>
@@ -494,21 +495,10 @@ static size_t setup_peak(const sim *m) {
 
 static mt_status check_plan(const mt_gpt_config *c, const mt_gpt_memory_plan *p) {
     static const char what[] = "mt_gpt_memory_predict";
-    if (c->layers < 1 || c->d_model < 1 || c->heads < 1 || c->seq < 1 || c->vocab < 1)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: layers %d, d_model %d, heads %d, seq %d, vocab "
-                        "%d: each must be >= 1", what, c->layers, c->d_model, c->heads, c->seq,
-                        c->vocab);
     if (p->dp < 1 || p->replicate < 1 || p->tp < 1 || p->batch < 1 || p->grad_accum < 1)
         return mt_error(MT_ERR_INVALID_ARG, "%s: dp %d, replicate %d, tp %d, batch %d, "
                         "grad_accum %d: each must be >= 1", what, p->dp, p->replicate, p->tp,
                         p->batch, p->grad_accum);
-    if (c->d_model % c->heads != 0 || c->heads % p->tp != 0)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: d_model %d, heads %d, tp %d: heads must divide "
-                        "d_model and tp heads", what, c->d_model, c->heads, p->tp);
-    int local = (c->vocab + p->tp - 1) / p->tp;
-    if (c->vocab - (p->tp - 1) * local < 1)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: vocab %d cannot be split over tp %d", what,
-                        c->vocab, p->tp);
     if ((p->param_dtype != MT_F32 && p->param_dtype != MT_BF16) ||
         (p->reduce_dtype != MT_F32 && p->reduce_dtype != MT_BF16))
         return mt_error(MT_ERR_INVALID_ARG, "%s: param_dtype and reduce_dtype must be MT_F32 or "
@@ -522,13 +512,9 @@ static mt_status check_plan(const mt_gpt_config *c, const mt_gpt_memory_plan *p)
         return mt_error(MT_ERR_INVALID_ARG, "%s: activation checkpointing %d (every %d): not a "
                         "mode, or every K with K < 1", what, (int)p->activation_checkpointing,
                         p->ac_every);
-    if (p->sequence_parallel < MT_GPT_SP_OFF || p->sequence_parallel > MT_GPT_SP_KEEP_GATHERED)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: sequence_parallel %d is no mode (0 off, 1 "
-                        "re-gather, 2 keep gathered)", what, p->sequence_parallel);
-    if (p->sequence_parallel && ((size_t)p->batch * (size_t)c->seq) % (size_t)p->tp != 0)
-        return mt_error(MT_ERR_INVALID_ARG, "%s: sequence parallelism splits batch %d x seq %d "
-                        "rows over tp %d, which does not divide them", what, p->batch, c->seq,
-                        p->tp);
+    /* The model's own checks, with its messages: what it refuses is not predicted. */
+    mt_status st = mt_gpt_config_check(c, p->tp, p->sequence_parallel);
+    if (st != MT_OK) return mt_error_wrap(st, "%s", what);
     return MT_OK;
 }
 

@@ -129,6 +129,11 @@ static mt_status fill_host(const mt_param *p, const mt_initialiser *init, size_t
             if (p->tp.kind == MT_TP_SHARD && p->tp.dim == d) g[d] += tp_rank * p->local_shape[d];
             g0 = g0 * (uint64_t)p->global_shape[d] + (uint64_t)g[d];
         }
+        /* fill_run decides padding by the run's first element; a 1-D parameter's run spans
+         * dimension 0 itself, so it is cut at real_rows: the real rows get values, the padding
+         * rows (the next run) zeros, and the user function never sees a padding row. */
+        if (nd == 1 && g[0] < p->real_rows && g[0] + (int64_t)run > p->real_rows)
+            run = (size_t)(p->real_rows - g[0]);
         MT_TRY(fill_run(p, init, g, g0, run, out + (pos - b)));
         pos += run;
         if (nd == 0) break;

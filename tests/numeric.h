@@ -41,6 +41,15 @@ static inline uint64_t test_mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+/* n pseudo-random bytes from seed (an LCG's high byte): copies checked bit-exact. */
+static inline void test_fill_bytes(unsigned char *p, size_t n, unsigned seed) {
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        p[i] = (unsigned char)(x >> 24);
+    }
+}
+
 /* A float's bits and back, for tests that compare exactly (NaN payloads, -0). */
 static inline uint32_t test_f32_bits(float f) {
     uint32_t b;

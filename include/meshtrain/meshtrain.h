@@ -9,6 +9,7 @@
 #include <meshtrain/dtype.h>
 #include <meshtrain/log.h>
 #include <meshtrain/fsdp.h>
+#include <meshtrain/host_memory.h>
 #include <meshtrain/gpt.h>
 #include <meshtrain/init.h>
 #include <meshtrain/memory.h>
@@ -19,6 +20,7 @@
 #include <meshtrain/optim.h>
 #include <meshtrain/recompute.h>
 #include <meshtrain/runtime.h>
+#include <meshtrain/stage.h>
 #include <meshtrain/status.h>
 #include <meshtrain/store.h>
 #include <meshtrain/tp.h>

@@ -11,11 +11,15 @@ mt_add_mp_test(bench_recompute_smoke TIMEOUT 120 LABELS bench
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_recompute_smoke.sh
           $<TARGET_FILE:mt-bench-recompute>)
 # mt-bench-sequence-parallel on a tiny GPT over tp 2: it exits non-zero when the measured tp
-# traffic or the split activations differ from its model of them.
+# traffic, or the measured saving of the activations held after the forward, differs from its
+# model of them.
 mt_add_mp_test(bench_sequence_parallel_smoke TIMEOUT 120 LABELS bench ENV MT_DEVICE=cpu
   COMMAND $<TARGET_FILE:mtrun> --standalone --nproc_per_node 2
           $<TARGET_FILE:mt-bench-sequence-parallel> --layers 2 --d-model 32 --heads 4 --seq 16
           --batch 2)
+# mt-bench-offload on small sizes: one line per size with positive figures, bad options refused.
+mt_add_mp_test(bench_offload_smoke TIMEOUT 120 LABELS bench ENV MT_DEVICE=cpu
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_offload_smoke.sh $<TARGET_FILE:mt-bench-offload>)
 # mt-bench-adamw on a small array: its lines per path and thread count, its option errors.
 mt_add_mp_test(bench_adamw_smoke TIMEOUT 120 LABELS bench
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_adamw_smoke.sh $<TARGET_FILE:mt-bench-adamw>)

@@ -34,3 +34,9 @@ foreach(variant dp2 tp2)
             $<TARGET_FILE:prog_ckpt_bad> ${variant})
 endforeach()
 
+
+# A save refused on one rank (a deferred parameter it never initialised) is refused on every
+# rank, without waiting for MT_TIMEOUT_S (prog_ckpt_uninit.c).
+mt_add_test_program(prog_ckpt_uninit ${CMAKE_CURRENT_LIST_DIR}/prog_ckpt_uninit.c)
+mt_add_mp_test(ckpt_uninit_one_rank TIMEOUT 60 LABELS checkpoint ENV MT_TIMEOUT_S=20 MT_DEVICE=cpu
+  COMMAND bash -c "d=$(mktemp -d) && $<TARGET_FILE:mtrun> --standalone --nproc_per_node 2 $<TARGET_FILE:prog_ckpt_uninit> $d; rc=$?; rm -rf $d; exit $rc")

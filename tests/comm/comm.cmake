@@ -34,3 +34,7 @@ mt_add_mp_test(comm_two_nodes TIMEOUT 400 LABELS comm
 # A rank that stops answering: the others time out naming it, then everyone exits cleanly.
 mt_add_mp_test(comm_peer_timeout TIMEOUT 90 LABELS comm ENV MT_TIMEOUT_S=5
   COMMAND ${MT_COMM_MTRUN} --standalone --nproc_per_node 4 ${MT_COMM_PROG} --sleeper 2)
+
+# Offload staging copies over UCX between the host tier and device memory (comm/host/stage.c).
+mt_add_unit_test(test_stage SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_stage.c TIMEOUT 60
+                 LABELS comm)

@@ -9,6 +9,19 @@ mt_add_unit_test(test_host_memory SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_host_me
                  TIMEOUT 60 LABELS core)
 mt_add_unit_test(test_device_cache SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_device_cache.c
                  TIMEOUT 60 LABELS core)
+mt_add_unit_test(test_host_tier SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_host_tier.c TIMEOUT 60
+                 LABELS core)
+# mlock past RLIMIT_MEMLOCK is refused with one clear error. Root has CAP_IPC_LOCK, which ignores
+# the limit: setpriv drops it from the bounding set so that the limit applies here too.
+find_program(MT_PRLIMIT prlimit)
+find_program(MT_SETPRIV setpriv)
+if(MT_PRLIMIT AND MT_SETPRIV)
+  add_test(NAME test_host_tier_mlock
+           COMMAND ${MT_SETPRIV} --bounding-set -ipc_lock ${MT_PRLIMIT} --memlock=1048576
+                   $<TARGET_FILE:test_host_tier> --mlock-refusal 1048576)
+  set_tests_properties(test_host_tier_mlock PROPERTIES TIMEOUT 60 LABELS "unit;core"
+                       ENVIRONMENT "MT_HOST_MLOCK=1")
+endif()
 # The per-rank thread pool: every index once on 1, 2, 3 and 7 threads, chunk boundaries and a
 # chunk-ordered reduction independent of the thread count, two callers on one pool, the sizing
 # environment and its errors.

@@ -61,3 +61,10 @@ add_test(NAME compare_topo_script
   COMMAND ${CMAKE_CURRENT_LIST_DIR}/compare_topo_test.sh ${CMAKE_BINARY_DIR}/bin/mt-topo
           ${CMAKE_SOURCE_DIR}/tests/fixtures/topologies/nccl-azure-ndv4-a100x8-topo.xml)
 set_tests_properties(compare_topo_script PROPERTIES TIMEOUT 60 LABELS "tools;topo")
+
+# Offload staging between the pinned host tier and GPU memory (UCX with CUDA, or cudaMemcpyAsync).
+if(MT_HAVE_CUDA)
+  mt_add_unit_test(test_gpu_stage SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_stage.c TIMEOUT 120
+                   LABELS gpu)
+  set_tests_properties(test_gpu_stage PROPERTIES SKIP_RETURN_CODE 77)
+endif()

@@ -5,6 +5,9 @@
 #include "check.h"
 
 #include <meshtrain/gpt.h>
+#include <meshtrain/meshtrain.h>
+
+#include <stdio.h>
 
 #include <string.h>
 
@@ -33,7 +36,8 @@ static void test_errors(void) {
     CHECK(mt_gpt_memory_predict(NULL, &plan, &p) == MT_ERR_INVALID_ARG);
     plan.tp = 3;
     CHECK(mt_gpt_memory_predict(&cfg, &plan, &p) == MT_ERR_INVALID_ARG);
-    CHECK_MSG(strstr(mt_last_error(), "heads 4, tp 3") != NULL, "%s", mt_last_error());
+    CHECK_MSG(strstr(mt_last_error(), "heads 4 not divisible by tp 3") != NULL, "%s",
+              mt_last_error());
     plan = mt_gpt_memory_plan_defaults();
     plan.batch = 0;
     CHECK(mt_gpt_memory_predict(&cfg, &plan, &p) == MT_ERR_INVALID_ARG);
@@ -55,6 +59,54 @@ static void test_errors(void) {
     CHECK(mt_gpt_memory_predict(&cfg, &plan, &p) == MT_ERR_INVALID_ARG);
     CHECK_MSG(strstr(mt_last_error(), "sequence_parallel 3 is no mode") != NULL, "%s",
               mt_last_error());
+    mt_clear_error();
+}
+
+/* The predictor refuses what the model refuses, with the model's message: sequence parallelism
+ * splits each sequence (seq % tp, mt_tp_sequence_check), not the batch's rows, and the model's
+ * 32-bit size limits hold. */
+static void test_model_refusals(void) {
+    mt_gpt_memory_plan plan = mt_gpt_memory_plan_defaults();
+    mt_gpt_memory_prediction p;
+    plan.tp = 4;
+    plan.batch = 2; /* 2 x 6 = 12 rows divide over tp 4, seq 6 does not */
+    mt_gpt_config six = cfg;
+    six.seq = 6;
+    for (int mode = MT_GPT_SP_REGATHER; mode <= MT_GPT_SP_KEEP_GATHERED; mode++) {
+        plan.sequence_parallel = mode;
+        CHECK(mt_gpt_memory_predict(&six, &plan, &p) == MT_ERR_INVALID_ARG);
+        CHECK_MSG(strstr(mt_last_error(), "mt_gpt_memory_predict") &&
+                      strstr(mt_last_error(), "sequence parallelism: seq 6 not divisible by tp 4"),
+                  "%s", mt_last_error());
+    }
+    plan.sequence_parallel = MT_GPT_SP_OFF; /* without SP the split is the heads' */
+    CHECK_OK(mt_gpt_memory_predict(&six, &plan, &p));
+
+    /* 3000 x 256 x 256 > INT32_MAX / 16: the model's message, word for word. */
+    mt_gpt_config big = {.layers = 3000, .d_model = 256, .heads = 8, .seq = 64, .vocab = 256,
+                         .seed = 1, .defer_init = true};
+    mt_runtime *rt = NULL;
+    mt_mesh *mesh = NULL;
+    mt_gpt *g = NULL;
+    CHECK_OK(mt_init(&rt, NULL, NULL));
+    CHECK_OK(mt_mesh_create(rt, 1, (int[]){1}, (const char *[]){"dp"}, &mesh));
+    CHECK(mt_gpt_create(mesh, &big, &g) == MT_ERR_INVALID_ARG);
+    CHECK(g == NULL);
+    char model_msg[1024];
+    snprintf(model_msg, sizeof model_msg, "%s", mt_last_error());
+    CHECK_MSG(strstr(model_msg, "32-bit sizes"), "%s", model_msg);
+    plan = mt_gpt_memory_plan_defaults();
+    CHECK(mt_gpt_memory_predict(&big, &plan, &p) == MT_ERR_INVALID_ARG);
+    /* Both carry the rank prefix once, at the front: compare what follows it. */
+    const char *model_says = strstr(model_msg, "gpt: ");
+    CHECK_MSG(model_says && strstr(mt_last_error(), model_says), "predict: %s; model: %s",
+              mt_last_error(), model_msg);
+    big.layers = 2; /* the same shape, small enough: both accept it */
+    CHECK_OK(mt_gpt_memory_predict(&big, &plan, &p));
+    CHECK_OK(mt_gpt_create(mesh, &big, &g));
+    mt_gpt_destroy(g);
+    mt_mesh_destroy(mesh);
+    mt_finalize(rt);
     mt_clear_error();
 }
 
@@ -154,6 +206,7 @@ static void test_sequence_parallel(void) {
 
 int main(void) {
     test_errors();
+    test_model_refusals();
     test_activation_checkpointing();
     test_sequence_parallel();
     test_sequence_parallel_recompute();

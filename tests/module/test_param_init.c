@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K_NORMAL, K_UNIFORM, K_ONES, K_FN, K_NORMAL_MEAN, N_PARAMS = 6 };
+enum { K_NORMAL, K_UNIFORM, K_ONES, K_FN, K_NORMAL_MEAN, N_PARAMS = 8 };
 
 typedef struct spec {
     const char *name;
@@ -39,6 +39,10 @@ static const spec SPECS[N_PARAMS] = {
     {"d", 2, 2, {4, 9}, {MT_TP_SHARD, 0}, 3, K_FN},
     {"e", 2, 0, {0}, {MT_TP_REPLICATE, 0}, 0, K_NORMAL},
     {"f", 0, 2, {8, 6}, {MT_TP_SHARD, 1}, 0, K_NORMAL_MEAN},
+    /* 1-D with padding: a run spans dimension 0 itself, so it must be cut at real_rows (Shard(0)
+     * on tp 2 puts the boundary inside tp rank 1's part). */
+    {"g", 0, 1, {8}, {MT_TP_SHARD, 0}, 5, K_FN},
+    {"h", 1, 1, {8}, {MT_TP_REPLICATE, 0}, 5, K_ONES},
 };
 
 static int fn_calls, fn_bad_runs;
@@ -51,6 +55,7 @@ static mt_status index_fn(void *user, const mt_param *p, const int64_t *g, size_
     fn_calls++;
     if (nd > 0 && g[nd - 1] + (int64_t)count > mt_param_global_dim(p, nd - 1)) fn_bad_runs++;
     if (nd > 0 && g[0] >= mt_param_real_rows(p)) fn_bad_runs++; /* never asked for padding */
+    if (nd == 1 && g[0] + (int64_t)count > mt_param_real_rows(p)) fn_bad_runs++; /* nor in a run */
     int64_t lin = 0;
     for (int d = 0; d < nd; d++) lin = lin * mt_param_global_dim(p, d) + g[d];
     for (size_t j = 0; j < count; j++) out[j] = (float)(lin + (int64_t)j);
@@ -136,12 +141,14 @@ static float **whole_values(mt_mesh *mesh, mt_device *dev) {
     model w = {0};
     build(mesh, "whole", &w);
     float **vals = calloc(N_PARAMS, sizeof *vals);
+    fn_bad_runs = 0;
     for (int i = 0; i < N_PARAMS; i++) {
         mt_initialiser init = make_init(i);
         CHECK_OK(mt_param_init(w.p[i], &init));
         CHECK(mt_param_numel(w.p[i]) == global_numel(i));
         vals[i] = read_host(dev, w.p[i]);
     }
+    CHECK_MSG(fn_bad_runs == 0, "%d function runs reached padding rows", fn_bad_runs);
     mt_module_destroy(w.mod[0]);
     return vals;
 }
@@ -166,6 +173,11 @@ static void check_whole(float **whole) {
     double mean = 0;
     for (int k = 0; k < 48; k++) mean += whole[5][k] / 48.0;
     CHECK_MSG(mean > 1.2 && mean < 1.8, "normal(1.5, 0.5) mean %g", mean);
+    /* g, h: 1-D, rows 5-7 are padding (zero) for the function and for ones alike. */
+    for (int k = 0; k < 8; k++) {
+        CHECK_MSG(whole[6][k] == (k < 5 ? (float)k : 0.0f), "g[%d] = %g", k, (double)whole[6][k]);
+        CHECK_MSG(whole[7][k] == (k < 5 ? 1.0f : 0.0f), "h[%d] = %g", k, (double)whole[7][k]);
+    }
 }
 
 /* Before initialisation: forward, gather and the optimizer's step refuse, naming a parameter. */

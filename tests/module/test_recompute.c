@@ -184,6 +184,66 @@ static void check_refusals(mt_mesh *mesh) {
     mt_module_destroy(box);
 }
 
+/* ---- a recompute forward that fails ---------------------------------------------------------- */
+
+static int flaky_calls;
+
+/* Succeeds once (the step's forward), fails the second time (recompute's re-run). */
+static mt_status flaky_fwd(mt_module *m, void *ctx) {
+    (void)ctx;
+    if (++flaky_calls == 2) return mt_error_set(MT_ERR_INTERNAL, "re-run refused");
+    return need_params(m, false);
+}
+
+static mt_status flaky_bwd(mt_module *m, void *ctx) {
+    (void)ctx;
+    return need_params(m, true);
+}
+
+static mt_status flaky_discard(mt_module *m, void *ctx) {
+    (void)m, (void)ctx;
+    return MT_OK;
+}
+
+/* The re-run fails in the backward: the backward reports it, naming the module, and the unit
+ * is sharded again afterwards in both orders of enabling (FSDP inside recompute's
+ * registration: only FSDP's post-forward sees the failure, its post-backward never runs). */
+static void check_failed_rerun(mt_mesh *mesh, mt_device *dev) {
+    static const mt_module_ops ops = {.forward = flaky_fwd, .backward = flaky_bwd,
+                                      .discard = flaky_discard};
+    for (int before = 0; before < 2; before++) {
+        const char *label = before ? "recompute enabled before sharding (FSDP inside)"
+                                   : "recompute enabled after sharding (FSDP outside)";
+        mt_module *m = NULL;
+        mt_mem_stats s0, s1;
+        mt_device_mem_stats(dev, &s0);
+        CHECK_OK(mt_module_create(mesh, "flaky", &ops, NULL, &m));
+        CHECK_OK(mt_module_add_param(m, "p", 1, (int64_t[]){1000},
+                                     (mt_tp_placement){MT_TP_REPLICATE, 0}, NULL));
+        if (before) CHECK_OK(mt_recompute_enable(m));
+        mt_fsdp_options o = mt_fsdp_defaults(mesh, "dp");
+        o.reshard_after_forward = 1;
+        CHECK_OK(mt_fsdp_shard(m, &o));
+        if (!before) CHECK_OK(mt_recompute_enable(m));
+        mt_device_mem_stats(dev, &s0);
+        size_t sharded = s0.current[MT_MEM_PARAMS];
+        flaky_calls = 0;
+        CHECK_OK(mt_module_forward(m, NULL));
+        mt_status st = mt_module_backward(m, NULL);
+        CHECK_MSG(st == MT_ERR_INTERNAL && strstr(mt_last_error(), "re-run refused") &&
+                      strstr(mt_last_error(), "'flaky'"),
+                  "%s: backward %d, '%s'", label, (int)st, mt_last_error());
+        mt_device_mem_stats(dev, &s1);
+        mt_fsdp_unit *u = mt_fsdp_unit_of(m);
+        CHECK_MSG(u && u->state == MT_UNIT_SHARDED && u->full == NULL, "%s: unit left gathered",
+                  label);
+        CHECK_MSG(s1.current[MT_MEM_PARAMS] == sharded, "%s: params %zu bytes after the failed "
+                  "backward, %zu sharded", label, s1.current[MT_MEM_PARAMS], sharded);
+        mt_clear_error();
+        mt_module_destroy(m);
+    }
+}
+
 /* ---- the GPT ----------------------------------------------------------------------------- */
 
 enum { LAYERS = 4, DM = 32, HEADS = 4, SEQ = 16, VOCAB = 64, BATCH = 2, STEPS = 3 };
@@ -320,6 +380,7 @@ int main(void) {
     if (mesh) {
         check_refusals(mesh);
         check_fsdp_orders(mesh);
+        check_failed_rerun(mesh, dev);
         check_gpt(mesh);
     }
     mt_mem_stats ms;

@@ -1,0 +1,477 @@
+/* Staging copies over UCX (include/meshtrain/stage.h, comm/host/stage.h).
+ *
+ * Why ucp_get_nbx: a get completes when the bytes are in the local (destination) buffer, so its
+ * callback is the copy's completion; a put's callback only says that the source may be reused,
+ * and remote completion would need a flush per copy. The endpoint goes to the stager's own
+ * worker, so UCX picks its loopback transports (self, shared memory), or cuda_copy for CUDA
+ * memory when it has it.
+ */
+#include "comm/host/stage.h"
+
+#include "core/device_internal.h"
+#include "core/error.h"
+
+#include <meshtrain/host_memory.h>
+#include <meshtrain/log.h>
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+const char *mt_stage_path_name(mt_stage_path path) {
+    return path == MT_STAGE_PATH_UCX ? "ucx" : "device-copy";
+}
+
+mt_stage_path mt_stager_path(const mt_stager *stager) {
+    return stager ? stager->path : MT_STAGE_PATH_UCX;
+}
+
+static mt_status ucs_fail(ucs_status_t s, const char *call, const char *why) {
+    return mt_error(MT_ERR_COMM, "cannot set up offload staging: UCX %s failed: %s (%s)", call,
+                    ucs_status_string(s), why);
+}
+
+/* ---- the staging thread ---------------------------------------------------------------------- */
+
+static void finish(mt_stager *st, mt_stage_copy *c, ucs_status_t s) {
+    pthread_mutex_lock(&st->mu);
+    if (s != UCS_OK) {
+        c->status = MT_ERR_COMM;
+        snprintf(c->error, sizeof c->error, "offload staging copy of %zu bytes from %p to %p "
+                 "failed: UCX ucp_get_nbx: %s", c->bytes, c->src, c->dst, ucs_status_string(s));
+    }
+    for (int i = 0; i < 2; i++)
+        if (c->regions[i]) c->regions[i]->inflight--;
+    c->done = true;
+    pthread_cond_broadcast(&st->done_cv);
+    pthread_mutex_unlock(&st->mu);
+}
+
+static void get_done(void *request, ucs_status_t status, void *user_data) {
+    mt_stage_copy *c = user_data;
+    c->stager->inflight--;
+    finish(c->stager, c, status);
+    ucp_request_free(request);
+}
+
+static void post(mt_stager *st, mt_stage_copy *c) {
+    ucp_request_param_t param;
+    memset(&param, 0, sizeof param);
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_MEMH;
+    param.cb.send = get_done;
+    param.user_data = c;
+    param.memh = c->dst_memh;
+    void *req = ucp_get_nbx(st->self_ep, c->dst, c->bytes, (uint64_t)(uintptr_t)c->src,
+                            c->src_rkey, &param);
+    if (req == NULL) {
+        finish(st, c, UCS_OK);
+    } else if (UCS_PTR_IS_ERR(req)) {
+        finish(st, c, UCS_PTR_STATUS(req));
+    } else {
+        st->inflight++;
+    }
+}
+
+static void *stage_thread(void *arg) {
+    mt_stager *st = arg;
+    pthread_mutex_lock(&st->mu);
+    for (;;) {
+        mt_stage_copy *batch = st->queue_head;
+        st->queue_head = st->queue_tail = NULL;
+        if (!batch && st->inflight == 0) {
+            if (st->stop) break;
+            pthread_cond_wait(&st->work_cv, &st->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&st->mu);
+        while (batch) {
+            mt_stage_copy *next = batch->next;
+            post(st, batch);
+            batch = next;
+        }
+        /* Busy progress while copies are in flight: they are large and the thread has nothing
+         * else to do; it sleeps on work_cv once they are done. */
+        while (ucp_worker_progress(st->worker)) {
+        }
+        pthread_mutex_lock(&st->mu);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
+}
+
+/* ---- creating and destroying ----------------------------------------------------------------- */
+
+static mt_status open_ucx(mt_stager *st) {
+    ucp_config_t *config;
+    ucs_status_t s = ucp_config_read(NULL, NULL, &config);
+    if (s != UCS_OK) return ucs_fail(s, "ucp_config_read", "check the UCX_* variables");
+    ucp_params_t params;
+    memset(&params, 0, sizeof params);
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features = UCP_FEATURE_RMA;
+    params.mt_workers_shared = 1;
+    s = ucp_init(&params, config, &st->ctx);
+    ucp_config_release(config);
+    if (s != UCS_OK) return ucs_fail(s, "ucp_init", "check the UCX_* variables, e.g. UCX_TLS");
+
+    if (st->dev->kind == MT_DEVICE_CUDA) {
+        ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+        s = ucp_context_query(st->ctx, &attr);
+        if (s != UCS_OK) return ucs_fail(s, "ucp_context_query", "the memory types it supports");
+        if (!(attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA))) {
+            static atomic_flag told = ATOMIC_FLAG_INIT;
+            if (!atomic_flag_test_and_set(&told))
+                mt_log(MT_LOG_WARN, "offload staging: this UCX (%s) has no CUDA transports; "
+                       "device<->host copies use cudaMemcpyAsync on a stream instead (a UCX "
+                       "built with CUDA, e.g. PyPI's libucx-cu13, stages through UCX)",
+                       ucp_get_version_string());
+            ucp_cleanup(st->ctx);
+            st->ctx = NULL;
+            st->path = MT_STAGE_PATH_DEVICE_COPY;
+            return mt_stream_create(st->dev, &st->stream);
+        }
+    }
+
+    ucp_worker_params_t wp;
+    memset(&wp, 0, sizeof wp);
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_MULTI;
+    s = ucp_worker_create(st->ctx, &wp, &st->worker);
+    if (s != UCS_OK) return ucs_fail(s, "ucp_worker_create", "the staging worker");
+    ucp_worker_attr_t wattr = {.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE};
+    s = ucp_worker_query(st->worker, &wattr);
+    if (s != UCS_OK) return ucs_fail(s, "ucp_worker_query", "the staging worker's thread mode");
+    if (wattr.thread_mode != UCS_THREAD_MODE_MULTI)
+        return mt_error(MT_ERR_COMM, "cannot set up offload staging: this UCX (%s) gives no "
+                        "multi-threaded worker (was it built without --enable-mt?)",
+                        ucp_get_version_string());
+
+    ucp_address_t *addr;
+    size_t addr_len;
+    s = ucp_worker_get_address(st->worker, &addr, &addr_len);
+    if (s != UCS_OK) return ucs_fail(s, "ucp_worker_get_address", "the staging worker");
+    ucp_ep_params_t ep;
+    memset(&ep, 0, sizeof ep);
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep.address = addr;
+    s = ucp_ep_create(st->worker, &ep, &st->self_ep);
+    ucp_worker_release_address(st->worker, addr);
+    if (s != UCS_OK) return ucs_fail(s, "ucp_ep_create", "the endpoint to the staging worker");
+    return MT_OK;
+}
+
+mt_status mt_stager_create(mt_device *dev, mt_stager **out) {
+    if (!dev || !out)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_stager_create: dev and out must not be NULL");
+    *out = NULL;
+    mt_stager *st = calloc(1, sizeof *st);
+    if (!st) return mt_error(MT_ERR_OUT_OF_MEMORY, "cannot allocate a stager");
+    st->dev = dev;
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->work_cv, NULL);
+    pthread_cond_init(&st->done_cv, NULL);
+    mt_status s = open_ucx(st);
+    if (s == MT_OK && st->path == MT_STAGE_PATH_UCX) {
+        int rc = pthread_create(&st->thread, NULL, stage_thread, st);
+        if (rc) s = mt_error_errno(MT_ERR_SYSTEM, rc, "cannot start the offload staging thread");
+        st->thread_started = rc == 0;
+    }
+    if (s != MT_OK) {
+        mt_stager_destroy(st);
+        return s;
+    }
+    *out = st;
+    return MT_OK;
+}
+
+static void close_self_ep(mt_stager *st) {
+    ucp_request_param_t param;
+    memset(&param, 0, sizeof param);
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void *req = ucp_ep_close_nbx(st->self_ep, &param);
+    if (UCS_PTR_IS_PTR(req)) {
+        while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(st->worker);
+        ucp_request_free(req);
+    }
+}
+
+static void region_release(mt_stager *st, mt_stage_region *r) {
+    if (r->rkey) ucp_rkey_destroy(r->rkey);
+    if (r->memh) ucp_mem_unmap(st->ctx, r->memh);
+    free(r);
+}
+
+void mt_stager_destroy(mt_stager *st) {
+    if (!st) return;
+    if (st->thread_started) {
+        pthread_mutex_lock(&st->mu);
+        st->stop = true;
+        pthread_cond_signal(&st->work_cv);
+        pthread_mutex_unlock(&st->mu);
+        /* The thread leaves once the queue is empty and nothing is in flight. */
+        pthread_join(st->thread, NULL);
+    }
+    for (size_t i = 0; i < st->region_count; i++) region_release(st, st->regions[i]);
+    free(st->regions);
+    if (st->self_ep) close_self_ep(st);
+    if (st->worker) ucp_worker_destroy(st->worker);
+    if (st->ctx) ucp_cleanup(st->ctx);
+    if (st->stream) {
+        /* The device-copy path's copies in flight finish before their stream goes. */
+        if (mt_stream_synchronize(st->stream) != MT_OK)
+            mt_log(MT_LOG_WARN, "offload staging: waiting for copies in flight on %s failed: %s",
+                   st->dev->name, mt_last_error());
+        mt_stream_destroy(st->stream);
+    }
+    pthread_cond_destroy(&st->done_cv);
+    pthread_cond_destroy(&st->work_cv);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+/* ---- regions --------------------------------------------------------------------------------- */
+
+/* Under mu. The region holding [p, p + bytes), or NULL. */
+static mt_stage_region *find_region(mt_stager *st, const void *p, size_t bytes) {
+    uintptr_t a = (uintptr_t)p;
+    for (size_t i = 0; i < st->region_count; i++) {
+        mt_stage_region *r = st->regions[i];
+        if (a >= r->base && a - r->base <= r->bytes && bytes <= r->bytes - (a - r->base))
+            return r;
+    }
+    return NULL;
+}
+
+static mt_status mem_map_failed(mt_stager *st, ucs_status_t s, void *ptr, size_t bytes,
+                                bool injected) {
+    struct rlimit lim;
+    char limit[32] = "unknown", asked[32];
+    if (getrlimit(RLIMIT_MEMLOCK, &lim) == 0) {
+        if (lim.rlim_cur == RLIM_INFINITY) snprintf(limit, sizeof limit, "unlimited");
+        else mt_format_bytes((size_t)lim.rlim_cur, limit, sizeof limit);
+    }
+    return mt_error(MT_ERR_COMM, "cannot register %s at %p on %s for offload staging: UCX "
+                    "ucp_mem_map failed: %s%s. Registration pins memory: check the locked-memory "
+                    "limit (RLIMIT_MEMLOCK, now %s; raise it with `ulimit -l unlimited`) and the "
+                    "UCX_TLS / UCX_MEMTYPE_* settings, or stage smaller shards",
+                    mt_format_bytes(bytes, asked, sizeof asked), ptr, st->dev->name,
+                    ucs_status_string(s), injected ? " (injected by MT_TEST_UCX_MEM_MAP_FAIL=1)"
+                                                   : "", limit);
+}
+
+/* Maps the region and unpacks its rkey on the self endpoint (the worker is MULTI). */
+static mt_status map_region(mt_stager *st, mt_stage_region *r, void *ptr, size_t bytes) {
+    const char *fail = getenv("MT_TEST_UCX_MEM_MAP_FAIL");
+    if (fail && strcmp(fail, "1") == 0) return mem_map_failed(st, UCS_ERR_NO_MEMORY, ptr, bytes, true);
+    bool on_device = st->dev->kind == MT_DEVICE_CUDA && !mt_host_tier_contains(st->dev, ptr, bytes);
+    ucp_mem_map_params_t mp;
+    memset(&mp, 0, sizeof mp);
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    mp.address = ptr;
+    mp.length = bytes;
+    mp.memory_type = on_device ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+    ucs_status_t s = ucp_mem_map(st->ctx, &mp, &r->memh);
+    if (s != UCS_OK) return mem_map_failed(st, s, ptr, bytes, false);
+    void *packed;
+    size_t packed_len;
+    s = ucp_rkey_pack(st->ctx, r->memh, &packed, &packed_len);
+    if (s == UCS_OK) {
+        s = ucp_ep_rkey_unpack(st->self_ep, packed, &r->rkey);
+        ucp_rkey_buffer_release(packed);
+    }
+    if (s != UCS_OK)
+        return mt_error(MT_ERR_COMM, "cannot register %zu bytes at %p for offload staging: UCX "
+                        "ucp_rkey_pack / ucp_ep_rkey_unpack failed: %s", bytes, ptr,
+                        ucs_status_string(s));
+    return MT_OK;
+}
+
+mt_status mt_stager_register(mt_stager *st, void *ptr, size_t bytes) {
+    if (!st || !ptr || !bytes)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_stager_register: stager and ptr must not be NULL "
+                        "and bytes must not be 0");
+    uintptr_t a = (uintptr_t)ptr;
+    if (a + bytes < a)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_stager_register: %zu bytes at %p wrap around",
+                        bytes, ptr);
+    pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; i < st->region_count; i++) {
+        mt_stage_region *r = st->regions[i];
+        if (a < r->base + r->bytes && r->base < a + bytes) {
+            pthread_mutex_unlock(&st->mu);
+            return mt_error(MT_ERR_INVALID_ARG, "mt_stager_register: %zu bytes at %p overlap the "
+                            "registered region of %zu bytes at %p", bytes, ptr, r->bytes,
+                            (void *)r->base);
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+
+    mt_stage_region *r = calloc(1, sizeof *r);
+    if (!r) return mt_error(MT_ERR_OUT_OF_MEMORY, "cannot allocate a staging region");
+    r->base = a;
+    r->bytes = bytes;
+    mt_status s = st->path == MT_STAGE_PATH_UCX ? map_region(st, r, ptr, bytes) : MT_OK;
+    pthread_mutex_lock(&st->mu);
+    if (s == MT_OK && st->region_count == st->region_cap) {
+        size_t cap = st->region_cap ? st->region_cap * 2 : 16;
+        mt_stage_region **grown = realloc(st->regions, cap * sizeof *grown);
+        if (grown) {
+            st->regions = grown;
+            st->region_cap = cap;
+        } else {
+            s = mt_error(MT_ERR_OUT_OF_MEMORY, "cannot grow the staging region table");
+        }
+    }
+    if (s == MT_OK) st->regions[st->region_count++] = r;
+    pthread_mutex_unlock(&st->mu);
+    if (s != MT_OK) region_release(st, r);
+    return s;
+}
+
+mt_status mt_stager_unregister(mt_stager *st, void *ptr) {
+    if (!st || !ptr)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_stager_unregister: stager and ptr must not be "
+                        "NULL");
+    pthread_mutex_lock(&st->mu);
+    mt_stage_region *r = NULL;
+    size_t i = 0;
+    for (; i < st->region_count; i++)
+        if (st->regions[i]->base == (uintptr_t)ptr) {
+            r = st->regions[i];
+            break;
+        }
+    mt_status s = MT_OK;
+    if (!r) {
+        s = mt_error(MT_ERR_INVALID_ARG, "mt_stager_unregister: no registered region starts at "
+                     "%p", ptr);
+    } else if (r->inflight) {
+        s = mt_error(MT_ERR_INVALID_ARG, "mt_stager_unregister: %d staging cop%s into or out "
+                     "of the region at %p still in flight: wait for them first", r->inflight,
+                     r->inflight == 1 ? "y is" : "ies are", ptr);
+    } else {
+        st->regions[i] = st->regions[--st->region_count];
+    }
+    pthread_mutex_unlock(&st->mu);
+    if (s == MT_OK) region_release(st, r);
+    return s;
+}
+
+/* ---- copies ---------------------------------------------------------------------------------- */
+
+static mt_status start_device_copy(mt_stager *st, mt_stage_copy *c, mt_copy_kind kind) {
+    MT_TRY(mt_event_create(st->dev, &c->event));
+    MT_TRY(mt_device_copy(st->dev, c->dst, c->src, c->bytes, kind, st->stream));
+    return mt_event_record(c->event, st->stream);
+}
+
+mt_status mt_stage_copy_async(mt_stager *st, void *dst, const void *src, size_t bytes,
+                              mt_copy_kind kind, mt_stage_copy **out) {
+    if (!st || !out || ((!dst || !src) && bytes))
+        return mt_error(MT_ERR_INVALID_ARG, "mt_stage_copy_async: stager, out, dst and src must "
+                        "not be NULL");
+    *out = NULL;
+    if (kind != MT_COPY_HOST_TO_DEVICE && kind != MT_COPY_DEVICE_TO_HOST)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_stage_copy_async: kind must be "
+                        "MT_COPY_HOST_TO_DEVICE or MT_COPY_DEVICE_TO_HOST");
+    mt_stage_copy *c = calloc(1, sizeof *c);
+    if (!c) return mt_error(MT_ERR_OUT_OF_MEMORY, "cannot allocate a staging copy");
+    c->stager = st;
+    c->dst = dst;
+    c->src = src;
+    c->bytes = bytes;
+    if (bytes == 0) {
+        c->done = true;
+        *out = c;
+        return MT_OK;
+    }
+    pthread_mutex_lock(&st->mu);
+    mt_stage_region *rd = find_region(st, dst, bytes), *rs = find_region(st, src, bytes);
+    if (!rd || !rs) {
+        pthread_mutex_unlock(&st->mu);
+        free(c);
+        return mt_error(MT_ERR_INVALID_ARG, "mt_stage_copy_async of %zu bytes: the %s range at %p "
+                        "is not inside one registered region (mt_stager_register the block "
+                        "first)", bytes, rd ? "source" : "destination", rd ? src : dst);
+    }
+    rd->inflight++;
+    rs->inflight++;
+    c->regions[0] = rd;
+    c->regions[1] = rs;
+    c->dst_memh = rd->memh;
+    c->src_rkey = rs->rkey;
+    if (st->path == MT_STAGE_PATH_UCX) {
+        if (st->queue_tail) st->queue_tail->next = c;
+        else st->queue_head = c;
+        st->queue_tail = c;
+        pthread_cond_signal(&st->work_cv);
+        pthread_mutex_unlock(&st->mu);
+        *out = c;
+        return MT_OK;
+    }
+    pthread_mutex_unlock(&st->mu);
+    mt_status s = start_device_copy(st, c, kind);
+    if (s != MT_OK) {
+        pthread_mutex_lock(&st->mu);
+        rd->inflight--;
+        rs->inflight--;
+        pthread_mutex_unlock(&st->mu);
+        if (c->event) mt_event_destroy(c->event);
+        free(c);
+        return s;
+    }
+    *out = c;
+    return MT_OK;
+}
+
+/* The device-copy path: the event says when; publishes done like the staging thread does. */
+static mt_status poll_event(mt_stage_copy *c, bool wait) {
+    bool done = false;
+    mt_status s = wait ? mt_event_synchronize(c->event) : mt_event_query(c->event, &done);
+    if (wait && s == MT_OK) done = true;
+    if (s != MT_OK) {
+        done = true;
+        snprintf(c->error, sizeof c->error, "%s", mt_last_error());
+    }
+    if (!done) return MT_OK;
+    pthread_mutex_lock(&c->stager->mu);
+    c->status = s;
+    for (int i = 0; i < 2; i++)
+        if (c->regions[i]) c->regions[i]->inflight--;
+    c->regions[0] = c->regions[1] = NULL;
+    c->done = true;
+    pthread_mutex_unlock(&c->stager->mu);
+    return MT_OK;
+}
+
+static mt_status copy_status(mt_stage_copy *c) {
+    return c->status == MT_OK ? MT_OK : mt_error(c->status, "%s", c->error);
+}
+
+mt_status mt_stage_test(mt_stage_copy *c, bool *done) {
+    if (!c || !done)
+        return mt_error(MT_ERR_INVALID_ARG, "mt_stage_test: copy and done must not be NULL");
+    mt_stager *st = c->stager;
+    if (c->event && !c->done) MT_TRY(poll_event(c, false));
+    pthread_mutex_lock(&st->mu);
+    *done = c->done;
+    pthread_mutex_unlock(&st->mu);
+    return *done ? copy_status(c) : MT_OK;
+}
+
+mt_status mt_stage_wait(mt_stage_copy *c) {
+    if (!c) return mt_error(MT_ERR_INVALID_ARG, "mt_stage_wait: copy must not be NULL");
+    mt_stager *st = c->stager;
+    if (c->event && !c->done) (void)poll_event(c, true);
+    pthread_mutex_lock(&st->mu);
+    while (!c->done) pthread_cond_wait(&st->done_cv, &st->mu);
+    pthread_mutex_unlock(&st->mu);
+    mt_status s = copy_status(c);
+    if (c->event) mt_event_destroy(c->event);
+    free(c);
+    return s;
+}

@@ -1,0 +1,63 @@
+/* Internal: the staging engine's objects (include/meshtrain/stage.h, comm/host/stage.c).
+ *
+ * Threading: the worker is created UCS_THREAD_MODE_MULTI because user threads register regions
+ * (ucp_mem_map, ucp_ep_rkey_unpack) while the staging thread posts and progresses copies; UCX's
+ * lock costs nothing next to copies of shards. Copies are queued under mu, posted by the staging
+ * thread (so that the bytes move on that thread, not the caller's: the self transport copies
+ * inside ucp_get_nbx), and published done under mu with done_cv broadcast. */
+#ifndef MT_COMM_HOST_STAGE_H
+#define MT_COMM_HOST_STAGE_H
+
+#include <meshtrain/stage.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <ucp/api/ucp.h>
+
+typedef struct mt_stage_region {
+    uintptr_t base;
+    size_t bytes;
+    ucp_mem_h memh;      /* NULL on the device-copy path */
+    ucp_rkey_h rkey;     /* unpacked on the stager's self endpoint */
+    int inflight;        /* copies using it (under mu) */
+} mt_stage_region;
+
+struct mt_stage_copy {
+    mt_stager *stager;
+    void *dst;
+    const void *src;
+    size_t bytes;
+    ucp_mem_h dst_memh;
+    ucp_rkey_h src_rkey;
+    mt_stage_region *regions[2]; /* dst, src: their inflight counts drop when done */
+    mt_event *event;             /* device-copy path */
+    bool done;                   /* under mu */
+    mt_status status;            /* under mu, once done */
+    char error[256];             /* what failed, once done with an error */
+    struct mt_stage_copy *next;  /* queue link */
+};
+
+struct mt_stager {
+    mt_device *dev;
+    mt_stage_path path;
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_ep_h self_ep;
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv; /* the thread waits for copies */
+    pthread_cond_t done_cv; /* waiters wait for completions */
+    mt_stage_region **regions;
+    size_t region_count, region_cap;
+    mt_stage_copy *queue_head, *queue_tail;
+    int inflight; /* posted, not completed (staging thread) */
+    bool stop;
+    pthread_t thread;
+    bool thread_started;
+
+    mt_stream *stream; /* device-copy path */
+};
+
+#endif

@@ -1,0 +1,149 @@
+/* The host memory tier (include/meshtrain/host_memory.h): its accounting is its own (a host block
+ * never shows in the device's stats and the device's capacity does not limit it), current and
+ * peak per category, refusal past MT_HOST_MEMORY naming the category, the report's host lines,
+ * leak release at close, and an injected allocation failure.
+ *
+ * With --mlock-refusal LIMIT (tests/core/core.cmake runs it under prlimit --memlock=LIMIT, with
+ * CAP_IPC_LOCK dropped so that root is limited too) and MT_HOST_MLOCK=1: a block under the limit
+ * is locked, one over it is refused with a message naming RLIMIT_MEMLOCK, its value and the fix,
+ * and nothing is charged for it. */
+#include "check.h"
+
+#include <meshtrain/device.h>
+#include <meshtrain/host_memory.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_accounting(void) {
+    mt_device *dev = NULL;
+    /* A 1 MiB device: the host tier lives outside it. */
+    CHECK_OK(mt_device_open_cpu(1u << 20, &dev));
+    void *master = NULL, *adam = NULL, *empty = NULL, *grad = NULL;
+    CHECK_OK(mt_host_tier_alloc(dev, 8u << 20, MT_MEM_PARAMS, &master));
+    CHECK_OK(mt_host_tier_alloc(dev, 16u << 20, MT_MEM_OPTIMIZER, &adam));
+    CHECK_OK(mt_host_tier_alloc(dev, 0, MT_MEM_GRADS, &empty));
+    CHECK(master && adam && empty && master != adam && empty != master && empty != adam);
+    CHECK(((uintptr_t)master & 4095) == 0 && ((uintptr_t)empty & 4095) == 0);
+    memset(master, 1, 8u << 20);
+    memset(adam, 2, 16u << 20);
+
+    mt_mem_stats host, device;
+    mt_host_mem_stats(dev, &host);
+    mt_device_mem_stats(dev, &device);
+    CHECK(host.current[MT_MEM_PARAMS] == (8u << 20));
+    CHECK(host.current[MT_MEM_OPTIMIZER] == (16u << 20));
+    CHECK(host.current[MT_MEM_GRADS] == 0);
+    CHECK(host.total_current == (24u << 20) && host.total_peak == (24u << 20));
+    CHECK(device.total_current == 0 && device.total_peak == 0);
+    CHECK(mt_host_tier_contains(dev, (char *)adam + 100, 1000));
+    CHECK(mt_host_tier_contains(dev, adam, 16u << 20));
+    CHECK(!mt_host_tier_contains(dev, (char *)adam + 1, 16u << 20));
+
+    char report[2048];
+    mt_memory_report(dev, report, sizeof report);
+    CHECK_MSG(strstr(report, "host memory tier:") && strstr(report, "16.00 MiB"), "%s", report);
+
+    mt_host_tier_free(dev, adam);
+    CHECK_OK(mt_host_tier_alloc(dev, 4u << 20, MT_MEM_GRADS, &grad));
+    mt_host_mem_stats(dev, &host);
+    CHECK(host.current[MT_MEM_OPTIMIZER] == 0 && host.peak[MT_MEM_OPTIMIZER] == (16u << 20));
+    CHECK(host.current[MT_MEM_GRADS] == (4u << 20) && host.peak[MT_MEM_GRADS] == (4u << 20));
+    CHECK(host.total_current == (12u << 20) && host.total_peak == (24u << 20));
+    CHECK(!mt_host_tier_contains(dev, adam, 1));
+    mt_device_reset_peaks(dev);
+    mt_host_mem_stats(dev, &host);
+    CHECK(host.total_peak == (12u << 20) && host.peak[MT_MEM_OPTIMIZER] == 0);
+
+    /* A pointer it did not hand out is ignored (logged), not freed or uncharged. */
+    int stack_var;
+    mt_host_tier_free(dev, &stack_var);
+    mt_host_mem_stats(dev, &host);
+    CHECK(host.total_current == (12u << 20));
+    CHECK(mt_host_tier_alloc(dev, 1, MT_MEM_CATEGORY_COUNT, &adam) == MT_ERR_INVALID_ARG);
+
+    mt_host_tier_free(dev, master);
+    mt_host_tier_free(dev, empty);
+    /* grad is left allocated: close reports it and releases it (ASan would see a leak). */
+    mt_device_close(dev);
+}
+
+static void test_capacity(void) {
+    setenv("MT_HOST_MEMORY", "10MiB", 1);
+    mt_device *dev = NULL;
+    CHECK_OK(mt_device_open_cpu(0, &dev));
+    unsetenv("MT_HOST_MEMORY");
+    mt_mem_stats host;
+    mt_host_mem_stats(dev, &host);
+    CHECK(host.capacity == (10u << 20));
+    void *a = NULL, *b = NULL;
+    CHECK_OK(mt_host_tier_alloc(dev, 6u << 20, MT_MEM_PARAMS, &a));
+    mt_status st = mt_host_tier_alloc(dev, 6u << 20, MT_MEM_OPTIMIZER, &b);
+    CHECK(st == MT_ERR_OUT_OF_MEMORY && b == NULL);
+    const char *msg = mt_last_error();
+    CHECK_MSG(strstr(msg, "out of host memory") && strstr(msg, "optimizer") &&
+              strstr(msg, "6.00 MiB") && strstr(msg, "4.00 MiB left of 10.00 MiB") &&
+              strstr(msg, "MT_HOST_MEMORY"), "%s", msg);
+    mt_host_mem_stats(dev, &host);
+    CHECK(host.total_current == (6u << 20) && host.current[MT_MEM_OPTIMIZER] == 0);
+    CHECK_OK(mt_host_tier_alloc(dev, 4u << 20, MT_MEM_OPTIMIZER, &b));
+    mt_host_tier_free(dev, a);
+    mt_host_tier_free(dev, b);
+    mt_device_close(dev);
+
+    setenv("MT_HOST_MEMORY", "lots", 1);
+    st = mt_device_open_cpu(0, &dev);
+    unsetenv("MT_HOST_MEMORY");
+    CHECK(st == MT_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(mt_last_error(), "MT_HOST_MEMORY=\"lots\""), "%s", mt_last_error());
+}
+
+static void test_injected_failure(void) {
+    mt_device *dev = NULL;
+    CHECK_OK(mt_device_open_cpu(0, &dev));
+    setenv("MT_TEST_HOST_ALLOC_FAIL", "1", 1);
+    void *p = NULL;
+    mt_status st = mt_host_tier_alloc(dev, 1u << 20, MT_MEM_GRADS, &p);
+    unsetenv("MT_TEST_HOST_ALLOC_FAIL");
+    CHECK(st == MT_ERR_OUT_OF_MEMORY && p == NULL);
+    CHECK_MSG(strstr(mt_last_error(), "grads") && strstr(mt_last_error(), "host tier"), "%s",
+              mt_last_error());
+    mt_mem_stats host;
+    mt_host_mem_stats(dev, &host);
+    CHECK(host.total_current == 0 && host.total_peak == 0);
+    mt_device_close(dev);
+}
+
+/* Run under prlimit --memlock=limit with MT_HOST_MLOCK=1. */
+static void test_mlock_refusal(size_t limit) {
+    mt_device *dev = NULL;
+    CHECK_OK(mt_device_open_cpu(0, &dev));
+    void *small = NULL, *big = NULL;
+    CHECK_OK(mt_host_tier_alloc(dev, limit / 4, MT_MEM_PARAMS, &small));
+    mt_status st = mt_host_tier_alloc(dev, 4 * limit, MT_MEM_OPTIMIZER, &big);
+    CHECK(st == MT_ERR_OUT_OF_MEMORY && big == NULL);
+    const char *msg = mt_last_error();
+    char lim[32];
+    snprintf(lim, sizeof lim, "RLIMIT_MEMLOCK is %s", mt_format_bytes(limit, (char[32]){0}, 32));
+    CHECK_MSG(strstr(msg, "mlock") && strstr(msg, lim) && strstr(msg, "optimizer") &&
+              strstr(msg, "ulimit -l") && strstr(msg, "prlimit --memlock") &&
+              strstr(msg, "MT_HOST_MLOCK"), "%s", msg);
+    printf("refused as it should be: %s\n", msg);
+    mt_mem_stats host;
+    mt_host_mem_stats(dev, &host);
+    CHECK(host.total_current == limit / 4 && host.current[MT_MEM_OPTIMIZER] == 0);
+    mt_host_tier_free(dev, small);
+    mt_device_close(dev);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--mlock-refusal") == 0) {
+        test_mlock_refusal((size_t)strtoull(argv[2], NULL, 10));
+        return check_report("test_host_tier --mlock-refusal");
+    }
+    test_accounting();
+    test_capacity();
+    test_injected_failure();
+    return check_report("test_host_tier");
+}
