@@ -13,6 +13,7 @@
  * pass: the unit is gathered only if it was resharded, and kept for the backward (pre_recompute).
  */
 #include "fsdp/fsdp_internal.h"
+#include "fsdp/fsdp_offload.h"
 
 #include "core/error.h"
 
@@ -217,8 +218,14 @@ static mt_status finish_rs(mt_fsdp_unit *p) {
             mt_error_wrap(st, "all-reduce of the gradients of %s over '%s'",
                           mt_fsdp_unit_desc(p, desc, sizeof desc), p->replicate_dim);
     }
-    if (st == MT_OK && p->S > 0)
-        st = mt_op_accumulate(p->dev, p->grad_shard, p->rs_recv, p->reduce_dtype, p->S);
+    if (st == MT_OK && p->S > 0) {
+        /* Offloaded: the gradient shard is in the host tier; the reduced shard follows it. */
+        if (p->offload) st = mt_fsdp_offload_grad_in(p, p->rs_recv);
+        else st = mt_op_accumulate(p->dev, p->grad_shard, p->rs_recv, p->reduce_dtype, p->S);
+        if (st != MT_OK)
+            mt_error_wrap(st, "adding the reduced gradient shard of %s",
+                          mt_fsdp_unit_desc(p, desc, sizeof desc));
+    }
     mt_device_free(p->dev, p->rs_send);
     mt_device_free(p->dev, p->rs_recv);
     mt_device_free(p->dev, p->full_grad);

@@ -1,0 +1,43 @@
+/* Internal: the offload data path of an FSDP unit (fsdp/fsdp_offload.c). An offloaded unit keeps
+ * its f32 master, its gradient shard (and with bf16 its bf16 shard) in the device's host tier
+ * (host_memory.h) and moves shards with the device's stager (stage.h); fsdp_unit.c and
+ * fsdp_schedule.c call these at the points where a resident unit would touch its device shards.
+ * A unit without an offload policy never calls them except mt_fsdp_offload_setup. */
+#ifndef MT_FSDP_FSDP_OFFLOAD_H
+#define MT_FSDP_FSDP_OFFLOAD_H
+
+#include "fsdp/fsdp_internal.h"
+
+/* At sharding, before the shards exist: checks the policy and ratio, decides whether this unit
+ * is offloaded (the ratio rule of include/meshtrain/fsdp.h) and joins the device's stager. */
+mt_status mt_fsdp_offload_setup(mt_fsdp_unit *u, const mt_fsdp_options *o);
+
+/* Allocates an offloaded unit's shards (zeroed) in the host tier, and with OPTIMIZER its device
+ * shard, and registers the blocks the stager copies between. */
+mt_status mt_fsdp_offload_alloc(mt_fsdp_unit *u);
+
+/* The host shard changed (optimizer step, initialiser, checkpoint load, sharding): the bf16 copy
+ * is cast on the host and, with OPTIMIZER, the host-to-device copy into the device shard starts
+ * (waited for before the next all-gather reads it). */
+mt_status mt_fsdp_offload_refresh(mt_fsdp_unit *u);
+
+/* An initialiser wrote elements [b, e) of the master: their bf16 copy, and the device shard
+ * refreshed before the next all-gather. */
+mt_status mt_fsdp_offload_written(mt_fsdp_unit *u, size_t b, size_t e);
+
+/* The device buffer the unit's all-gather sends from, ready: with OPTIMIZER the device shard
+ * after its refresh completed; with FULL a device shard allocated and staged in now. */
+mt_status mt_fsdp_offload_stage_in(mt_fsdp_unit *u, const void **send);
+
+/* The all-gather no longer reads the device shard (done or failed): with FULL it goes. */
+void mt_fsdp_offload_gathered(mt_fsdp_unit *u);
+
+/* The reduced gradient shard rs_recv (device, S elements of reduce_dtype) goes to the host and
+ * is added into the host gradient shard. */
+mt_status mt_fsdp_offload_grad_in(mt_fsdp_unit *u, void *rs_recv);
+
+/* Releases what offload owns: registrations, host blocks (master, shard_lp, grad_shard, rs_host
+ * of an offloaded unit), the device shard and the unit's reference to the stager. */
+void mt_fsdp_offload_release(mt_fsdp_unit *u);
+
+#endif
