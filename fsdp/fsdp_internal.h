@@ -88,7 +88,6 @@ struct mt_fsdp_unit {
                            with OPTIMIZER, present only while gathering with FULL */
     mt_stage_copy *param_copy; /* host-to-device copy into dev_shard in flight */
     bool dev_stale;     /* OPTIMIZER: the host shard changed and dev_shard was not refreshed */
-    void *rs_host;      /* S elements of reduce_dtype (host tier, comm): the reduced shard */
     mt_fsdp_range *ranges;
     size_t n_ranges;
 

@@ -28,6 +28,11 @@ struct mt_fsdp_offload_ctx {
     mt_stager *stager; /* created by the first offloaded unit */
     int refs;          /* units joined */
     long units;        /* units sharded with a policy on this device: k of the ratio rule */
+    /* Where reduced gradient shards land on the host before they are added (host tier, comm,
+     * registered): one block for every unit, grown to the largest, since each is added before
+     * the next lands. */
+    void *landing;
+    size_t landing_bytes;
     struct mt_fsdp_offload_ctx *next;
 };
 
@@ -71,6 +76,8 @@ static void leave(struct mt_fsdp_offload_ctx *c) {
     }
     pthread_mutex_unlock(&g_lock);
     if (!last) return;
+    if (c->landing && c->landing_bytes) mt_stager_unregister(c->stager, c->landing);
+    mt_host_tier_free(c->dev, c->landing);
     mt_stager_destroy(c->stager);
     free(c);
 }
@@ -132,7 +139,6 @@ mt_status mt_fsdp_offload_alloc(mt_fsdp_unit *u) {
     MT_TRY(host_block(u, S * sizeof(float), master_cat, !bf16, (void **)&u->master));
     MT_TRY(host_block(u, S * sizeof(float), MT_MEM_GRADS, false, (void **)&u->grad_shard));
     if (bf16) MT_TRY(host_block(u, S * sizeof(mt_bf16), MT_MEM_PARAMS, true, (void **)&u->shard_lp));
-    MT_TRY(host_block(u, S * mt_dtype_size(u->reduce_dtype), MT_MEM_COMM, true, &u->rs_host));
     if (u->offload == MT_OFFLOAD_OPTIMIZER && S > 0) {
         MT_TRY(mt_device_alloc(u->dev, param_bytes(u), MT_MEM_PARAMS, &u->dev_shard));
         MT_TRY(mt_stager_register(u->off->stager, u->dev_shard, param_bytes(u)));
@@ -200,17 +206,39 @@ void mt_fsdp_offload_gathered(mt_fsdp_unit *u) {
     u->dev_shard = NULL;
 }
 
+/* The landing block, at least bytes long. */
+static mt_status landing(struct mt_fsdp_offload_ctx *c, size_t bytes) {
+    if (c->landing_bytes >= bytes) return MT_OK;
+    if (c->landing) {
+        MT_TRY(mt_stager_unregister(c->stager, c->landing));
+        mt_host_tier_free(c->dev, c->landing);
+        c->landing = NULL;
+        c->landing_bytes = 0;
+    }
+    MT_TRY(mt_host_tier_alloc(c->dev, bytes, MT_MEM_COMM, &c->landing));
+    mt_status st = mt_stager_register(c->stager, c->landing, bytes);
+    if (st != MT_OK) {
+        mt_host_tier_free(c->dev, c->landing);
+        c->landing = NULL;
+        return st;
+    }
+    c->landing_bytes = bytes;
+    return MT_OK;
+}
+
 mt_status mt_fsdp_offload_grad_in(mt_fsdp_unit *u, void *rs_recv) {
     if (u->S == 0) return MT_OK;
     size_t bytes = u->S * mt_dtype_size(u->reduce_dtype);
+    MT_TRY(landing(u->off, bytes));
+    void *host = u->off->landing;
     MT_TRY(mt_stager_register(u->off->stager, rs_recv, bytes));
     mt_stage_copy *c = NULL;
-    mt_status st = mt_stage_copy_async(u->off->stager, u->rs_host, rs_recv, bytes,
+    mt_status st = mt_stage_copy_async(u->off->stager, host, rs_recv, bytes,
                                        MT_COPY_DEVICE_TO_HOST, &c);
     if (st == MT_OK) st = mt_stage_wait(c);
     mt_status un = mt_stager_unregister(u->off->stager, rs_recv);
     if (st == MT_OK) st = un;
-    if (st == MT_OK) st = mt_cpu_op_accumulate(u->grad_shard, u->rs_host, u->reduce_dtype, u->S);
+    if (st == MT_OK) st = mt_cpu_op_accumulate(u->grad_shard, host, u->reduce_dtype, u->S);
     return st;
 }
 
@@ -229,8 +257,7 @@ void mt_fsdp_offload_release(mt_fsdp_unit *u) {
         free_host(u, u->master, u->param_dtype != MT_BF16);
         free_host(u, u->shard_lp, true);
         free_host(u, u->grad_shard, false);
-        free_host(u, u->rs_host, true);
-        u->dev_shard = u->rs_host = NULL;
+        u->dev_shard = NULL;
         u->master = NULL;
         u->shard_lp = NULL;
         u->grad_shard = NULL;

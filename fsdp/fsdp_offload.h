@@ -36,8 +36,9 @@ void mt_fsdp_offload_gathered(mt_fsdp_unit *u);
  * is added into the host gradient shard. */
 mt_status mt_fsdp_offload_grad_in(mt_fsdp_unit *u, void *rs_recv);
 
-/* Releases what offload owns: registrations, host blocks (master, shard_lp, grad_shard, rs_host
- * of an offloaded unit), the device shard and the unit's reference to the stager. */
+/* Releases what offload owns: registrations, host blocks (master, shard_lp, grad_shard of an
+ * offloaded unit), the device shard and the unit's reference to the device's stager (the last
+ * one frees the stager and the landing block of reduced gradients). */
 void mt_fsdp_offload_release(mt_fsdp_unit *u);
 
 #endif
