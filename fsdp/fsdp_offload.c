@@ -179,18 +179,8 @@ mt_status mt_fsdp_offload_stage_in(mt_fsdp_unit *u, const void **send) {
         if (u->dev_stale) MT_TRY(mt_fsdp_offload_refresh(u));
         return wait_param_copy(u);
     }
-    size_t bytes = param_bytes(u);
-    MT_TRY(mt_device_alloc(u->dev, bytes, MT_MEM_PARAMS, &u->dev_shard));
-    mt_status st = mt_stager_register(u->off->stager, u->dev_shard, bytes);
-    if (st != MT_OK) {
-        mt_device_free(u->dev, u->dev_shard);
-        u->dev_shard = NULL;
-        return st;
-    }
-    mt_stage_copy *c = NULL;
-    st = mt_stage_copy_async(u->off->stager, u->dev_shard, host_send(u), bytes,
-                             MT_COPY_HOST_TO_DEVICE, &c);
-    if (st == MT_OK) st = mt_stage_wait(c);
+    mt_status st = mt_fsdp_offload_stage_start(u);
+    if (st == MT_OK) st = wait_param_copy(u);
     if (st != MT_OK) {
         mt_fsdp_offload_gathered(u);
         return st;
@@ -199,8 +189,29 @@ mt_status mt_fsdp_offload_stage_in(mt_fsdp_unit *u, const void **send) {
     return MT_OK;
 }
 
+mt_status mt_fsdp_offload_stage_start(mt_fsdp_unit *u) {
+    if (u->offload != MT_OFFLOAD_FULL || u->S == 0 || u->dev_shard ||
+        u->state != MT_UNIT_SHARDED)
+        return MT_OK;
+    size_t bytes = param_bytes(u);
+    MT_TRY(mt_device_alloc(u->dev, bytes, MT_MEM_PARAMS, &u->dev_shard));
+    mt_status st = mt_stager_register(u->off->stager, u->dev_shard, bytes);
+    if (st != MT_OK) {
+        mt_device_free(u->dev, u->dev_shard);
+        u->dev_shard = NULL;
+        return st;
+    }
+    st = mt_stage_copy_async(u->off->stager, u->dev_shard, host_send(u), bytes,
+                             MT_COPY_HOST_TO_DEVICE, &u->param_copy);
+    if (st != MT_OK) mt_fsdp_offload_gathered(u);
+    return st;
+}
+
 void mt_fsdp_offload_gathered(mt_fsdp_unit *u) {
     if (u->offload != MT_OFFLOAD_FULL || !u->dev_shard) return;
+    /* A staging copy that was never waited for (a pass ended before its gather) ends first. */
+    if (u->param_copy) mt_stage_wait(u->param_copy);
+    u->param_copy = NULL;
     mt_stager_unregister(u->off->stager, u->dev_shard);
     mt_device_free(u->dev, u->dev_shard);
     u->dev_shard = NULL;

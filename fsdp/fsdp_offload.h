@@ -25,11 +25,18 @@ mt_status mt_fsdp_offload_refresh(mt_fsdp_unit *u);
  * refreshed before the next all-gather. */
 mt_status mt_fsdp_offload_written(mt_fsdp_unit *u, size_t b, size_t e);
 
+/* FULL: allocates the device shard and starts its host-to-device copy, unless already started
+ * or the unit is not sharded (no-op for other policies). The prefetch calls it for the unit after
+ * the one it gathers, so that the copy runs while the current unit computes. */
+mt_status mt_fsdp_offload_stage_start(mt_fsdp_unit *u);
+
 /* The device buffer the unit's all-gather sends from, ready: with OPTIMIZER the device shard
- * after its refresh completed; with FULL a device shard allocated and staged in now. */
+ * after its refresh completed; with FULL the device shard staged in (started now unless the
+ * prefetch started it), waited for. */
 mt_status mt_fsdp_offload_stage_in(mt_fsdp_unit *u, const void **send);
 
-/* The all-gather no longer reads the device shard (done or failed): with FULL it goes. */
+/* The all-gather no longer reads the device shard (done or failed), or a pass ended with a
+ * shard staged ahead that no gather used: with FULL it goes. */
 void mt_fsdp_offload_gathered(mt_fsdp_unit *u);
 
 /* The reduced gradient shard rs_recv (device, S elements of reduce_dtype) goes to the host and

@@ -92,6 +92,10 @@ static mt_status prefetch(mt_fsdp_unit *u, bool backward) {
         if (!t || t->state != MT_UNIT_SHARDED || !t->prefetch_enabled) continue;
         MT_TRY(mt_fsdp_unshard_issue(t));
         t->debug.prefetches++;
+        /* Full offload: the shard of the unit after t is staged to the device now, so that its
+         * gather (issued when t starts) finds it there. */
+        mt_fsdp_unit *after = backward ? t->bwd_next : t->fwd_next;
+        if (after) MT_TRY(mt_fsdp_offload_stage_start(after));
     }
     return MT_OK;
 }
@@ -128,7 +132,10 @@ static mt_status reshard_all(mt_fsdp_root *r, bool keep_non_resharding, bool che
     for (size_t i = 0; i < n; i++) {
         mt_fsdp_unit *u = units[i];
         if (check_backward) warn_if_no_backward(r, u);
-        if (u->state == MT_UNIT_SHARDED) continue;
+        if (u->state == MT_UNIT_SHARDED) {
+            mt_fsdp_offload_gathered(u); /* a shard staged ahead for a gather that never came */
+            continue;
+        }
         if (keep_non_resharding && !reshards_after_forward(u)) continue;
         mt_status s = mt_fsdp_reshard(u);
         if (st == MT_OK) st = s;
