@@ -15,7 +15,9 @@
  * Memory: unsharded parameters are charged to params, full and sharded gradients to grads, the
  * optimizer's state to optimizer, staging buffers to comm. With param_dtype f32 the sharded
  * parameter is the f32 master itself; with bf16 the unit keeps a bf16 shard (params) beside the
- * f32 master (optimizer).
+ * f32 master (optimizer). With an offload policy (mt_fsdp_options.offload) the master, the
+ * gradient shard and the optimizer's state are in the device's host tier instead (host_memory.h,
+ * docs/offload.md), moved by staging copies (stage.h).
  */
 #ifndef MESHTRAIN_FSDP_H
 #define MESHTRAIN_FSDP_H
