@@ -5,8 +5,12 @@
 #           and full give the losses and gradient norms of --offload none bit for bit (the
 #           metrics print 9 significant digits, which identify a float exactly), and so does
 #           half the units offloaded (--offload-ratio 0.5); bf16 parameters and reduction on 2
-#           ranks likewise. Each offload run must show a host tier in its memory report (the
+#           ranks, and 2 micro-batches per step (no reduce-scatter on the first) likewise.
+#           Clipping is on (train_gpt's default --clip 1), so the host-tier norm is in the loss. Each offload run must show a host tier in its memory report (the
 #           policy took effect) and none the none run.
+#   resume  a checkpoint saved at step 10 with --offload full on 2 ranks (the shard views point
+#           to the host tier), resumed with --offload optimizer to step 20: steps 10..19 give the
+#           losses and norms of an uninterrupted --offload none run bit for bit
 #   errors  --offload-ratio outside [0, 1] and an unknown policy: one clear error, before any
 #           rank trains
 set -u
@@ -44,7 +48,8 @@ same_losses() {
 case "$VARIANT" in
 equiv)
     CONFIGS=("np1 1" "dp2 2 --dp 2" "dp4 4 --dp 4" "dp2_tp2 4 --dp 2 --tp 2"
-             "bf16 2 --dp 2 --param-dtype bf16 --reduce-dtype bf16")
+             "bf16 2 --dp 2 --param-dtype bf16 --reduce-dtype bf16"
+             "accum 2 --dp 2 --grad-accum 2 --batch 2")
     for c in "${CONFIGS[@]}"; do
         read -r -a a <<<"$c"
         name=${a[0]} np=${a[1]} opts=("${a[@]:2}")
@@ -76,6 +81,20 @@ equiv)
     none_p=$(peak "$TMP/dp4_none.jsonl") full_p=$(peak "$TMP/dp4_full.jsonl")
     check "dp4: device params peak with full offload ($full_p) below none ($none_p)" \
         test "$full_p" -lt "$none_p"
+    ;;
+resume)
+    MODEL=("${MODEL[@]}" --dp 2)
+    run none 2 --offload none || fail "none: training failed"
+    run first 2 --steps 10 --save-every 10 --checkpoint-dir "$TMP/ckpt" --offload full ||
+        fail "first 10 steps (full offload, saving) failed"
+    run resumed 2 --checkpoint-dir "$TMP/ckpt" --resume auto --offload optimizer ||
+        fail "resumed run (optimizer offload) failed"
+    check "resumed: from the step-10 checkpoint" has_text "$TMP/resumed.out" \
+        "resumed from $TMP/ckpt/step-00000010 at step 10 (model and optimizer state)"
+    losses "$TMP/none.jsonl" | tail -n 10 >"$TMP/none.tail"
+    losses "$TMP/resumed.jsonl" >"$TMP/resumed.losses"
+    check "resumed: steps 10..19 bitwise equal to the uninterrupted run without offload" \
+        sh -c "test \$(wc -l <'$TMP/resumed.losses') -eq 10 && cmp -s '$TMP/none.tail' '$TMP/resumed.losses'"
     ;;
 errors)
     for r in 1.5 -0.1 nan; do
