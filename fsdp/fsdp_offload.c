@@ -128,8 +128,12 @@ static mt_status host_block(mt_fsdp_unit *u, size_t bytes, mt_mem_category cat, 
                             void **out) {
     MT_TRY(mt_host_tier_alloc(u->dev, bytes, cat, out));
     memset(*out, 0, bytes);
-    if (reg && bytes > 0) MT_TRY(mt_stager_register(u->off->stager, *out, bytes));
-    return MT_OK;
+    mt_status st = reg && bytes > 0 ? mt_stager_register(u->off->stager, *out, bytes) : MT_OK;
+    if (st != MT_OK) { /* release unregisters only what was registered: not this block */
+        mt_host_tier_free(u->dev, *out);
+        *out = NULL;
+    }
+    return st;
 }
 
 mt_status mt_fsdp_offload_alloc(mt_fsdp_unit *u) {
@@ -141,7 +145,12 @@ mt_status mt_fsdp_offload_alloc(mt_fsdp_unit *u) {
     if (bf16) MT_TRY(host_block(u, S * sizeof(mt_bf16), MT_MEM_PARAMS, true, (void **)&u->shard_lp));
     if (u->offload == MT_OFFLOAD_OPTIMIZER && S > 0) {
         MT_TRY(mt_device_alloc(u->dev, param_bytes(u), MT_MEM_PARAMS, &u->dev_shard));
-        MT_TRY(mt_stager_register(u->off->stager, u->dev_shard, param_bytes(u)));
+        mt_status st = mt_stager_register(u->off->stager, u->dev_shard, param_bytes(u));
+        if (st != MT_OK) {
+            mt_device_free(u->dev, u->dev_shard);
+            u->dev_shard = NULL;
+        }
+        return st;
     }
     return MT_OK;
 }

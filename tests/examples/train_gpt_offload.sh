@@ -12,7 +12,9 @@
 #           to the host tier), resumed with --offload optimizer to step 20: steps 10..19 give the
 #           losses and norms of an uninterrupted --offload none run bit for bit
 #   errors  --offload-ratio outside [0, 1] and an unknown policy: one clear error, before any
-#           rank trains
+#           rank trains; an injected UCX registration failure (MT_TEST_UCX_MEM_MAP_FAIL) and
+#           host-tier allocation failure (MT_TEST_HOST_ALLOC_FAIL): one error naming the unit
+#           and the call
 set -u
 MTRUN=$1
 PROG=$2
@@ -105,6 +107,20 @@ errors)
             "--offload-ratio '$r' must be a number in [0, 1]" "$TMP/ratio_$r.err" \
             "$TMP/ratio_$r.out"
     done
+    # Injected failures of the staging registration and of the host tier: one error naming
+    # the unit, the call and what to do, never a crash.
+    MT_TEST_UCX_MEM_MAP_FAIL=1 run memmap 1 --offload full
+    rc=$?
+    check "registration failure: the run fails (rc $rc)" test "$rc" -ne 0
+    check "registration failure: the unit, ucp_mem_map and the locked-memory limit named" grep -qE \
+        "mt_fsdp_shard\('[^']+'\): cannot register .* ucp_mem_map failed: .*RLIMIT_MEMLOCK" \
+        "$TMP/memmap.err" "$TMP/memmap.out"
+    MT_TEST_HOST_ALLOC_FAIL=1 run hostfail 1 --offload optimizer
+    rc=$?
+    check "host tier failure: the run fails (rc $rc)" test "$rc" -ne 0
+    check "host tier failure: the unit and the host tier named" grep -qE \
+        "mt_fsdp_shard\('[^']+'\): cannot allocate .* of host memory for params" \
+        "$TMP/hostfail.err" "$TMP/hostfail.out"
     run policy 1 --offload disk
     check "--offload disk refused" test $? -ne 0
     check "--offload disk: the message lists the policies" grep -qF -e \
