@@ -109,18 +109,19 @@ errors)
     done
     # Injected failures of the staging registration and of the host tier: one error naming
     # the unit, the call and what to do, never a crash.
-    MT_TEST_UCX_MEM_MAP_FAIL=1 run memmap 1 --offload full
-    rc=$?
-    check "registration failure: the run fails (rc $rc)" test "$rc" -ne 0
-    check "registration failure: the unit, ucp_mem_map and the locked-memory limit named" grep -qE \
-        "mt_fsdp_shard\('[^']+'\): cannot register .* ucp_mem_map failed: .*RLIMIT_MEMLOCK" \
-        "$TMP/memmap.err" "$TMP/memmap.out"
-    MT_TEST_HOST_ALLOC_FAIL=1 run hostfail 1 --offload optimizer
-    rc=$?
-    check "host tier failure: the run fails (rc $rc)" test "$rc" -ne 0
-    check "host tier failure: the unit and the host tier named" grep -qE \
-        "mt_fsdp_shard\('[^']+'\): cannot allocate .* of host memory for params" \
-        "$TMP/hostfail.err" "$TMP/hostfail.out"
+    # injected VAR NAME POLICY WHAT REGEX: the run with VAR=1 fails with REGEX in its output
+    injected() {
+        env "$1=1" "$MTRUN" --standalone --nproc_per_node 1 "$PROG" "${MODEL[@]}" --offload "$3" \
+            >"$TMP/$2.out" 2>"$TMP/$2.err"
+        local rc=$?
+        check "$4: the run fails (rc $rc)" test "$rc" -ne 0
+        check "$4: one message naming the unit and the call" grep -qE "$5" "$TMP/$2.err" \
+            "$TMP/$2.out"
+    }
+    injected MT_TEST_UCX_MEM_MAP_FAIL memmap full "registration failure" \
+        "mt_fsdp_shard\\('[^']+'\\): cannot register .* ucp_mem_map failed: .*RLIMIT_MEMLOCK"
+    injected MT_TEST_HOST_ALLOC_FAIL hostfail optimizer "host tier failure" \
+        "mt_fsdp_shard\\('[^']+'\\): cannot allocate .* of host memory for params"
     run policy 1 --offload disk
     check "--offload disk refused" test $? -ne 0
     check "--offload disk: the message lists the policies" grep -qF -e \
