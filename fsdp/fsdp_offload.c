@@ -30,11 +30,19 @@ struct mt_fsdp_offload_ctx {
     long units;        /* units sharded with a policy on this device: k of the ratio rule */
     /* Where reduced gradient shards land on the host before they are added (host tier, comm,
      * registered): one block for every unit, grown to the largest, since each is added before
-     * the next lands. */
+     * the next starts its copy. */
     void *landing;
     size_t landing_bytes;
+    /* The reduced gradient shard on its way to the landing block: the unit, its reduce-scatter
+     * output (device, registered, freed once landed) and the copy. Added into the unit's host
+     * gradient when the next one starts or the backward ends, so the copy runs meanwhile. */
+    mt_fsdp_unit *pending;
+    void *pending_recv;
+    mt_stage_copy *pending_copy;
     struct mt_fsdp_offload_ctx *next;
 };
+
+static mt_status land(struct mt_fsdp_offload_ctx *c, bool add);
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mt_fsdp_offload_ctx *g_ctxs;
@@ -76,6 +84,7 @@ static void leave(struct mt_fsdp_offload_ctx *c) {
     }
     pthread_mutex_unlock(&g_lock);
     if (!last) return;
+    land(c, false);
     if (c->landing && c->landing_bytes) mt_stager_unregister(c->stager, c->landing);
     mt_host_tier_free(c->dev, c->landing);
     mt_stager_destroy(c->stager);
@@ -246,20 +255,51 @@ static mt_status landing(struct mt_fsdp_offload_ctx *c, size_t bytes) {
     return MT_OK;
 }
 
-mt_status mt_fsdp_offload_grad_in(mt_fsdp_unit *u, void *rs_recv) {
-    if (u->S == 0) return MT_OK;
-    size_t bytes = u->S * mt_dtype_size(u->reduce_dtype);
-    MT_TRY(landing(u->off, bytes));
-    void *host = u->off->landing;
-    MT_TRY(mt_stager_register(u->off->stager, rs_recv, bytes));
-    mt_stage_copy *c = NULL;
-    mt_status st = mt_stage_copy_async(u->off->stager, host, rs_recv, bytes,
-                                       MT_COPY_DEVICE_TO_HOST, &c);
-    if (st == MT_OK) st = mt_stage_wait(c);
-    mt_status un = mt_stager_unregister(u->off->stager, rs_recv);
+/* Lands the pending gradient copy: waits for it, releases its device buffer and, when add,
+ * adds it into its unit's host gradient. */
+static mt_status land(struct mt_fsdp_offload_ctx *c, bool add) {
+    mt_fsdp_unit *u = c->pending;
+    if (!u) return MT_OK;
+    mt_status st = mt_stage_wait(c->pending_copy);
+    mt_status un = mt_stager_unregister(c->stager, c->pending_recv);
     if (st == MT_OK) st = un;
-    if (st == MT_OK) st = mt_cpu_op_accumulate(u->grad_shard, host, u->reduce_dtype, u->S);
+    mt_device_free(c->dev, c->pending_recv);
+    c->pending = NULL;
+    c->pending_recv = NULL;
+    c->pending_copy = NULL;
+    if (st == MT_OK && add)
+        st = mt_cpu_op_accumulate(u->grad_shard, c->landing, u->reduce_dtype, u->S);
     return st;
+}
+
+mt_status mt_fsdp_offload_grad_in(mt_fsdp_unit *u, void *rs_recv) {
+    if (u->S == 0) {
+        mt_device_free(u->dev, rs_recv);
+        return MT_OK;
+    }
+    struct mt_fsdp_offload_ctx *c = u->off;
+    mt_status st = land(c, true); /* the landing block is free again */
+    size_t bytes = u->S * mt_dtype_size(u->reduce_dtype);
+    if (st == MT_OK) st = landing(c, bytes);
+    if (st == MT_OK) st = mt_stager_register(c->stager, rs_recv, bytes);
+    if (st != MT_OK) {
+        mt_device_free(u->dev, rs_recv);
+        return st;
+    }
+    st = mt_stage_copy_async(c->stager, c->landing, rs_recv, bytes, MT_COPY_DEVICE_TO_HOST,
+                             &c->pending_copy);
+    if (st != MT_OK) {
+        mt_stager_unregister(c->stager, rs_recv);
+        mt_device_free(u->dev, rs_recv);
+        return st;
+    }
+    c->pending = u;
+    c->pending_recv = rs_recv;
+    return MT_OK;
+}
+
+mt_status mt_fsdp_offload_grads_landed(mt_fsdp_unit *u) {
+    return u->off ? land(u->off, true) : MT_OK;
 }
 
 static void free_host(mt_fsdp_unit *u, void *p, bool registered) {
@@ -269,6 +309,8 @@ static void free_host(mt_fsdp_unit *u, void *p, bool registered) {
 }
 
 void mt_fsdp_offload_release(mt_fsdp_unit *u) {
+    /* A copy of this unit's gradient still in flight: it lands nowhere (the unit goes). */
+    if (u->off && u->off->pending == u) land(u->off, false);
     if (u->offload != MT_OFFLOAD_NONE) {
         if (u->param_copy) mt_stage_wait(u->param_copy);
         u->param_copy = NULL;

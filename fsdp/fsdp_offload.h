@@ -39,9 +39,14 @@ mt_status mt_fsdp_offload_stage_in(mt_fsdp_unit *u, const void **send);
  * shard staged ahead that no gather used: with FULL it goes. */
 void mt_fsdp_offload_gathered(mt_fsdp_unit *u);
 
-/* The reduced gradient shard rs_recv (device, S elements of reduce_dtype) goes to the host and
- * is added into the host gradient shard. */
+/* The reduced gradient shard rs_recv (device, S elements of reduce_dtype, taken over and freed
+ * here) starts its copy to the host; it is added into the host gradient shard when the next
+ * unit's starts or at mt_fsdp_offload_grads_landed, so the copy overlaps the backward between. */
 mt_status mt_fsdp_offload_grad_in(mt_fsdp_unit *u, void *rs_recv);
+
+/* Adds the gradient copy in flight on u's device, if any: the end of a backward, before anything
+ * reads the host gradient shards. No-op for a unit without an offload policy. */
+mt_status mt_fsdp_offload_grads_landed(mt_fsdp_unit *u);
 
 /* Releases what offload owns: registrations, host blocks (master, shard_lp, grad_shard of an
  * offloaded unit), the device shard and the unit's reference to the device's stager (the last

@@ -227,8 +227,12 @@ static mt_status finish_rs(mt_fsdp_unit *p) {
     }
     if (st == MT_OK && p->S > 0) {
         /* Offloaded: the gradient shard is in the host tier; the reduced shard follows it. */
-        if (p->offload) st = mt_fsdp_offload_grad_in(p, p->rs_recv);
-        else st = mt_op_accumulate(p->dev, p->grad_shard, p->rs_recv, p->reduce_dtype, p->S);
+        if (p->offload) {
+            st = mt_fsdp_offload_grad_in(p, p->rs_recv); /* takes rs_recv over */
+            p->rs_recv = NULL;
+        } else {
+            st = mt_op_accumulate(p->dev, p->grad_shard, p->rs_recv, p->reduce_dtype, p->S);
+        }
         if (st != MT_OK)
             mt_error_wrap(st, "adding the reduced gradient shard of %s",
                           mt_fsdp_unit_desc(p, desc, sizeof desc));
@@ -338,6 +342,8 @@ static mt_status post_backward(mt_module *module, void *unit, mt_status user_sta
     if (st == MT_OK) st = s;
     if (u == r->unit) {
         s = finish_pending_rs(r);
+        if (st == MT_OK) st = s;
+        s = mt_fsdp_offload_grads_landed(u); /* the host gradients are complete from here */
         if (st == MT_OK) st = s;
         s = reshard_all(r, false, user_status == MT_OK);
         if (st == MT_OK) st = s;
