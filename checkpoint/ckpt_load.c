@@ -278,9 +278,12 @@ static mt_status apply(loader *l, mt_module *root, mt_adamw *opt, const mt_check
     for (int k = 0; k < kinds; k++)
         for (size_t u = 0; u < l->plan.n_units; u++) {
             const mt_ckpt_unit *cu = &l->plan.units[u];
-            MT_TRY(mt_device_copy(l->plan.dev, cu->buf[k], l->unit_host[k][u],
-                                  (cu->hi - cu->lo) * sizeof(float), MT_COPY_HOST_TO_DEVICE,
-                                  NULL));
+            size_t bytes = (cu->hi - cu->lo) * sizeof(float);
+            if (cu->host) /* an offloaded unit's shards are in the host tier */
+                memcpy(cu->buf[k], l->unit_host[k][u], bytes);
+            else
+                MT_TRY(mt_device_copy(l->plan.dev, cu->buf[k], l->unit_host[k][u], bytes,
+                                      MT_COPY_HOST_TO_DEVICE, NULL));
         }
     if (l->load_optimizer) mt_adamw_set_steps(opt, l->meta.optim_step);
     for (int i = 0; i < n_ex; i++)

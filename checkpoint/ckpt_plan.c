@@ -51,6 +51,7 @@ static mt_status fill_unit(mt_ckpt_plan *plan, const mt_module *root, size_t ui,
     cu->lo = (size_t)u->rank * u->S;
     cu->hi = cu->lo + u->S;
     cu->buf[MT_CKPT_MODEL] = u->master;
+    cu->host = u->offload != MT_OFFLOAD_NONE;
     if (opt) {
         size_t n = 0;
         MT_TRY(mt_adamw_state(opt, ui, &cu->buf[MT_CKPT_EXP_AVG], &cu->buf[MT_CKPT_EXP_AVG_SQ],

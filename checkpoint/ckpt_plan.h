@@ -24,6 +24,8 @@ typedef struct mt_ckpt_unit {
     mt_ckpt_param_layout *layouts; /* count entries, for mt_ckpt_boxes */
     size_t lo, hi;                 /* this rank's shard: [lo, hi) of the flat buffer */
     float *buf[MT_CKPT_KINDS];     /* device: master, m, v (m and v NULL without optimizer) */
+    bool host;                     /* buf are host-tier blocks (an offloaded unit, fsdp.h): host
+                                      memory on every backend, copied with memcpy */
 } mt_ckpt_unit;
 
 typedef struct mt_ckpt_param {

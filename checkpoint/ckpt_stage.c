@@ -90,6 +90,7 @@ typedef struct copy_ctx {
     uint64_t at; /* next staging offset */
     const char *run_src; /* the run not yet copied: run_bytes from run_src to staging + run_at */
     uint64_t run_at, run_bytes;
+    bool run_host; /* the run is in the host tier (an offloaded unit): never joined to another */
 } copy_ctx;
 
 static mt_status flush_run(copy_ctx *c) {
@@ -100,7 +101,7 @@ static mt_status flush_run(copy_ctx *c) {
      * reads the staging buffer soon, whereas glibc's memmove streams only above a threshold
      * from the cache size that a unit's run stays under (docs/benchmarks.md: the stall went
      * from about 1.05 to 0.80 of a plain copy of the same bytes). */
-    if (mt_device_get_kind(c->plan->dev) == MT_DEVICE_CPU)
+    if (mt_device_get_kind(c->plan->dev) == MT_DEVICE_CPU || c->run_host)
         mt_copy_stream(dst, c->run_src, c->run_bytes);
     else
         st = mt_device_copy(c->plan->dev, dst, c->run_src, c->run_bytes, MT_COPY_DEVICE_TO_HOST,
@@ -118,11 +119,13 @@ static mt_status copy_box(const mt_ckpt_box *whole, void *arg) {
         return MT_OK;
     size_t bytes = box->count * sizeof(float);
     const char *src = (const char *)(cu->buf[c->kind] + (box->flat - cu->lo));
-    if (c->run_bytes && src == c->run_src + c->run_bytes && c->at == c->run_at + c->run_bytes) {
+    if (c->run_bytes && src == c->run_src + c->run_bytes && c->at == c->run_at + c->run_bytes &&
+        c->run_host == cu->host) {
         c->run_bytes += bytes;
     } else {
         MT_TRY(flush_run(c));
         c->run_src = src;
+        c->run_host = cu->host;
         c->run_at = c->at;
         c->run_bytes = bytes;
     }
@@ -167,7 +170,7 @@ mt_status mt_ckpt_stage_fill(mt_ckpt_stage *st, const mt_ckpt_plan *plan, int ra
         st->cap = st->len;
     }
     int kinds = plan->has_optimizer ? MT_CKPT_KINDS : 1;
-    copy_ctx cc = {st, plan, 0, MT_CKPT_MODEL, 0, NULL, 0, 0};
+    copy_ctx cc = {st, plan, 0, MT_CKPT_MODEL, 0, NULL, 0, 0, false};
     for (size_t u = 0; u < plan->n_units; u++)
         for (int k = 0; k < kinds; k++) {
             cc.unit = u;

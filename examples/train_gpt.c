@@ -37,6 +37,8 @@ typedef struct options {
     uint64_t seed;
     mt_dtype param_dtype, reduce_dtype;
     bool prefetch;
+    mt_offload offload;  /* --offload none|optimizer|full */
+    float offload_ratio; /* --offload-ratio: the fraction of units offloaded (1) */
     bool predict_only; /* --predict-memory: print the memory prediction and stop */
     int recompute_every; /* --activation-checkpointing: 0 none, K: blocks 0, K, 2K, ... */
     int sequence_parallel; /* --sequence-parallel[=MODE]: an mt_gpt_sp_mode */
@@ -125,6 +127,10 @@ static const char usage[] =
     "  --param-dtype T     f32 or bf16: parameters gathered and computed in (f32)\n"
     "  --reduce-dtype T    f32 or bf16: gradients reduced in (f32)\n"
     "  --no-prefetch       issue each all-gather when its unit starts\n"
+    "  --offload P         none, optimizer (f32 master, gradient shards and AdamW state in host\n"
+    "                      memory) or full (parameters too; the device holds only the units in\n"
+    "                      flight) (none); docs/offload.md\n"
+    "  --offload-ratio R   with --offload: the fraction of units offloaded, in [0, 1] (1)\n"
     "  --predict-memory    print the predicted per-rank memory peaks and stop, before anything\n"
     "                      is allocated (exit 3 when they exceed MT_CPU_DEVICE_MEMORY)\n"
     "  --activation-checkpointing none|full|every:K\n"
@@ -205,6 +211,31 @@ static int parse_recompute(const char *name, const char *val, int *every, char *
     return 0;
 }
 
+static const char *offload_name(mt_offload p) {
+    return p == MT_OFFLOAD_FULL ? "full" : p == MT_OFFLOAD_OPTIMIZER ? "optimizer" : "none";
+}
+
+static int parse_offload(const char *name, const char *val, mt_offload *out, char *err) {
+    if (!strcmp(val, "none")) *out = MT_OFFLOAD_NONE;
+    else if (!strcmp(val, "optimizer")) *out = MT_OFFLOAD_OPTIMIZER;
+    else if (!strcmp(val, "full")) *out = MT_OFFLOAD_FULL;
+    else return fail_msg(err, "%s '%s' must be none, optimizer or full", name, val);
+    return 0;
+}
+
+/* A fraction in [0, 1]; the engine checks it again (mt_fsdp_shard), this says it before any
+ * rank starts. */
+static int parse_ratio(const char *name, const char *val, float *out, char *err) {
+    char *end;
+    errno = 0;
+    double r = strtod(val, &end);
+    if (errno || end == val || *end || !(r >= 0.0 && r <= 1.0))
+        return fail_msg(err, "%s '%s' must be a number in [0, 1] (the fraction of FSDP units "
+                        "offloaded)", name, val);
+    *out = (float)r;
+    return 0;
+}
+
 /* Returns 0 (options in *o), 1 (--help) or -1 (message in err). */
 static int parse_args(int argc, char **argv, options *o, char *err) {
     *o = (options){.dp = 0, .tp = 1, .layers = 2, .d_model = 64, .heads = 4, .seq = 64,
@@ -212,6 +243,7 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
                    .vocab = 256,
                    .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .seed = 1,
                    .param_dtype = MT_F32, .reduce_dtype = MT_F32, .prefetch = true,
+                   .offload = MT_OFFLOAD_NONE, .offload_ratio = 1.0f,
                    .device = NULL, .data = DEFAULT_DATA, .metrics = NULL, .keep = 3};
     for (int i = 1; i < argc; i++) {
         char name[64];
@@ -278,6 +310,9 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         else if (!strcmp(name, "--peak-tflops"))
             rc = parse_float(name, val, 0.0f, &o->peak_tflops, err);
         else if (!strcmp(name, "--param-dtype")) rc = parse_dtype(name, val, &o->param_dtype, err);
+        else if (!strcmp(name, "--offload")) rc = parse_offload(name, val, &o->offload, err);
+        else if (!strcmp(name, "--offload-ratio"))
+            rc = parse_ratio(name, val, &o->offload_ratio, err);
         else if (!strcmp(name, "--activation-checkpointing"))
             rc = parse_recompute(name, val, &o->recompute_every, err);
         else if (!strcmp(name, "--reduce-dtype"))
@@ -700,8 +735,10 @@ static mt_status predict_memory(trainer *t) {
     t->predicted_fits = ms.capacity == 0 || need <= ms.capacity;
     if (t->rank != 0) return MT_OK;
     char a[32], b[32];
-    printf(PROG ": predicted per-rank peak of a step%s:\n",
-           plan.cpu_device ? "" : " (NCCL's own buffers not included in comm)");
+    printf(PROG ": predicted per-rank peak of a step%s%s:\n",
+           plan.cpu_device ? "" : " (NCCL's own buffers not included in comm)",
+           o->offload ? " without offload (the predictor does not model --offload: an upper "
+                        "bound of the device's share)" : "");
     for (int i = 0; i < MEM_FIELDS - 1; i++)
         printf("  %-12s %12s\n", mem_names[i], mt_format_bytes(p.peak[i], a, sizeof a));
     printf("  %-12s %12s  (during %s; %s of it held between steps)\n", "total",
@@ -818,11 +855,12 @@ static mt_status print_summary(trainer *t) {
     free(all);
     long tokens = (long)o->dp * o->batch * o->grad_accum * o->seq;
     printf(PROG ": GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %zu parameters; "
-           "params %s, gradients reduced in %s, prefetch %s, %d of %d blocks recompute, "
+           "params %s, gradients reduced in %s, prefetch %s, offload %s (ratio %g), %d of %d "
+           "blocks recompute, "
            "sequence parallelism %s\n",
            o->layers, o->d_model, o->heads, o->seq, o->vocab, mt_gpt_param_count(t->gpt),
            mt_dtype_name(o->param_dtype), mt_dtype_name(o->reduce_dtype),
-           o->prefetch ? "on" : "off",
+           o->prefetch ? "on" : "off", offload_name(o->offload), (double)o->offload_ratio,
            o->recompute_every ? (o->layers + o->recompute_every - 1) / o->recompute_every : 0,
            o->layers,
            o->sequence_parallel && o->tp > 1
@@ -874,6 +912,8 @@ static mt_status build(trainer *t) {
     mt_fsdp_options fo = mt_fsdp_defaults(t->mesh, "dp");
     fo.param_dtype = o->param_dtype;
     fo.reduce_dtype = o->reduce_dtype;
+    fo.offload = o->offload;
+    fo.offload_ratio = o->offload_ratio;
     for (int l = 0; l < o->layers; l++) MT_TRY(mt_fsdp_shard(mt_gpt_block(t->gpt, l), &fo));
     mt_module *root = mt_gpt_root(t->gpt);
     MT_TRY(mt_fsdp_shard(root, &fo));
@@ -1102,7 +1142,12 @@ static mt_status train(trainer *t) {
                        tps * t->flops_per_token / 1e12, t->peak_flops / 1e12);
             printf("\n");
         }
-        if (o->steps > t->first_step) print_memory_comparison(t);
+        if (o->steps > t->first_step && o->offload == MT_OFFLOAD_NONE)
+            print_memory_comparison(t);
+        else if (o->steps > t->first_step)
+            printf("memory per rank: no comparison with the prediction: the predictor models no "
+                   "offload (--offload %s moves shards to the host tier)\n",
+                   offload_name(o->offload));
         if (o->steps > t->first_step) print_tp_traffic(t);
         printf("memory (rank 0, last step):\n%s\n",
                mt_memory_report(mt_runtime_device(t->rt), report, sizeof report));

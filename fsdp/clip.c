@@ -8,7 +8,9 @@
  *
  * The shards live in device memory: the squares are summed by mt_op_sum_squares into one double
  * on the device (queued, no wait per range), read back once, reduced across ranks as a host
- * scalar, and the gradients are scaled in place by mt_op_scale. */
+ * scalar, and the gradients are scaled in place by mt_op_scale. An offloaded unit's gradient
+ * shard is in the host tier (view.host): the CPU kernels of those two ops run on it directly. */
+#include "core/cpu/ops_cpu.h"
 #include "core/error.h"
 #include "fsdp/fsdp_shards.h"
 
@@ -31,20 +33,38 @@ static mt_status local_sum_of_squares(mt_device *dev, const mt_fsdp_shard_view *
     if (st != MT_OK)
         return mt_error_wrap(st, "clip_grad_norm: the accumulator of the squared norm");
     st = mt_device_memset(dev, acc, 0, sizeof *acc, NULL);
+    /* One running sum in view order wherever the shards are: it moves to the host before a
+     * host-tier view and back before a device view, so any mix of resident and offloaded units
+     * adds in the same order (and gives the same bits) as all resident. */
+    double host_sum = 0.0;
+    bool on_host = false;
     for (size_t u = 0; u < n && st == MT_OK; u++) {
         const mt_fsdp_shard_view *view = &views[u];
+        if (view->host != on_host) {
+            st = view->host
+                     ? mt_device_copy(dev, &host_sum, acc, sizeof host_sum, MT_COPY_DEVICE_TO_HOST,
+                                      NULL)
+                     : mt_device_copy(dev, acc, &host_sum, sizeof host_sum, MT_COPY_HOST_TO_DEVICE,
+                                      NULL);
+            on_host = view->host;
+        }
         for (size_t r = 0; r < view->n_ranges && st == MT_OK; r++) {
             const mt_fsdp_range *range = &view->ranges[r];
             if (range->tp_replicated && tp_rank > 0) continue;
             size_t end = range->end < view->n ? range->end : view->n;
             if (range->begin >= end) continue;
-            st = mt_op_sum_squares(dev, view->grad + range->begin, end - range->begin, acc);
+            st = view->host
+                     ? mt_cpu_op_sum_squares(view->grad + range->begin, end - range->begin,
+                                             &host_sum)
+                     : mt_op_sum_squares(dev, view->grad + range->begin, end - range->begin, acc);
             if (st != MT_OK)
                 mt_error_wrap(st, "clip_grad_norm: sum of squares of unit '%s'",
                               view->unit_name);
         }
     }
-    if (st == MT_OK) {
+    if (st == MT_OK && on_host) {
+        *out = host_sum;
+    } else if (st == MT_OK) {
         st = mt_device_copy(dev, out, acc, sizeof *out, MT_COPY_DEVICE_TO_HOST, NULL);
         if (st != MT_OK) mt_error_wrap(st, "clip_grad_norm: reading back the squared norm");
     }
@@ -64,7 +84,8 @@ static mt_status sum_over(mt_group *group, float *value) {
 /* x[i] *= c over every unit's whole shard (padding is 0 and stays 0). */
 static mt_status scale_shards(mt_device *dev, const mt_fsdp_shard_view *views, size_t n, float c) {
     for (size_t u = 0; u < n; u++) {
-        mt_status st = mt_op_scale(dev, views[u].grad, c, views[u].n);
+        mt_status st = views[u].host ? mt_cpu_op_scale(views[u].grad, c, views[u].n)
+                                     : mt_op_scale(dev, views[u].grad, c, views[u].n);
         if (st != MT_OK)
             return mt_error_wrap(st, "clip_grad_norm: scaling the gradients of unit '%s'",
                                  views[u].unit_name);

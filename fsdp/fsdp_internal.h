@@ -12,6 +12,7 @@
 #include <meshtrain/device.h>
 #include <meshtrain/fsdp.h>
 #include <meshtrain/module.h>
+#include <meshtrain/stage.h>
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -75,9 +76,18 @@ struct mt_fsdp_unit {
     size_t padded; /* total rounded up to a multiple of nranks */
     size_t S;      /* shard elements: padded / nranks */
 
+    /* Offloaded (offload != NONE), master, shard_lp and grad_shard are host-tier blocks. */
     float *master;      /* S f32: params category (f32) or optimizer (bf16) */
     mt_bf16 *shard_lp;  /* S bf16 (params) with param_dtype bf16, else NULL */
     float *grad_shard;  /* S f32 (grads) */
+
+    /* Offload (fsdp_offload.c): this unit's policy (NONE when the ratio left it resident). */
+    mt_offload offload;
+    struct mt_fsdp_offload_ctx *off; /* the device's shared stager, with any offload policy */
+    void *dev_shard;    /* device copy of the shard the all-gather reads (param_dtype): kept
+                           with OPTIMIZER, present only while gathering with FULL */
+    mt_stage_copy *param_copy; /* host-to-device copy into dev_shard in flight */
+    bool dev_stale;     /* OPTIMIZER: the host shard changed and dev_shard was not refreshed */
     mt_fsdp_range *ranges;
     size_t n_ranges;
 

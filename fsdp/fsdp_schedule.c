@@ -13,6 +13,7 @@
  * pass: the unit is gathered only if it was resharded, and kept for the backward (pre_recompute).
  */
 #include "fsdp/fsdp_internal.h"
+#include "fsdp/fsdp_offload.h"
 
 #include "core/error.h"
 
@@ -91,6 +92,10 @@ static mt_status prefetch(mt_fsdp_unit *u, bool backward) {
         if (!t || t->state != MT_UNIT_SHARDED || !t->prefetch_enabled) continue;
         MT_TRY(mt_fsdp_unshard_issue(t));
         t->debug.prefetches++;
+        /* Full offload: the shard of the unit after t is staged to the device now, so that its
+         * gather (issued when t starts) finds it there. */
+        mt_fsdp_unit *after = backward ? t->bwd_next : t->fwd_next;
+        if (after) MT_TRY(mt_fsdp_offload_stage_start(after));
     }
     return MT_OK;
 }
@@ -127,7 +132,10 @@ static mt_status reshard_all(mt_fsdp_root *r, bool keep_non_resharding, bool che
     for (size_t i = 0; i < n; i++) {
         mt_fsdp_unit *u = units[i];
         if (check_backward) warn_if_no_backward(r, u);
-        if (u->state == MT_UNIT_SHARDED) continue;
+        if (u->state == MT_UNIT_SHARDED) {
+            mt_fsdp_offload_gathered(u); /* a shard staged ahead for a gather that never came */
+            continue;
+        }
         if (keep_non_resharding && !reshards_after_forward(u)) continue;
         mt_status s = mt_fsdp_reshard(u);
         if (st == MT_OK) st = s;
@@ -217,8 +225,18 @@ static mt_status finish_rs(mt_fsdp_unit *p) {
             mt_error_wrap(st, "all-reduce of the gradients of %s over '%s'",
                           mt_fsdp_unit_desc(p, desc, sizeof desc), p->replicate_dim);
     }
-    if (st == MT_OK && p->S > 0)
-        st = mt_op_accumulate(p->dev, p->grad_shard, p->rs_recv, p->reduce_dtype, p->S);
+    if (st == MT_OK && p->S > 0) {
+        /* Offloaded: the gradient shard is in the host tier; the reduced shard follows it. */
+        if (p->offload) {
+            st = mt_fsdp_offload_grad_in(p, p->rs_recv); /* takes rs_recv over */
+            p->rs_recv = NULL;
+        } else {
+            st = mt_op_accumulate(p->dev, p->grad_shard, p->rs_recv, p->reduce_dtype, p->S);
+        }
+        if (st != MT_OK)
+            mt_error_wrap(st, "adding the reduced gradient shard of %s",
+                          mt_fsdp_unit_desc(p, desc, sizeof desc));
+    }
     mt_device_free(p->dev, p->rs_send);
     mt_device_free(p->dev, p->rs_recv);
     mt_device_free(p->dev, p->full_grad);
@@ -324,6 +342,8 @@ static mt_status post_backward(mt_module *module, void *unit, mt_status user_sta
     if (st == MT_OK) st = s;
     if (u == r->unit) {
         s = finish_pending_rs(r);
+        if (st == MT_OK) st = s;
+        s = mt_fsdp_offload_grads_landed(u); /* the host gradients are complete from here */
         if (st == MT_OK) st = s;
         s = reshard_all(r, false, user_status == MT_OK);
         if (st == MT_OK) st = s;

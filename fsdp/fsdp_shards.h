@@ -18,7 +18,9 @@ typedef struct mt_fsdp_range {
 } mt_fsdp_range;
 
 /* param and grad are device memory (on a GPU not readable from the host): read and change them
- * through ops (include/meshtrain/ops.h), mt_device_copy and mt_device_memset only. */
+ * through ops (include/meshtrain/ops.h), mt_device_copy and mt_device_memset only; unless host
+ * is set (an offloaded unit): then they are host-tier blocks (host_memory.h), host memory on
+ * every backend, read and changed by host code (the CPU kernels). */
 typedef struct mt_fsdp_shard_view {
     const char *unit_name;
     float *param;  /* the f32 master shard: n elements */
@@ -26,6 +28,7 @@ typedef struct mt_fsdp_shard_view {
     size_t n;      /* shard elements, padding included (padding stays 0 in param and grad) */
     const mt_fsdp_range *ranges; /* the real (non-padding) elements, ascending */
     size_t n_ranges;
+    bool host;     /* param and grad are in the device's host tier (offloaded unit) */
 } mt_fsdp_shard_view;
 
 /* The shards of root's unit and of every unit below it, in a fixed order (depth-first, the

@@ -1,6 +1,7 @@
 /* FSDP units: turning a module's subtree into one flat, padded, sharded buffer, and the
  * unshard (one all-gather into a full buffer the parameters point into) / reshard (free it). */
 #include "fsdp/fsdp_internal.h"
+#include "fsdp/fsdp_offload.h"
 
 #include "core/error.h"
 
@@ -20,6 +21,8 @@ mt_fsdp_options mt_fsdp_defaults(mt_mesh *mesh, const char *shard_dim) {
     o.reshard_after_forward = -1;
     o.param_dtype = MT_F32;
     o.reduce_dtype = MT_F32;
+    o.offload = MT_OFFLOAD_NONE;
+    o.offload_ratio = 1.0f;
     return o;
 }
 
@@ -181,6 +184,7 @@ static mt_status build_ranges(mt_fsdp_unit *u) {
 }
 
 static void free_buffers(mt_fsdp_unit *u) {
+    mt_fsdp_offload_release(u); /* an offloaded unit's shards are host-tier blocks */
     mt_device_free(u->dev, u->master);
     mt_device_free(u->dev, u->shard_lp);
     mt_device_free(u->dev, u->grad_shard);
@@ -229,12 +233,15 @@ static mt_status fill_master(mt_fsdp_unit *u) {
         if (!mt_param_needs_init(p) && shard_overlap(u, i, &b, &e))
             MT_TRY(mt_device_copy(u->dev, u->master + (b - lo),
                                   (const float *)p->data + (b - u->offsets[i]),
-                                  (e - b) * sizeof(float), MT_COPY_DEVICE_TO_DEVICE, NULL));
+                                  (e - b) * sizeof(float),
+                                  u->offload ? MT_COPY_DEVICE_TO_HOST : MT_COPY_DEVICE_TO_DEVICE,
+                                  NULL));
     }
     return MT_OK;
 }
 
 static mt_status alloc_shards(mt_fsdp_unit *u) {
+    if (u->offload) return mt_fsdp_offload_alloc(u);
     size_t S = u->S;
     mt_mem_category master_cat = u->param_dtype == MT_F32 ? MT_MEM_PARAMS : MT_MEM_OPTIMIZER;
     MT_TRY(mt_device_alloc(u->dev, S * sizeof(float), master_cat, (void **)&u->master));
@@ -269,6 +276,7 @@ static mt_status build_shard(mt_fsdp_unit *u) {
     MT_TRY(alloc_shards(u));
     MT_TRY(build_ranges(u));
     MT_TRY(fill_master(u));
+    if (u->offload) return mt_fsdp_offload_refresh(u);
     if (u->shard_lp) MT_TRY(mt_op_cast(u->dev, u->master, MT_F32, u->shard_lp, MT_BF16, u->S));
     return MT_OK;
 }
@@ -276,8 +284,9 @@ static mt_status build_shard(mt_fsdp_unit *u) {
 /* After an initialiser wrote a parameter's part of the master shard: its bf16 copy. */
 static mt_status held_written(mt_param *p, void *ctx) {
     mt_fsdp_unit *u = ctx;
-    if (!u->shard_lp) return MT_OK;
     size_t at = (size_t)(p->held - u->master);
+    if (u->offload) return mt_fsdp_offload_written(u, at, at + (p->held_end - p->held_begin));
+    if (!u->shard_lp) return MT_OK;
     return mt_op_cast(u->dev, p->held, MT_F32, u->shard_lp + at, MT_BF16,
                       p->held_end - p->held_begin);
 }
@@ -334,6 +343,7 @@ mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options) {
     u->prefetch_enabled = true;
     u->root = root_new(u);
     mt_status st = resolve_tp(u, module);
+    if (st == MT_OK) st = mt_fsdp_offload_setup(u, options);
     ptr_list params = {0};
     mt_fsdp_unit **below = NULL;
     size_t n_below = 0;
@@ -395,8 +405,11 @@ mt_status mt_fsdp_unshard_issue(mt_fsdp_unit *u) {
     u->debug.all_gathers++;
     if (u->S > 0) {
         const void *send = u->param_dtype == MT_BF16 ? (const void *)u->shard_lp : u->master;
-        st = mt_all_gather(u->shard, send, u->full, u->S, u->param_dtype, &u->ag_work);
+        if (u->offload) st = mt_fsdp_offload_stage_in(u, &send);
+        if (st == MT_OK)
+            st = mt_all_gather(u->shard, send, u->full, u->S, u->param_dtype, &u->ag_work);
         if (st != MT_OK) {
+            mt_fsdp_offload_gathered(u);
             mt_device_free(u->dev, u->full);
             u->full = NULL;
             u->ag_work = NULL;
@@ -416,6 +429,7 @@ static mt_status finish_gather(mt_fsdp_unit *u) {
         mt_work_free(u->ag_work);
         u->ag_work = NULL;
     }
+    mt_fsdp_offload_gathered(u);
     if (st != MT_OK) {
         char desc[256];
         mt_error_wrap(st, "all-gather of %s over '%s'", mt_fsdp_unit_desc(u, desc, sizeof desc),
@@ -512,6 +526,7 @@ mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, si
         v[i].n = units[i]->S;
         v[i].ranges = units[i]->ranges;
         v[i].n_ranges = units[i]->n_ranges;
+        v[i].host = units[i]->offload != MT_OFFLOAD_NONE;
     }
     free(units);
     *views = v;
@@ -537,7 +552,10 @@ mt_status mt_fsdp_shards_updated(mt_module *root) {
     mt_status st = MT_OK;
     for (size_t i = 0; i < count; i++) {
         mt_fsdp_unit *u = units[i];
-        if (u->shard_lp) {
+        if (u->offload) {
+            mt_status s = mt_fsdp_offload_refresh(u);
+            if (st == MT_OK) st = s;
+        } else if (u->shard_lp) {
             mt_status s = mt_op_cast(u->dev, u->master, MT_F32, u->shard_lp, MT_BF16, u->S);
             if (st == MT_OK) st = s;
         }
@@ -580,9 +598,13 @@ mt_status mt_zero_grad(mt_module *root) {
     size_t count;
     MT_TRY(root_units(root, "mt_zero_grad", &units, &count));
     mt_status st = MT_OK;
-    for (size_t i = 0; i < count && st == MT_OK; i++)
-        st = mt_device_memset(units[i]->dev, units[i]->grad_shard, 0,
-                              units[i]->S * sizeof(float), NULL);
+    for (size_t i = 0; i < count && st == MT_OK; i++) {
+        if (units[i]->offload) /* host tier: host memory on every backend */
+            memset(units[i]->grad_shard, 0, units[i]->S * sizeof(float));
+        else
+            st = mt_device_memset(units[i]->dev, units[i]->grad_shard, 0,
+                                  units[i]->S * sizeof(float), NULL);
+    }
     free(units);
     return st;
 }

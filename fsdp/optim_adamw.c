@@ -1,10 +1,16 @@
 /* AdamW over the local f32 master shards of an FSDP root (include/meshtrain/optim.h). The state
  * (m and v) mirrors the shard views the engine gives (fsdp/fsdp_shards.h): one device block of 2n
  * floats per unit, charged to the optimizer category. Only the real ranges of a shard are
- * updated, so padding stays exactly 0 whatever the engine leaves in its gradient there. */
+ * updated, so padding stays exactly 0 whatever the engine leaves in its gradient there.
+ *
+ * An offloaded unit's shards are in the host tier (view.host): its state goes there too, and its
+ * step is the host AdamW called directly (core/cpu/adamw_host.h, the CPU device's mt_op_adamw, so
+ * the same bits) on the rank's thread pool, whatever the device is. */
+#include "core/cpu/adamw_host.h"
 #include "core/error.h"
 #include "fsdp/fsdp_shards.h"
 
+#include <meshtrain/host_memory.h>
 #include <meshtrain/ops.h>
 #include <meshtrain/optim.h>
 
@@ -21,6 +27,9 @@ struct mt_adamw {
     size_t n_units;
     size_t *shard_n; /* each unit's shard size when the optimizer was created */
     float **state;   /* per unit: m then v, 2 * shard_n floats */
+    bool *host;      /* per unit: state (and shards) in the host tier */
+    mt_thread_pool *pool; /* the host AdamW's, when some unit is offloaded */
+    mt_adamw_isa isa;
 };
 
 static mt_status check_options(const mt_adamw_options *in, mt_adamw_options *out) {
@@ -62,8 +71,9 @@ mt_status mt_adamw_create(mt_module *root, const mt_adamw_options *options, mt_a
     if (opt) {
         opt->shard_n = calloc(n ? n : 1, sizeof *opt->shard_n);
         opt->state = calloc(n ? n : 1, sizeof *opt->state);
+        opt->host = calloc(n ? n : 1, sizeof *opt->host);
     }
-    if (!opt || !opt->shard_n || !opt->state) {
+    if (!opt || !opt->shard_n || !opt->state || !opt->host) {
         free(views);
         mt_adamw_destroy(opt);
         return mt_error(MT_ERR_OUT_OF_MEMORY, "adamw: out of host memory for %zu units", n);
@@ -75,8 +85,19 @@ mt_status mt_adamw_create(mt_module *root, const mt_adamw_options *options, mt_a
     for (size_t u = 0; u < n && st == MT_OK; u++) {
         size_t bytes = 2 * views[u].n * sizeof(float);
         opt->shard_n[u] = views[u].n;
-        st = mt_device_alloc(opt->dev, bytes, MT_MEM_OPTIMIZER, (void **)&opt->state[u]);
-        if (st == MT_OK) st = mt_device_memset(opt->dev, opt->state[u], 0, bytes, NULL);
+        opt->host[u] = views[u].host;
+        if (views[u].host && !opt->pool) {
+            st = mt_thread_pool_get(&opt->pool);
+            if (st == MT_OK) st = mt_adamw_isa_select(&opt->isa);
+            if (st != MT_OK) break;
+        }
+        if (views[u].host) {
+            st = mt_host_tier_alloc(opt->dev, bytes, MT_MEM_OPTIMIZER, (void **)&opt->state[u]);
+            if (st == MT_OK) memset(opt->state[u], 0, bytes);
+        } else {
+            st = mt_device_alloc(opt->dev, bytes, MT_MEM_OPTIMIZER, (void **)&opt->state[u]);
+            if (st == MT_OK) st = mt_device_memset(opt->dev, opt->state[u], 0, bytes, NULL);
+        }
         if (st != MT_OK)
             st = mt_error_wrap(st, "adamw: state of unit '%s' (%zu shard elements)",
                                views[u].unit_name, views[u].n);
@@ -103,9 +124,17 @@ static mt_status update_unit(mt_adamw *opt, size_t u, const mt_fsdp_shard_view *
         if (b > e || e > view->n)
             return mt_error(MT_ERR_INTERNAL, "adamw: unit '%s' range [%zu, %zu) outside its %zu "
                             "shard elements", view->unit_name, b, e, view->n);
-        MT_TRY(mt_op_adamw(opt->dev, view->param + b, view->grad + b, m + b, v + b, e - b, t,
-                           opt->o.lr, opt->o.beta1, opt->o.beta2, opt->o.eps,
-                           opt->o.weight_decay));
+        if (view->host != opt->host[u])
+            return mt_error(MT_ERR_INTERNAL, "adamw: unit '%s' moved between the device and the "
+                            "host tier since the optimizer was created", view->unit_name);
+        if (view->host)
+            MT_TRY(mt_host_adamw(opt->pool, opt->isa, view->param + b, view->grad + b, m + b,
+                                 v + b, e - b, t, opt->o.lr, opt->o.beta1, opt->o.beta2,
+                                 opt->o.eps, opt->o.weight_decay));
+        else
+            MT_TRY(mt_op_adamw(opt->dev, view->param + b, view->grad + b, m + b, v + b, e - b,
+                               t, opt->o.lr, opt->o.beta1, opt->o.beta2, opt->o.eps,
+                               opt->o.weight_decay));
     }
     return MT_OK;
 }
@@ -167,8 +196,12 @@ mt_status mt_adamw_state(mt_adamw *opt, size_t unit, float **exp_avg, float **ex
 void mt_adamw_destroy(mt_adamw *opt) {
     if (!opt) return;
     if (opt->state)
-        for (size_t u = 0; u < opt->n_units; u++) mt_device_free(opt->dev, opt->state[u]);
+        for (size_t u = 0; u < opt->n_units; u++) {
+            if (opt->host && opt->host[u]) mt_host_tier_free(opt->dev, opt->state[u]);
+            else mt_device_free(opt->dev, opt->state[u]);
+        }
     free(opt->state);
+    free(opt->host);
     free(opt->shard_n);
     free(opt);
 }

@@ -11,6 +11,7 @@
 #include "core/error.h"
 
 #include <meshtrain/device.h>
+#include <meshtrain/host_memory.h>
 #include <meshtrain/init.h>
 
 #include <math.h>
@@ -152,7 +153,10 @@ static mt_status fill_host(const mt_param *p, const mt_initialiser *init, size_t
 static mt_status write_range(const mt_param *p, const mt_initialiser *init, float *dst, size_t b,
                              size_t e) {
     mt_device *dev = p->owner->dev;
-    if (mt_device_get_kind(dev) == MT_DEVICE_CPU) return fill_host(p, init, b, e, dst);
+    /* A shard offloaded to the host tier (FSDP offload) is host memory on any device. */
+    if (mt_device_get_kind(dev) == MT_DEVICE_CPU ||
+        mt_host_tier_contains(dev, dst, (e - b) * sizeof *dst))
+        return fill_host(p, init, b, e, dst);
     size_t cap = e - b < MT_INIT_STAGING_ELEMS ? e - b : MT_INIT_STAGING_ELEMS;
     float *host = malloc((cap ? cap : 1) * sizeof *host);
     if (!host)

@@ -15,7 +15,9 @@
  * Memory: unsharded parameters are charged to params, full and sharded gradients to grads, the
  * optimizer's state to optimizer, staging buffers to comm. With param_dtype f32 the sharded
  * parameter is the f32 master itself; with bf16 the unit keeps a bf16 shard (params) beside the
- * f32 master (optimizer).
+ * f32 master (optimizer). With an offload policy (mt_fsdp_options.offload) the master, the
+ * gradient shard and the optimizer's state are in the device's host tier instead (host_memory.h,
+ * docs/offload.md), moved by staging copies (stage.h).
  */
 #ifndef MESHTRAIN_FSDP_H
 #define MESHTRAIN_FSDP_H
@@ -32,6 +34,16 @@
 extern "C" {
 #endif
 
+/* Where a unit keeps its shards between uses (docs/offload.md). */
+typedef enum mt_offload {
+    MT_OFFLOAD_NONE = 0,  /* everything on the device */
+    MT_OFFLOAD_OPTIMIZER, /* f32 master, gradient shard and AdamW state in the host tier
+                             (host_memory.h); the device keeps the param_dtype shard the
+                             all-gathers read, refreshed after each optimizer step */
+    MT_OFFLOAD_FULL       /* parameters, gradients and optimizer state in the host tier; the
+                             device holds a unit's shard only while its all-gather reads it */
+} mt_offload;
+
 typedef struct mt_fsdp_options {
     mt_mesh *mesh;
     const char *shard_dim;     /* the dimension parameters are sharded over ("dp") */
@@ -39,9 +51,16 @@ typedef struct mt_fsdp_options {
     int reshard_after_forward; /* 1, 0, or -1 (default): true for every unit but the root */
     mt_dtype param_dtype;      /* all-gathered and computed in: MT_F32 (default) or MT_BF16 */
     mt_dtype reduce_dtype;     /* gradients reduced in: MT_F32 (default) or MT_BF16 */
+    mt_offload offload;        /* MT_OFFLOAD_NONE (default) */
+    /* With offload: the fraction of units offloaded, in [0, 1] (default 1). Counting the units
+     * a device shards with an offload policy in sharding order (layers first, then the root)
+     * from k = 0, unit k is offloaded when floor((k + 1) * ratio) > floor(k * ratio): the
+     * offloaded units are spread evenly, and the rest stay resident on the device. */
+    float offload_ratio;
 } mt_fsdp_options;
 
-/* Defaults: f32 everywhere, reshard after forward except the root, no replicate dimension. */
+/* Defaults: f32 everywhere, reshard after forward except the root, no replicate dimension, no
+ * offload (ratio 1 once a policy is set). */
 MT_API mt_fsdp_options mt_fsdp_defaults(mt_mesh *mesh, const char *shard_dim);
 
 /* Makes module an FSDP unit owning every parameter of its subtree that no unit below owns.
