@@ -105,6 +105,8 @@ typedef struct trainer {
     /* Memory: the per-rank peaks predicted before step 0, and the highest measured (any rank,
      * any step), in mem_names' order. */
     uint64_t predicted[MEM_FIELDS], measured[MEM_FIELDS];
+    /* The same of the host memory tier (offload; mt_host_mem_stats): all zero without. */
+    uint64_t predicted_host[MEM_FIELDS], measured_host[MEM_FIELDS];
     uint64_t predicted_setup, measured_setup; /* the total before step 0 (build and sharding) */
 } trainer;
 
@@ -619,30 +621,42 @@ static float lr_at(const options *o, int step) {
 static const char *const mem_names[MEM_FIELDS] = {"params", "grads", "optimizer", "activations",
                                                   "comm", "total"};
 
+static void peaks_of(const mt_mem_stats *s, uint64_t out[MEM_FIELDS]) {
+    uint64_t v[MEM_FIELDS] = {s->peak[MT_MEM_PARAMS], s->peak[MT_MEM_GRADS],
+                              s->peak[MT_MEM_OPTIMIZER], s->peak[MT_MEM_ACTIVATIONS],
+                              s->peak[MT_MEM_COMM], s->total_peak};
+    memcpy(out, v, sizeof v);
+}
+
 /* A byte count travels as three exact 22-bit pieces in floats (the collectives reduce f32 and
- * bf16 only), gathered from every rank; rank 0 takes the maximum. */
-static mt_status gather_peaks(trainer *t, uint64_t out[MEM_FIELDS]) {
+ * bf16 only), gathered from every rank; rank 0 takes the maximum. The device's peaks go to out,
+ * the host tier's (offload) to host, in one all-gather. */
+static mt_status gather_peaks(trainer *t, uint64_t out[MEM_FIELDS], uint64_t host[MEM_FIELDS]) {
+    enum { F = 2 * MEM_FIELDS };
     mt_mem_stats s;
+    uint64_t mine[F], max[F];
     mt_device_mem_stats(mt_runtime_device(t->rt), &s);
-    uint64_t mine[MEM_FIELDS] = {s.peak[MT_MEM_PARAMS], s.peak[MT_MEM_GRADS],
-                                 s.peak[MT_MEM_OPTIMIZER], s.peak[MT_MEM_ACTIVATIONS],
-                                 s.peak[MT_MEM_COMM], s.total_peak};
-    float send[MEM_FIELDS * 3];
-    for (int i = 0; i < MEM_FIELDS; i++)
+    peaks_of(&s, mine);
+    mt_host_mem_stats(mt_runtime_device(t->rt), &s);
+    peaks_of(&s, mine + MEM_FIELDS);
+    float send[F * 3];
+    for (int i = 0; i < F; i++)
         for (int k = 0; k < 3; k++) send[i * 3 + k] = (float)((mine[i] >> (22 * k)) & 0x3FFFFF);
-    size_t n = (size_t)t->world_size * MEM_FIELDS * 3;
+    size_t n = (size_t)t->world_size * F * 3;
     float *all = malloc(n * sizeof *all);
     if (!all) return fail_here(t, MT_ERR_OUT_OF_MEMORY, "no memory to gather the memory peaks");
-    mt_status st = mt_all_gather(t->world, send, all, MEM_FIELDS * 3, MT_F32, NULL);
-    for (int i = 0; i < MEM_FIELDS; i++) {
-        out[i] = 0;
+    mt_status st = mt_all_gather(t->world, send, all, F * 3, MT_F32, NULL);
+    for (int i = 0; i < F; i++) {
+        max[i] = 0;
         for (int r = 0; st == MT_OK && r < t->world_size; r++) {
-            const float *p = all + ((size_t)r * MEM_FIELDS + i) * 3;
+            const float *p = all + ((size_t)r * F + i) * 3;
             uint64_t v = (uint64_t)p[0] | (uint64_t)p[1] << 22 | (uint64_t)p[2] << 44;
-            if (v > out[i]) out[i] = v;
+            if (v > max[i]) max[i] = v;
         }
     }
     free(all);
+    memcpy(out, max, MEM_FIELDS * sizeof *out);
+    memcpy(host, max + MEM_FIELDS, MEM_FIELDS * sizeof *host);
     return st;
 }
 
@@ -658,9 +672,18 @@ static void json_fixed(FILE *f, double v, int decimals) {
     else fputs("null", f);
 }
 
+/* ", \"name\": {\"params\": ..., \"total\": ...}": one set of memory figures (mem_names). */
+static void json_bytes(FILE *f, const char *name, const uint64_t v[MEM_FIELDS]) {
+    fprintf(f, ", \"%s\": {", name);
+    for (int i = 0; i < MEM_FIELDS; i++)
+        fprintf(f, "%s\"%s\": %llu", i ? ", " : "", mem_names[i], (unsigned long long)v[i]);
+    fputc('}', f);
+}
+
 static void write_step_metrics(trainer *t, int step, float loss, float lr, float norm,
                                double ms, double tps, double mfu,
-                               const uint64_t peaks[MEM_FIELDS]) {
+                               const uint64_t peaks[MEM_FIELDS],
+                               const uint64_t host[MEM_FIELDS]) {
     FILE *f = t->metrics;
     fprintf(f, "{\"step\": %d, \"loss\": ", step);
     json_number(f, loss, 9);
@@ -674,14 +697,11 @@ static void write_step_metrics(trainer *t, int step, float loss, float lr, float
     json_fixed(f, tps, 1);
     fputs(", \"mfu\": ", f);
     json_fixed(f, mfu, 4);
-    fputs(", \"peak_bytes\": {", f);
-    for (int i = 0; i < MEM_FIELDS; i++)
-        fprintf(f, "%s\"%s\": %llu", i ? ", " : "", mem_names[i], (unsigned long long)peaks[i]);
-    fputs("}, \"predicted_peak_bytes\": {", f);
-    for (int i = 0; i < MEM_FIELDS; i++)
-        fprintf(f, "%s\"%s\": %llu", i ? ", " : "", mem_names[i],
-                (unsigned long long)t->predicted[i]);
-    fprintf(f, "}, \"setup_peak_bytes\": {\"predicted\": %llu, \"measured\": %llu}}\n",
+    json_bytes(f, "peak_bytes", peaks);
+    json_bytes(f, "predicted_peak_bytes", t->predicted);
+    json_bytes(f, "host_peak_bytes", host);
+    json_bytes(f, "predicted_host_peak_bytes", t->predicted_host);
+    fprintf(f, ", \"setup_peak_bytes\": {\"predicted\": %llu, \"measured\": %llu}}\n",
             (unsigned long long)t->predicted_setup, (unsigned long long)t->measured_setup);
     fflush(f);
 }
@@ -705,6 +725,8 @@ static void fill_memory_plan(const trainer *t, mt_gpt_memory_plan *plan) {
                                                                : MT_GPT_AC_EVERY;
     plan->ac_every = o->recompute_every;
     plan->sequence_parallel = o->sequence_parallel;
+    plan->offload = o->offload;
+    plan->offload_ratio = o->offload_ratio;
     plan->cpu_device = mt_device_get_kind(mt_runtime_device(t->rt)) == MT_DEVICE_CPU;
     /* The transport reads this (comm/host/ucx.c); a value it ignores is ignored here too. */
     const char *small = getenv("MT_COMM_SMALL_BYTES");
@@ -726,6 +748,10 @@ static mt_status predict_memory(trainer *t) {
     MT_TRY(mt_gpt_memory_predict(&cfg, &plan, &p));
     for (int i = 0; i < MEM_FIELDS - 1; i++) t->predicted[i] = p.peak[i];
     t->predicted[MEM_FIELDS - 1] = p.total_peak;
+    static const mt_mem_category cats[MEM_FIELDS - 1] = {
+        MT_MEM_PARAMS, MT_MEM_GRADS, MT_MEM_OPTIMIZER, MT_MEM_ACTIVATIONS, MT_MEM_COMM};
+    for (int i = 0; i < MEM_FIELDS - 1; i++) t->predicted_host[i] = p.host_peak[cats[i]];
+    t->predicted_host[MEM_FIELDS - 1] = p.host_total_peak;
     t->predicted_setup = p.setup_peak;
     mt_mem_stats ms;
     mt_device_mem_stats(mt_runtime_device(t->rt), &ms);
@@ -735,10 +761,8 @@ static mt_status predict_memory(trainer *t) {
     t->predicted_fits = ms.capacity == 0 || need <= ms.capacity;
     if (t->rank != 0) return MT_OK;
     char a[32], b[32];
-    printf(PROG ": predicted per-rank peak of a step%s%s:\n",
-           plan.cpu_device ? "" : " (NCCL's own buffers not included in comm)",
-           o->offload ? " without offload (the predictor does not model --offload: an upper "
-                        "bound of the device's share)" : "");
+    printf(PROG ": predicted per-rank peak of a step%s:\n",
+           plan.cpu_device ? "" : " (NCCL's own buffers not included in comm)");
     for (int i = 0; i < MEM_FIELDS - 1; i++)
         printf("  %-12s %12s\n", mem_names[i], mt_format_bytes(p.peak[i], a, sizeof a));
     printf("  %-12s %12s  (during %s; %s of it held between steps)\n", "total",
@@ -746,6 +770,13 @@ static mt_status predict_memory(trainer *t) {
            mt_format_bytes(p.persistent, b, sizeof b));
     printf("  %-12s %12s  (building and sharding the model, before step 0)\n", "setup",
            mt_format_bytes(p.setup_peak, a, sizeof a));
+    if (o->offload) {
+        printf(PROG ": predicted per-rank peak of the host memory tier (--offload %s, ratio %g):\n",
+               offload_name(o->offload), (double)o->offload_ratio);
+        for (int i = 0; i < MEM_FIELDS; i++)
+            printf("  %-12s %12s\n", mem_names[i],
+                   mt_format_bytes((size_t)t->predicted_host[i], a, sizeof a));
+    }
     if (ms.capacity == 0)
         printf("  %-12s %12s  (MT_CPU_DEVICE_MEMORY sets one)\n", "capacity", "unlimited");
     else if (need <= ms.capacity)
@@ -764,22 +795,30 @@ static mt_status predict_memory(trainer *t) {
 }
 
 /* Rank 0, at the end: the highest measured peaks (over ranks and steps) beside the predictions. */
-static void print_memory_comparison(const trainer *t) {
-    printf("memory per rank: predicted vs measured peak (max over ranks and steps):\n");
+static void print_comparison_rows(const uint64_t *pred, const uint64_t *meas) {
     printf("  %-12s %12s %12s %9s\n", "category", "predicted", "measured", "ratio");
     for (int i = 0; i < MEM_FIELDS; i++) {
         char a[32], b[32], ratio[16] = "-";
-        if (t->predicted[i] > 0)
-            snprintf(ratio, sizeof ratio, "%.3f", (double)t->measured[i] / (double)t->predicted[i]);
+        if (pred[i] > 0) snprintf(ratio, sizeof ratio, "%.3f", (double)meas[i] / (double)pred[i]);
         printf("  %-12s %12s %12s %9s\n", mem_names[i],
-               mt_format_bytes((size_t)t->predicted[i], a, sizeof a),
-               mt_format_bytes((size_t)t->measured[i], b, sizeof b), ratio);
+               mt_format_bytes((size_t)pred[i], a, sizeof a),
+               mt_format_bytes((size_t)meas[i], b, sizeof b), ratio);
     }
+}
+
+static void print_memory_comparison(const trainer *t) {
+    printf("memory per rank: predicted vs measured peak (max over ranks and steps):\n");
+    print_comparison_rows(t->predicted, t->measured);
     char a[32], b[32];
     printf("  %-12s %12s %12s %9.3f\n", "setup total",
            mt_format_bytes((size_t)t->predicted_setup, a, sizeof a),
            mt_format_bytes((size_t)t->measured_setup, b, sizeof b),
            t->predicted_setup ? (double)t->measured_setup / (double)t->predicted_setup : 0.0);
+    if (t->opt->offload) {
+        printf("host memory tier per rank: predicted vs measured peak (max over ranks and "
+               "steps):\n");
+        print_comparison_rows(t->predicted_host, t->measured_host);
+    }
 }
 
 /* ---- model FLOPs utilisation ---------------------------------------------------------------- */
@@ -1041,11 +1080,13 @@ static mt_status train_step(trainer *t, int step) {
     /* A GPU may still run the optimizer step: the step ends when the device is idle. */
     MT_TRY(mt_device_synchronize(mt_runtime_device(t->rt)));
     double ms = now_ms() - t0;
-    uint64_t peaks[MEM_FIELDS];
-    MT_TRY(gather_peaks(t, peaks));
+    uint64_t peaks[MEM_FIELDS], host[MEM_FIELDS];
+    MT_TRY(gather_peaks(t, peaks, host));
     if (t->rank != 0) return MT_OK;
-    for (int i = 0; i < MEM_FIELDS; i++)
+    for (int i = 0; i < MEM_FIELDS; i++) {
         if (peaks[i] > t->measured[i]) t->measured[i] = peaks[i];
+        if (host[i] > t->measured_host[i]) t->measured_host[i] = host[i];
+    }
 
     double tokens = (double)o->dp * o->batch * o->grad_accum * o->seq;
     double tps = tokens / (ms / 1e3);
@@ -1062,7 +1103,7 @@ static mt_status train_step(trainer *t, int step) {
            mt_format_bytes((size_t)peaks[MEM_FIELDS - 1], peak, sizeof peak));
     fflush(stdout);
     t->step_losses[step] = loss;
-    if (t->metrics) write_step_metrics(t, step, loss, lr, norm, ms, tps, mfu, peaks);
+    if (t->metrics) write_step_metrics(t, step, loss, lr, norm, ms, tps, mfu, peaks, host);
     return MT_OK;
 }
 
@@ -1104,8 +1145,8 @@ static mt_status train(trainer *t) {
     MT_TRY(predict_memory(t));
     if (o->predict_only) return MT_OK;
     MT_TRY(build(t));
-    uint64_t setup[MEM_FIELDS];
-    MT_TRY(gather_peaks(t, setup));
+    uint64_t setup[MEM_FIELDS], setup_host[MEM_FIELDS];
+    MT_TRY(gather_peaks(t, setup, setup_host));
     t->measured_setup = setup[MEM_FIELDS - 1];
     setup_mfu(t);
     MT_TRY(print_summary(t));
@@ -1142,12 +1183,7 @@ static mt_status train(trainer *t) {
                        tps * t->flops_per_token / 1e12, t->peak_flops / 1e12);
             printf("\n");
         }
-        if (o->steps > t->first_step && o->offload == MT_OFFLOAD_NONE)
-            print_memory_comparison(t);
-        else if (o->steps > t->first_step)
-            printf("memory per rank: no comparison with the prediction: the predictor models no "
-                   "offload (--offload %s moves shards to the host tier)\n",
-                   offload_name(o->offload));
+        if (o->steps > t->first_step) print_memory_comparison(t);
         if (o->steps > t->first_step) print_tp_traffic(t);
         printf("memory (rank 0, last step):\n%s\n",
                mt_memory_report(mt_runtime_device(t->rt), report, sizeof report));

@@ -9,7 +9,10 @@
  *     saved activations, parameter copies, the linears' scratch); ln_f, the head and the loss;
  *     backward in reverse, each unit's gradient buffer, its reduce-scatter staging (one in
  *     flight: the previous is finished by the next unit's post-backward hook) and its reshard;
- *   - the optimizer step's clip accumulator.
+ *   - the optimizer step's clip accumulator;
+ *   - FSDP CPU offload (fsdp/fsdp_offload.c): offloaded units' shards and AdamW state on a second
+ *     timeline, the host tier's; on the device, optimizer's shard copy, full's staged shards
+ *     and the reduced shard's buffer until it lands (OFFLOAD below).
  * The replay mirrors models/gpt.c, fsdp/, tp/, core/cpu/ops_bf16.c and comm/coll_build.c line by
  * line (each function here names the one it follows), so a change to those should change this
  * file too: the memory tests compare every category with the device's accounting and fail
@@ -20,8 +23,10 @@
 #include "models/gpt_config.h"
 #include "models/mem_timeline.h"
 
+#include <meshtrain/fsdp.h>
 #include <meshtrain/gpt.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +37,7 @@ mt_gpt_memory_plan mt_gpt_memory_plan_defaults(void) {
                                 .reshard_after_forward = -1, .prefetch = true,
                                 .activation_checkpointing = MT_GPT_AC_NONE, .ac_every = 1,
                                 .sequence_parallel = MT_GPT_SP_OFF, .cpu_device = true,
-                                .comm_small_bytes = 0};
+                                .comm_small_bytes = 0, .offload = 0, .offload_ratio = 1.0f};
 }
 
 /* The tp-local sizes of tp rank 0 (the largest vocabulary slice), as mt_gpt_create sets them. */
@@ -50,10 +55,16 @@ typedef struct sim_unit {
     size_t padded, S;
     bool root;
     bool full, full_grad; /* gathered parameters, gradient buffer */
+    int off;              /* its offload policy (fsdp_offload.c, mt_fsdp_offload_setup) */
+    bool staged;          /* full offload: its device shard, staged for an all-gather */
 } sim_unit;
 
 typedef struct sim {
     mt_mem_timeline tl;
+    mt_mem_timeline host; /* the host tier (host_memory.h) */
+    size_t landing;       /* fsdp_offload.c: the landing block's bytes (host, comm) */
+    size_t pending_recv;  /* and the device buffer of the reduced shard landing in it */
+    bool pending;
     const mt_gpt_memory_plan *plan;
     gpt_shape s;
     bool bf16_scratch; /* bf16 products widen operands into activations scratch (CPU) */
@@ -131,9 +142,26 @@ static bool reshards_after_forward(const sim *m, const sim_unit *u) {
     return r >= 0 ? r != 0 : !u->root;
 }
 
+/* OFFLOAD (fsdp_offload.c, mt_fsdp_offload_stage_start): full offload stages a sharded unit's shard into a
+ * device buffer (params) that lives until its all-gather has completed. */
+static void stage_start(sim *m, sim_unit *u) {
+    if (!u || u->off != MT_OFFLOAD_FULL || u->S == 0 || u->staged || u->full) return;
+    alloc(m, MT_MEM_PARAMS, u->S * m->es_param);
+    u->staged = true;
+}
+
+/* mt_fsdp_offload_gathered: the staged shard goes (gather complete, or a pass's end). */
+static void gathered(sim *m, sim_unit *u) {
+    if (!u->staged) return;
+    release(m, MT_MEM_PARAMS, u->S * m->es_param);
+    u->staged = false;
+}
+
+/* mt_fsdp_unshard_issue: the full buffer, then (offload_stage_in) the staged shard. */
 static void unshard(sim *m, sim_unit *u) {
     if (u->full) return;
     alloc(m, MT_MEM_PARAMS, u->padded * m->es_param);
+    stage_start(m, u);
     u->full = true;
 }
 
@@ -152,14 +180,21 @@ static sim_unit *next_unit(sim *m, const sim_unit *u, bool backward) {
     return i > 1 ? &m->units[i - 1] : NULL;
 }
 
-/* pre_hook / unshard_for: u's gather, then the prefetch of the next unit. */
+/* pre_hook / unshard_for: u's gather, then the prefetch of the next unit if it is sharded (and,
+ * full offload, the staging of the unit after it), then the wait for u's gather. */
 static void pre_hook(sim *m, sim_unit *u, bool backward) {
     unshard(m, u);
     sim_unit *next = m->plan->prefetch ? next_unit(m, u, backward) : NULL;
-    if (next) unshard(m, next);
+    if (next && !next->full) {
+        unshard(m, next);
+        stage_start(m, next_unit(m, next, backward));
+    }
+    gathered(m, u);
 }
 
 static void reshard_all(sim *m, bool keep_non_resharding) {
+    for (size_t i = 0; i <= m->s.L; i++)
+        if (!m->units[i].full) gathered(m, &m->units[i]); /* staged for a gather that never came */
     for (size_t i = 0; i <= m->s.L; i++)
         if (!keep_non_resharding || reshards_after_forward(m, &m->units[i]))
             reshard(m, &m->units[i]);
@@ -170,12 +205,39 @@ static void post_forward(sim *m, sim_unit *u) {
     if (u->root) reshard_all(m, true);
 }
 
-/* finish_rs: staging and the gradient buffer go (the HSDP all-reduce uses kept scratch). */
+/* fsdp_offload.c, land: the reduced shard in flight to the host lands; its device buffer goes. */
+static void land(sim *m) {
+    if (!m->pending) return;
+    release(m, MT_MEM_COMM, m->pending_recv);
+    m->pending = false;
+}
+
+/* mt_fsdp_offload_grad_in: the previous shard lands, the landing block grows to this one
+ * (freed, then allocated) and this shard's device buffer stays until it lands in turn. */
+static void grad_in(sim *m, sim_unit *p) {
+    size_t bytes = p->S * m->es_reduce;
+    if (p->S == 0) {
+        release(m, MT_MEM_COMM, bytes);
+        return;
+    }
+    land(m);
+    if (m->landing < bytes) {
+        if (m->landing) mt_mem_timeline_free(&m->host, MT_MEM_COMM, m->landing);
+        mt_mem_timeline_alloc(&m->host, MT_MEM_COMM, bytes);
+        m->landing = bytes;
+    }
+    m->pending_recv = bytes;
+    m->pending = true;
+}
+
+/* finish_rs: staging and the gradient buffer go (the HSDP all-reduce uses kept scratch); an
+ * offloaded unit's received shard is handed to grad_in instead. */
 static void finish_pending_rs(sim *m) {
     sim_unit *p = m->rs_pending;
     if (!p) return;
     m->rs_pending = NULL;
-    release(m, MT_MEM_COMM, p->S * m->es_reduce);
+    if (p->off) grad_in(m, p);
+    else release(m, MT_MEM_COMM, p->S * m->es_reduce);
     if (m->plan->reduce_dtype == MT_BF16) release(m, MT_MEM_COMM, p->padded * m->es_reduce);
     release(m, MT_MEM_GRADS, p->padded * sizeof(float));
     p->full_grad = false;
@@ -206,6 +268,7 @@ static void post_backward(sim *m, sim_unit *u) {
     reshard(m, u);
     if (u->root) {
         finish_pending_rs(m);
+        land(m); /* mt_fsdp_offload_grads_landed */
         reshard_all(m, false);
     }
 }
@@ -461,6 +524,17 @@ static void persistent(sim *m) {
     bool bf16 = m->plan->param_dtype == MT_BF16;
     for (size_t i = 0; i <= m->s.L; i++) {
         size_t S = m->units[i].S;
+        if (m->units[i].off) { /* fsdp_offload.c, mt_fsdp_offload_alloc; optim_adamw.c */
+            mt_mem_timeline *h = &m->host;
+            mt_mem_timeline_alloc(h, bf16 ? MT_MEM_OPTIMIZER : MT_MEM_PARAMS, S * sizeof(float));
+            mt_mem_timeline_alloc(h, MT_MEM_GRADS, S * sizeof(float));
+            if (bf16) mt_mem_timeline_alloc(h, MT_MEM_PARAMS, S * sizeof(uint16_t));
+            mt_mem_timeline_alloc(h, MT_MEM_OPTIMIZER, 2 * S * sizeof(float));
+            /* optimizer: the device copy of the param_dtype shard the all-gathers read */
+            if (m->units[i].off == MT_OFFLOAD_OPTIMIZER && S > 0)
+                alloc(m, MT_MEM_PARAMS, S * m->es_param);
+            continue;
+        }
         alloc(m, bf16 ? MT_MEM_OPTIMIZER : MT_MEM_PARAMS, S * sizeof(float));
         if (bf16) alloc(m, MT_MEM_PARAMS, S * sizeof(uint16_t));
         alloc(m, MT_MEM_GRADS, S * sizeof(float));
@@ -483,11 +557,14 @@ static size_t setup_peak(const sim *m) {
     size_t total = (numel[0] + L * numel[1]) * sizeof(float), peak = total;
     for (size_t k = 0; k <= L; k++) {
         size_t i = k < L ? 1 + k : 0; /* the blocks first, the root last */
-        total += m->units[i].S * (2 * sizeof(float) + (bf16 ? sizeof(uint16_t) : 0));
+        const sim_unit *u = &m->units[i];
+        if (u->off == MT_OFFLOAD_OPTIMIZER && u->S > 0) total += u->S * m->es_param;
+        else if (!u->off) total += u->S * (2 * sizeof(float) + (bf16 ? sizeof(uint16_t) : 0));
         if (total > peak) peak = total;
         total -= numel[i == 0 ? 0 : 1] * sizeof(float);
     }
-    for (size_t i = 0; i <= L; i++) total += 2 * m->units[i].S * sizeof(float);
+    for (size_t i = 0; i <= L; i++) /* AdamW's state: offloaded units' in the host tier */
+        if (!m->units[i].off) total += 2 * m->units[i].S * sizeof(float);
     return total > peak ? total : peak;
 }
 
@@ -515,7 +592,24 @@ static mt_status check_plan(const mt_gpt_config *c, const mt_gpt_memory_plan *p)
     /* The model's own checks, with its messages: what it refuses is not predicted. */
     mt_status st = mt_gpt_config_check(c, p->tp, p->sequence_parallel);
     if (st != MT_OK) return mt_error_wrap(st, "%s", what);
+    if (p->offload < MT_OFFLOAD_NONE || p->offload > MT_OFFLOAD_FULL ||
+        !(p->offload_ratio >= 0.0f && p->offload_ratio <= 1.0f))
+        return mt_error(MT_ERR_INVALID_ARG, "%s: offload %d with ratio %g: the policy must be an "
+                        "mt_offload and the ratio in [0, 1]", what, p->offload,
+                        (double)p->offload_ratio);
     return MT_OK;
+}
+
+/* fsdp_offload.c, mt_fsdp_offload_setup: the units are counted in sharding order (train_gpt and
+ * the docs shard the blocks, then the root) and unit k is offloaded when the ratio's multiples
+ * step over an integer. */
+static void choose_offload(sim *m) {
+    if (m->plan->offload == MT_OFFLOAD_NONE) return;
+    double r = m->plan->offload_ratio;
+    for (size_t k = 0; k <= m->s.L; k++) {
+        sim_unit *u = &m->units[k < m->s.L ? 1 + k : 0];
+        if (floor((double)(k + 1) * r) > floor((double)k * r)) u->off = m->plan->offload;
+    }
 }
 
 static gpt_shape shape_of(const mt_gpt_config *c, const mt_gpt_memory_plan *p) {
@@ -561,6 +655,7 @@ mt_status mt_gpt_memory_predict(const mt_gpt_config *cfg, const mt_gpt_memory_pl
     unit_sizes(&m.units[0], root_numel(&m.s), plan->dp);
     for (size_t l = 0; l < m.s.L; l++) unit_sizes(&m.units[1 + l], block_numel(&m.s), plan->dp);
 
+    choose_offload(&m);
     out->setup_peak = setup_peak(&m);
     persistent(&m);
     out->persistent = m.tl.total;
@@ -575,13 +670,15 @@ mt_status mt_gpt_memory_predict(const mt_gpt_config *cfg, const mt_gpt_memory_pl
     release(&m, MT_MEM_ACTIVATIONS, sizeof(double));
     free(m.units);
 
-    if (m.tl.underflow || m.tl.total != out->persistent)
+    if (m.tl.underflow || m.tl.total != out->persistent || m.host.underflow)
         return mt_error(MT_ERR_INTERNAL, "mt_gpt_memory_predict: the replayed step does not "
                         "free what it allocates (%zu bytes left of %zu): a bug in "
                         "models/gpt_memory.c", m.tl.total, out->persistent);
     memcpy(out->peak, m.tl.peak, sizeof out->peak);
     memcpy(out->at_total_peak, m.tl.at_total_peak, sizeof out->at_total_peak);
     out->total_peak = m.tl.total_peak;
+    memcpy(out->host_peak, m.host.peak, sizeof out->host_peak);
+    out->host_total_peak = m.host.total_peak;
     memcpy(out->total_peak_at, m.tl.total_peak_at, sizeof out->total_peak_at);
     return MT_OK;
 }

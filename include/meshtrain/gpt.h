@@ -90,8 +90,9 @@ MT_API mt_status mt_gpt_forward(mt_gpt *gpt, const int *tokens, int batch, float
  * micro-batch), per category and in total, predicted before the first step by replaying the
  * step's allocations and frees in the order the model (models/gpt.c), FSDP (fsdp/), the tp layers
  * (tp/), AdamW and the host transport (comm/) make them. Exact for the code as it is on the CPU
- * device (what train_gpt's --metrics peak_bytes measure), activation checkpointing and both
- * sequence-parallel modes included; recompute is modelled enabled after mt_fsdp_shard (FSDP's
+ * device (what train_gpt's --metrics peak_bytes measure), activation checkpointing, both
+ * sequence-parallel modes and FSDP CPU offload included (with offload also the host memory
+ * tier's peaks, host_peak: what mt_host_mem_stats measures); recompute is modelled enabled after mt_fsdp_shard (FSDP's
  * hooks outside, as train_gpt does: enabled before, a block's backward prefetch is issued after
  * its re-run forward and the peak can be one unit's gathered parameters lower). Every rank of
  * a dp x tp mesh holds the same sizes except the last tp rank's smaller vocabulary slice, so the
@@ -121,9 +122,15 @@ typedef struct mt_gpt_memory_plan {
      * are not predicted. */
     bool cpu_device;
     size_t comm_small_bytes; /* the transport's MT_COMM_SMALL_BYTES; 0: its default, 64 KiB */
+    /* FSDP CPU offload, as mt_fsdp_options: an mt_offload (fsdp.h; 0 = MT_OFFLOAD_NONE) and the
+     * fraction of units offloaded (the same rule as fsdp/fsdp_offload.c: counting the blocks,
+     * then the root, from k = 0, unit k is offloaded when floor((k + 1) R) > floor(k R)). */
+    int offload;
+    float offload_ratio;
 } mt_gpt_memory_plan;
 
-/* One rank, tp 1, dp 1, batch 8, f32, default resharding, prefetch on, no AC or SP, CPU. */
+/* One rank, tp 1, dp 1, batch 8, f32, default resharding, prefetch on, no AC or SP, CPU, no
+ * offload (ratio 1). */
 MT_API mt_gpt_memory_plan mt_gpt_memory_plan_defaults(void);
 
 typedef struct mt_gpt_memory_prediction {
@@ -134,6 +141,12 @@ typedef struct mt_gpt_memory_prediction {
     char total_peak_at[64];             /* where the total peaks, e.g. "backward of block 1" */
     size_t setup_peak; /* the highest total before step 0: the model built (whole tp-local
                         * parameters, unless cfg->defer_init), then sharded */
+    /* The host memory tier (host_memory.h, mt_host_mem_stats) under plan->offload: offloaded
+     * units' shards and AdamW state (held from sharding on) and the landing block of reduced
+     * gradients (comm, grown to the largest offloaded shard in the first backward). All zero
+     * without offload. */
+    size_t host_peak[MT_MEM_CATEGORY_COUNT];
+    size_t host_total_peak;
 } mt_gpt_memory_prediction;
 
 /* Predicts the per-rank peaks of one training step of the model cfg under plan (cfg->tp_dim is

@@ -6,7 +6,9 @@
 #             total's against the highest measured (--metrics peak_bytes: max over ranks, over
 #             steps), and the total before step 0 (setup_peak_bytes: building and sharding),
 #             within 10% or 1 MiB (whichever is looser) and, for the configurations marked
-#             exact, to the byte
+#             exact, to the byte; the same for the host memory tier's peaks (host_peak_bytes
+#             against predicted_host_peak_bytes: offload), which are zero without offload
+#   offload   the same for OFFLOAD_VARIANTS (FSDP CPU offload)
 #   capacity  MT_CPU_DEVICE_MEMORY at the predicted total: the run says it fits and completes;
 #             one byte less: the run warns before step 0 and runs out of device memory
 set -u
@@ -58,6 +60,19 @@ VARIANTS=(
     "spk_ac_dp2_tp2 4 exact --dp 2 --tp 2 --sequence-parallel=keep-gathered --activation-checkpointing full"
     "spk_ac_bf16_tp2 2 exact --tp 2 --sequence-parallel=keep-gathered --activation-checkpointing every:2 --param-dtype bf16"
 )
+# Variant offload: FSDP CPU offload, the device's share and the host tier's (docs/offload.md).
+# Ratio 0.5 of 4 units offloads block 1 and the root (the landing block grows from a block's
+# shard to the root's); bf16 puts the master in optimizer and the bf16 shard in params.
+OFFLOAD_VARIANTS=(
+    "off_opt 1 exact --offload optimizer"
+    "off_opt_dp2 2 exact --dp 2 --offload optimizer"
+    "off_full_dp2 2 exact --dp 2 --offload full"
+    "off_full_dp2_tp2 4 exact --dp 2 --tp 2 --offload full"
+    "off_ratio_dp2 2 exact --dp 2 --offload full --offload-ratio 0.5"
+    "off_full_ac_dp2 2 exact --dp 2 --offload full --activation-checkpointing full"
+    "off_opt_bf16_dp2 2 exact --dp 2 --offload optimizer --param-dtype bf16 --reduce-dtype bf16"
+    "off_full_noprefetch_dp2 2 exact --dp 2 --offload full --no-prefetch"
+)
 
 # run NAME RANKS [VAR=VALUE...] OPTIONS...: one mtrun; metrics in $TMP/NAME.jsonl, output in
 # $TMP/NAME.out/.err
@@ -89,26 +104,40 @@ for k in ["params", "grads", "optimizer", "activations", "comm", "total"]:
     if any(r["predicted_peak_bytes"][k] != p for r in rows):
         bad.append("%s: the prediction changes between steps" % k)
     slack = max(0.10 * m, 1 << 20)
-    ok = abs(p - m) <= slack and (check != "exact" or p == m) and p > 0
+    ok = abs(p - m) <= slack and (check != "exact" or p == m) and (p > 0) == (m > 0)
     print("  %-12s predicted %10d measured %10d ratio %.4f %s" %
           (k, p, m, m / p if p else float("nan"), "" if ok else "<-- off"))
     if not ok:
         bad.append(k)
 setup = rows[0]["setup_peak_bytes"]
 p, m = setup["predicted"], setup["measured"]
-ok = abs(p - m) <= max(0.10 * m, 1 << 20) and (check != "exact" or p == m) and p > 0
+ok = abs(p - m) <= max(0.10 * m, 1 << 20) and (check != "exact" or p == m) and (p > 0) == (m > 0)
 print("  %-12s predicted %10d measured %10d ratio %.4f %s" %
       ("setup total", p, m, m / p if p else float("nan"), "" if ok else "<-- off"))
 if not ok:
     bad.append("setup total")
+# A category may be zero on either side (full offload: the device has no optimizer state, and
+# deferred initialisation no setup peak on the device), but on both sides or neither.
+# The host memory tier: zero without offload, the offloaded state and landing block with it.
+hpred = rows[0]["predicted_host_peak_bytes"]
+for k in ["params", "grads", "optimizer", "activations", "comm", "total"]:
+    p = hpred[k]
+    m = max(r["host_peak_bytes"][k] for r in rows)
+    ok = abs(p - m) <= max(0.10 * m, 1 << 20) and (check != "exact" or p == m)
+    print("  %-12s predicted %10d measured %10d %s" %
+          ("host " + k, p, m, "" if ok else "<-- off"))
+    if not ok:
+        bad.append("host " + k)
+if (hpred["total"] > 0) != (max(r["host_peak_bytes"]["total"] for r in rows) > 0):
+    bad.append("host tier used by one of prediction and measurement only")
 if bad:
     sys.exit("off: " + ", ".join(bad))
 EOF
 }
 
-case $VARIANT in
-matrix)
-    for v in "${VARIANTS[@]}"; do
+# run_all VARIANT...: each configuration run and compared.
+run_all() {
+    for v in "$@"; do
         read -r -a f <<<"$v"
         name=${f[0]} np=${f[1]} how=${f[2]}
         if ! run "$name" "$np" "${f[@]:3}"; then
@@ -122,7 +151,11 @@ matrix)
         check "$name: the comparison is printed at the end" has_text "$TMP/$name.out" \
             "predicted vs measured peak"
     done
-    ;;
+}
+
+case $VARIANT in
+matrix) run_all "${VARIANTS[@]}" ;;
+offload) run_all "${OFFLOAD_VARIANTS[@]}" ;;
 capacity)
     run probe 1 --steps 1 || fail "probe: training failed"
     total=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["predicted_peak_bytes"]["total"])' "$TMP/probe.jsonl")

@@ -1,5 +1,5 @@
 /* mt_gpt_memory_predict (models/gpt_memory.c) without running anything: its argument checks, and
- * the activation checkpointing and sequence parallelism terms against what their designs say
+ * the activation checkpointing, sequence parallelism and offload terms against what their designs say
  * they save (the code itself is compared with the device's accounting by
  * tests/examples/train_gpt_memory.sh). */
 #include "check.h"
@@ -204,7 +204,47 @@ static void test_sequence_parallel(void) {
     CHECK(!memcmp(keep1.peak, plain1.peak, sizeof keep1.peak));
 }
 
+/* Offload: what moves to the host tier and what stays. cfg's largest unit is a block (6C + 12C^2
+ * + 7C elements at tp 1: 49984), so the landing block is one block's f32 shard at dp 1. */
+static void test_offload(void) {
+    mt_gpt_memory_plan plan = mt_gpt_memory_plan_defaults();
+    mt_gpt_memory_prediction p;
+    plan.offload = MT_OFFLOAD_FULL;
+    plan.offload_ratio = 1.5f;
+    CHECK(mt_gpt_memory_predict(&cfg, &plan, &p) == MT_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(mt_last_error(), "ratio 1.5") != NULL, "%s", mt_last_error());
+    plan.offload = 7;
+    plan.offload_ratio = 1.0f;
+    CHECK(mt_gpt_memory_predict(&cfg, &plan, &p) == MT_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(mt_last_error(), "offload 7") != NULL, "%s", mt_last_error());
+
+    plan.offload = MT_OFFLOAD_NONE;
+    mt_gpt_memory_prediction none = predict(&plan);
+    CHECK(none.host_total_peak == 0);
+    plan.offload = MT_OFFLOAD_FULL;
+    mt_gpt_memory_prediction full = predict(&plan);
+    size_t block = 49984 * sizeof(float);
+    CHECK_MSG(full.host_peak[MT_MEM_COMM] == block, "landing %zu, block shard %zu",
+              full.host_peak[MT_MEM_COMM], block);
+    /* f32: AdamW's m and v move whole; master and gradient shards are equal in size. */
+    CHECK(full.peak[MT_MEM_OPTIMIZER] == 0);
+    CHECK(full.host_peak[MT_MEM_OPTIMIZER] == none.peak[MT_MEM_OPTIMIZER]);
+    CHECK(full.host_peak[MT_MEM_PARAMS] == full.host_peak[MT_MEM_GRADS]);
+    CHECK(full.host_peak[MT_MEM_OPTIMIZER] == 2 * full.host_peak[MT_MEM_PARAMS]);
+    CHECK(full.host_total_peak == 4 * full.host_peak[MT_MEM_PARAMS] + block);
+    CHECK(full.total_peak < none.total_peak);
+    /* cfg is created eagerly: every parameter in f32 (the root's 64 x 64 + 32 x 64 + 2 x 64 and
+     * three blocks), and no offloaded shard comes onto the device after them. */
+    CHECK_MSG(full.setup_peak == (6272 + 3 * 49984) * sizeof(float), "setup %zu",
+              full.setup_peak);
+    plan.offload_ratio = 0.0f; /* no unit offloaded: as without offload */
+    mt_gpt_memory_prediction zero = predict(&plan);
+    CHECK(zero.host_total_peak == 0 && zero.total_peak == none.total_peak);
+    CHECK(!memcmp(zero.peak, none.peak, sizeof zero.peak));
+}
+
 int main(void) {
+    test_offload();
     test_errors();
     test_model_refusals();
     test_activation_checkpointing();
