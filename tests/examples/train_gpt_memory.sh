@@ -72,6 +72,9 @@ OFFLOAD_VARIANTS=(
     "off_full_ac_dp2 2 exact --dp 2 --offload full --activation-checkpointing full"
     "off_opt_bf16_dp2 2 exact --dp 2 --offload optimizer --param-dtype bf16 --reduce-dtype bf16"
     "off_full_noprefetch_dp2 2 exact --dp 2 --offload full --no-prefetch"
+    "off_full_accum2_dp2 2 exact --dp 2 --offload full --grad-accum 2 --batch 2"
+    "off_full_sp_bf16_dp2_tp2 4 exact --dp 2 --tp 2 --offload full --sequence-parallel --param-dtype bf16 --reduce-dtype bf16"
+    "off_opt_ratio_tp2 2 exact --tp 2 --offload optimizer --offload-ratio 0.3"
 )
 
 # run NAME RANKS [VAR=VALUE...] OPTIONS...: one mtrun; metrics in $TMP/NAME.jsonl, output in
