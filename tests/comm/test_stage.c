@@ -133,7 +133,7 @@ static void *register_thread(void *p) {
 }
 
 static void test_concurrent_register(bufs *b) {
-    size_t bytes = 1u << 20;
+    size_t bytes = 64u << 20; /* large, so that ucp_mem_map takes a while: a wide race window */
     unsigned char *blk = NULL;
     CHECK_OK(mt_host_tier_alloc(b->dev, bytes, MT_MEM_COMM, (void **)&blk));
     if (!blk) return;
