@@ -12,6 +12,7 @@
 #include "checkpoint/ckpt_save.h"
 #include "checkpoint/ckpt_stage.h"
 #include "core/error.h"
+#include "fsdp/fsdp_offload.h"
 
 #include <meshtrain/checkpoint.h>
 #include <meshtrain/comm.h>
@@ -279,11 +280,14 @@ static mt_status apply(loader *l, mt_module *root, mt_adamw *opt, const mt_check
         for (size_t u = 0; u < l->plan.n_units; u++) {
             const mt_ckpt_unit *cu = &l->plan.units[u];
             size_t bytes = (cu->hi - cu->lo) * sizeof(float);
-            if (cu->host) /* an offloaded unit's shards are in the host tier */
+            if (cu->host) { /* an offloaded unit's shards are in the host tier */
+                /* which a refresh copy to the device may still be reading */
+                MT_TRY(mt_fsdp_offload_quiesce(cu->unit));
                 memcpy(cu->buf[k], l->unit_host[k][u], bytes);
-            else
+            } else {
                 MT_TRY(mt_device_copy(l->plan.dev, cu->buf[k], l->unit_host[k][u], bytes,
                                       MT_COPY_HOST_TO_DEVICE, NULL));
+            }
         }
     if (l->load_optimizer) mt_adamw_set_steps(opt, l->meta.optim_step);
     for (int i = 0; i < n_ex; i++)

@@ -78,6 +78,22 @@ static bool table_remove(mt_device *dev, const void *ptr, mt_alloc_entry *remove
     return true;
 }
 
+bool mt_device_contains(mt_device *dev, const void *ptr, size_t bytes) {
+    if (!dev || !ptr) return false;
+    uintptr_t a = (uintptr_t)ptr;
+    bool found = false;
+    /* A linear scan: the table is keyed by start pointer, and a range may start inside an
+     * allocation. Only registration asks, which is rare and costs far more anyway. */
+    pthread_mutex_lock(&dev->lock);
+    for (size_t i = 0; i < dev->table_cap && !found; i++) {
+        const mt_alloc_entry *e = &dev->table[i];
+        uintptr_t base = (uintptr_t)e->ptr;
+        found = e->ptr && a >= base && a - base <= e->bytes && bytes <= e->bytes - (a - base);
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return found;
+}
+
 /* ---- accounting (callers hold dev->lock) ----------------------------------------------------- */
 
 /* Charges a reservation; the peaks move only once the backend allocation succeeds (see

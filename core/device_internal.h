@@ -99,6 +99,10 @@ size_t mt_mem_report_lines(const mt_mem_stats *s, char *buf, size_t size, size_t
 
 #endif
 
+/* Whether [ptr, ptr + bytes) lies inside one live allocation of dev's allocator
+ * (mt_device_alloc): the device's own answer to "is this device memory". Takes dev->lock. */
+bool mt_device_contains(mt_device *dev, const void *ptr, size_t bytes);
+
 /* Charges (releases) memory the device's allocator did not hand out but that lives on the device,
  * e.g. what NCCL allocates for its communicators (measured around their creation), so that the
  * accounting and its peaks cover it. No capacity check: the memory is already taken. */

@@ -145,16 +145,21 @@ mt_status mt_host_tier_alloc(mt_device *dev, size_t bytes, mt_mem_category categ
                         mt_format_bytes(left_bytes, left, sizeof left),
                         mt_format_bytes(s->capacity, cap, sizeof cap), in_use);
     }
-    if (tier->count == tier->cap) {
+    /* The table slot is reserved here too (reserved counts live slots plus those promised to
+     * allocations in flight): growing for count alone let two threads that both passed this
+     * point append past the array once the lock was dropped. */
+    if (tier->count + tier->reserved >= tier->cap) {
         size_t cap = tier->cap ? tier->cap * 2 : 16;
         mt_host_block *grown = realloc(tier->blocks, cap * sizeof *grown);
         if (!grown) {
             pthread_mutex_unlock(&tier->lock);
-            return mt_error(MT_ERR_OUT_OF_MEMORY, "cannot grow the host tier's block table");
+            return mt_error(MT_ERR_OUT_OF_MEMORY, "cannot grow the host tier's block table beside "
+                            "%s to %zu entries", dev->name, cap);
         }
         tier->blocks = grown;
         tier->cap = cap;
     }
+    tier->reserved++;
     /* Reserved before allocating, so that two threads cannot both pass the capacity check. */
     s->current[category] += bytes;
     s->total_current += bytes;
@@ -163,6 +168,7 @@ mt_status mt_host_tier_alloc(mt_device *dev, size_t bytes, mt_mem_category categ
     mt_host_block block = {NULL, bytes, category, false};
     mt_status st = allocate_block(dev, bytes, category, &block);
     pthread_mutex_lock(&tier->lock);
+    tier->reserved--;
     if (st != MT_OK) {
         s->current[category] -= bytes;
         s->total_current -= bytes;

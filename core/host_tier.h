@@ -25,6 +25,7 @@ typedef struct mt_host_tier {
     mt_mem_stats stats;
     mt_host_block *blocks;
     size_t count, cap;
+    size_t reserved;      /* slots promised to allocations in flight: count + reserved <= cap */
     bool mlock;           /* MT_HOST_MLOCK=1 (CPU device only: CUDA blocks are pinned anyway) */
     size_t locked_bytes;  /* bytes this tier holds mlock'ed, for the refusal's message */
 } mt_host_tier;

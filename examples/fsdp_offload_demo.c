@@ -14,12 +14,16 @@
  * tier held (mt_host_mem_stats), as one "accounting:" line of byte counts for scripts.
  *
  * options: --offload none|optimizer|full (full) --offload-ratio R (1, passed to the engine
- * unchecked, so that its own error shows) --layers L --width W --batch B --steps S --lr LR
+ * unchecked, so that its own error shows) --root-offload none|optimizer|full (the root unit's
+ * policy, --offload's by default: layers offloaded under a resident root is a valid setup)
+ * --layers L --width W --batch B --steps S --lr LR. Losses print with 9 significant digits,
+ * which identify a float exactly, so that runs can be compared bit for bit.
  */
 
 #include <meshtrain/meshtrain.h>
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +41,7 @@ typedef struct args {
     int batch, steps;
     float lr;
     mt_fsdp_options fsdp; /* offload and offload_ratio; the rest is filled in with the mesh */
+    mt_offload root_offload; /* the root unit's policy */
 } args;
 
 static int failed(int rank, const char *what) {
@@ -56,6 +61,7 @@ static int shard(demo *d, const args *a, int rank) {
     for (int l = 0; l < a->cfg.layers; l++)
         if (mt_fsdp_shard(mt_mlp_layer(d->mlp, l), &o) != MT_OK)
             return failed(rank, "sharding a layer");
+    o.offload = a->root_offload;
     if (mt_fsdp_shard(mt_mlp_root(d->mlp), &o) != MT_OK) return failed(rank, "sharding the root");
     /* Deferred parameters get their values here, shard by shard, where the shards are: the
      * whole model is never on the device. */
@@ -129,7 +135,7 @@ static int run(demo *d, const args *a) {
         if (mt_all_reduce(mt_runtime_world(d->rt), &loss, &sum, 1, MT_F32, MT_REDUCE_AVG, NULL) !=
             MT_OK)
             return failed(rank, "averaging the loss");
-        if (rank == 0) printf("step %d loss %.6f\n", s, sum);
+        if (rank == 0) printf("step %d loss %.9g\n", s, (double)sum);
     }
     if (rank == 0) report(d);
     return 0;
@@ -137,8 +143,30 @@ static int run(demo *d, const args *a) {
 
 static int usage(void) {
     fprintf(stderr, "usage: fsdp_offload_demo [--offload none|optimizer|full] [--offload-ratio R] "
-                    "[--layers L] [--width W] [--batch B] [--steps S] [--lr LR] (positive)\n");
+                    "[--root-offload none|optimizer|full] [--layers L] [--width W] [--batch B] "
+                    "[--steps S] [--lr LR] (positive)\n");
     return 2;
+}
+
+static int parse_policy(const char *v, mt_offload *out) {
+    if (strcmp(v, "none") == 0) *out = MT_OFFLOAD_NONE;
+    else if (strcmp(v, "optimizer") == 0) *out = MT_OFFLOAD_OPTIMIZER;
+    else if (strcmp(v, "full") == 0) *out = MT_OFFLOAD_FULL;
+    else return usage();
+    return 0;
+}
+
+/* The whole value is a number: strtof alone turned "abc" into 0 (and "1x" into 1). The range is
+ * left to the caller (the engine checks the ratio itself, so that its error shows). */
+static int parse_float(const char *name, const char *v, float *out) {
+    char *end = NULL;
+    float f = strtof(v, &end);
+    if (end == v || *end != '\0') {
+        fprintf(stderr, "fsdp_offload_demo: %s '%s' is not a number\n", name, v);
+        return 2;
+    }
+    *out = f;
+    return 0;
 }
 
 static int parse(int argc, char **argv, args *a) {
@@ -147,23 +175,27 @@ static int parse(int argc, char **argv, args *a) {
                 .batch = 8, .steps = 5, .lr = 3e-4f};
     a->fsdp.offload = MT_OFFLOAD_FULL;
     a->fsdp.offload_ratio = 1.0f;
+    bool root_given = false;
     for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage();
         if (strcmp(argv[i], "--offload") == 0) {
-            if (strcmp(v, "none") == 0) a->fsdp.offload = MT_OFFLOAD_NONE;
-            else if (strcmp(v, "optimizer") == 0) a->fsdp.offload = MT_OFFLOAD_OPTIMIZER;
-            else if (strcmp(v, "full") == 0) a->fsdp.offload = MT_OFFLOAD_FULL;
-            else return usage();
-        } else if (strcmp(argv[i], "--offload-ratio") == 0) a->fsdp.offload_ratio = strtof(v, NULL);
-        else if (strcmp(argv[i], "--layers") == 0) a->cfg.layers = atoi(v);
+            if (parse_policy(v, &a->fsdp.offload)) return 2;
+        } else if (strcmp(argv[i], "--root-offload") == 0) {
+            if (parse_policy(v, &a->root_offload)) return 2;
+            root_given = true;
+        } else if (strcmp(argv[i], "--offload-ratio") == 0) {
+            if (parse_float(argv[i], v, &a->fsdp.offload_ratio)) return 2;
+        } else if (strcmp(argv[i], "--layers") == 0) a->cfg.layers = atoi(v);
         else if (strcmp(argv[i], "--width") == 0)
             a->cfg.width = a->cfg.in_dim = a->cfg.out_dim = atoi(v);
         else if (strcmp(argv[i], "--batch") == 0) a->batch = atoi(v);
         else if (strcmp(argv[i], "--steps") == 0) a->steps = atoi(v);
-        else if (strcmp(argv[i], "--lr") == 0) a->lr = strtof(v, NULL);
-        else return usage();
+        else if (strcmp(argv[i], "--lr") == 0) {
+            if (parse_float(argv[i], v, &a->lr)) return 2;
+        } else return usage();
     }
+    if (!root_given) a->root_offload = a->fsdp.offload;
     if (a->cfg.layers < 1 || a->cfg.width < 1 || a->batch < 1 || a->steps < 1 || !(a->lr > 0))
         return usage();
     return 0;

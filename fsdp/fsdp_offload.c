@@ -14,6 +14,7 @@
 
 #include "core/cpu/ops_cpu.h"
 #include "core/error.h"
+#include "module/module_internal.h"
 
 #include <meshtrain/host_memory.h>
 #include <meshtrain/log.h>
@@ -27,7 +28,8 @@ struct mt_fsdp_offload_ctx {
     mt_device *dev;
     mt_stager *stager; /* created by the first offloaded unit */
     int refs;          /* units joined */
-    long units;        /* units sharded with a policy on this device: k of the ratio rule */
+    long units;        /* units of the current model sharded with a policy: k of the ratio rule */
+    mt_fsdp_unit *last; /* the unit that took k = units - 1, until the next one joins */
     /* Where reduced gradient shards land on the host before they are added (host tier, comm,
      * registered): one block for every unit, grown to the largest, since each is added before
      * the next starts its copy. */
@@ -51,8 +53,9 @@ static const char *policy_name(mt_offload p) {
     return p == MT_OFFLOAD_FULL ? "full" : p == MT_OFFLOAD_OPTIMIZER ? "optimizer" : "none";
 }
 
-/* Finds or adds the device's context and takes a reference; *k gets this unit's index. */
-static mt_status join(mt_device *dev, struct mt_fsdp_offload_ctx **out, long *k) {
+/* Finds or adds the device's context and takes a reference; *k gets u's index in its model. */
+static mt_status join(mt_fsdp_unit *u, struct mt_fsdp_offload_ctx **out, long *k) {
+    mt_device *dev = u->dev;
     pthread_mutex_lock(&g_lock);
     struct mt_fsdp_offload_ctx *c = g_ctxs;
     while (c && c->dev != dev) c = c->next;
@@ -68,6 +71,13 @@ static mt_status join(mt_device *dev, struct mt_fsdp_offload_ctx **out, long *k)
     }
     c->refs++;
     *k = c->units++;
+    c->last = u;
+    /* A module without a parent is a model's outermost unit, sharded after its layers: the
+     * next unit starts another model, counted from 0 again (the ratio is per model). */
+    if (!u->module->parent) {
+        c->units = 0;
+        c->last = NULL;
+    }
     *out = c;
     pthread_mutex_unlock(&g_lock);
     return MT_OK;
@@ -112,7 +122,7 @@ mt_status mt_fsdp_offload_setup(mt_fsdp_unit *u, const mt_fsdp_options *o) {
     u->offload = MT_OFFLOAD_NONE;
     if (o->offload == MT_OFFLOAD_NONE) return MT_OK;
     long k = 0;
-    MT_TRY(join(u->dev, &u->off, &k));
+    MT_TRY(join(u, &u->off, &k));
     double r = o->offload_ratio;
     if (floor((double)(k + 1) * r) > floor((double)k * r)) u->offload = o->offload;
     if (u->offload != MT_OFFLOAD_NONE) {
@@ -171,18 +181,32 @@ static mt_status wait_param_copy(mt_fsdp_unit *u) {
     return st;
 }
 
+mt_status mt_fsdp_offload_quiesce(mt_fsdp_unit *u) {
+    return u->offload == MT_OFFLOAD_NONE ? MT_OK : wait_param_copy(u);
+}
+
 mt_status mt_fsdp_offload_refresh(mt_fsdp_unit *u) {
     if (u->offload == MT_OFFLOAD_NONE) return MT_OK;
-    if (u->shard_lp) MT_TRY(mt_cpu_op_cast(u->master, MT_F32, u->shard_lp, MT_BF16, u->S));
-    u->dev_stale = false;
-    if (u->offload != MT_OFFLOAD_OPTIMIZER || u->S == 0) return MT_OK;
-    /* A copy still in flight reads the host block this refresh changed: it finishes first. */
+    /* A copy still in flight reads the host block (shard_lp or master) this refresh is about to
+     * write: it finishes before the cast, not after. */
     MT_TRY(wait_param_copy(u));
-    return mt_stage_copy_async(u->off->stager, u->dev_shard, host_send(u), param_bytes(u),
-                               MT_COPY_HOST_TO_DEVICE, &u->param_copy);
+    if (u->shard_lp) MT_TRY(mt_cpu_op_cast(u->master, MT_F32, u->shard_lp, MT_BF16, u->S));
+    if (u->offload != MT_OFFLOAD_OPTIMIZER || u->S == 0) {
+        u->dev_stale = false; /* FULL stages the host block at each gather: nothing to refresh */
+        return MT_OK;
+    }
+    /* Fresh only once the copy is under way; a failed start leaves it stale, so the next gather
+     * tries again instead of using the old device shard. */
+    mt_status st = mt_stage_copy_async(u->off->stager, u->dev_shard, host_send(u),
+                                       param_bytes(u), MT_COPY_HOST_TO_DEVICE, &u->param_copy);
+    u->dev_stale = st != MT_OK;
+    return st;
 }
 
 mt_status mt_fsdp_offload_written(mt_fsdp_unit *u, size_t b, size_t e) {
+    /* The caller has written master already (ckpt_load, init): see mt_fsdp_offload_quiesce.
+     * The cast below writes shard_lp, which a refresh copy may still be reading. */
+    MT_TRY(wait_param_copy(u));
     if (u->shard_lp)
         MT_TRY(mt_cpu_op_cast(u->master + b, MT_F32, u->shard_lp + b, MT_BF16, e - b));
     /* One refresh before the next gather, not one copy per initialised parameter. */
@@ -299,7 +323,16 @@ mt_status mt_fsdp_offload_grad_in(mt_fsdp_unit *u, void *rs_recv) {
 }
 
 mt_status mt_fsdp_offload_grads_landed(mt_fsdp_unit *u) {
-    return u->off ? land(u->off, true) : MT_OK;
+    if (!u) return MT_OK;
+    /* The pending copy belongs to the device, not to u: a root without an offload policy (no
+     * u->off) over offloaded layers still has the last layer's gradient in flight. */
+    struct mt_fsdp_offload_ctx *c = u->off;
+    if (!c) {
+        pthread_mutex_lock(&g_lock);
+        for (c = g_ctxs; c && c->dev != u->dev; c = c->next) {}
+        pthread_mutex_unlock(&g_lock);
+    }
+    return c ? land(c, true) : MT_OK;
 }
 
 static void free_host(mt_fsdp_unit *u, void *p, bool registered) {
@@ -309,6 +342,16 @@ static void free_host(mt_fsdp_unit *u, void *p, bool registered) {
 }
 
 void mt_fsdp_offload_release(mt_fsdp_unit *u) {
+    /* The latest unit released (a failed mt_fsdp_shard, or its undo) gives its k back, so that
+     * failed shards do not shift which of the next units are offloaded. */
+    if (u->off) {
+        pthread_mutex_lock(&g_lock);
+        if (u->off->last == u) {
+            u->off->units--;
+            u->off->last = NULL;
+        }
+        pthread_mutex_unlock(&g_lock);
+    }
     /* A copy of this unit's gradient still in flight: it lands nowhere (the unit goes). */
     if (u->off && u->off->pending == u) land(u->off, false);
     if (u->offload != MT_OFFLOAD_NONE) {

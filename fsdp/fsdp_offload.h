@@ -21,6 +21,11 @@ mt_status mt_fsdp_offload_alloc(mt_fsdp_unit *u);
  * (waited for before the next all-gather reads it). */
 mt_status mt_fsdp_offload_refresh(mt_fsdp_unit *u);
 
+/* Waits for the unit's host-to-device parameter copy, if one is in flight: before anything
+ * writes its host master or bf16 shard (optimizer step, checkpoint load), which the copy reads.
+ * No-op for a unit without offload. */
+mt_status mt_fsdp_offload_quiesce(mt_fsdp_unit *u);
+
 /* An initialiser wrote elements [b, e) of the master: their bf16 copy, and the device shard
  * refreshed before the next all-gather. */
 mt_status mt_fsdp_offload_written(mt_fsdp_unit *u, size_t b, size_t e);
@@ -45,7 +50,8 @@ void mt_fsdp_offload_gathered(mt_fsdp_unit *u);
 mt_status mt_fsdp_offload_grad_in(mt_fsdp_unit *u, void *rs_recv);
 
 /* Adds the gradient copy in flight on u's device, if any: the end of a backward, before anything
- * reads the host gradient shards. No-op for a unit without an offload policy. */
+ * reads the host gradient shards. Lands per device: u need not be offloaded itself (a root
+ * without a policy over offloaded layers). No-op when nothing is in flight on u's device. */
 mt_status mt_fsdp_offload_grads_landed(mt_fsdp_unit *u);
 
 /* Releases what offload owns: registrations, host blocks (master, shard_lp, grad_shard of an

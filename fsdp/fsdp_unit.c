@@ -514,12 +514,27 @@ mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, si
     mt_fsdp_unit **units;
     size_t count;
     MT_TRY(root_units(root, "mt_fsdp_collect_shards", &units, &count));
+    /* The views are read as complete gradients: a copy still in flight on the device lands
+     * first (normally the end of the backward did it already). */
+    mt_status landed = count ? mt_fsdp_offload_grads_landed(units[0]) : MT_OK;
+    if (landed != MT_OK) {
+        free(units);
+        return mt_error_wrap(landed, "mt_fsdp_collect_shards: landing the last gradient copy");
+    }
     mt_fsdp_shard_view *v = calloc(count ? count : 1, sizeof *v);
     if (!v) {
         free(units);
         return mt_error(MT_ERR_OUT_OF_MEMORY, "mt_fsdp_collect_shards: out of host memory");
     }
     for (size_t i = 0; i < count; i++) {
+        /* The caller writes the masters (optimizer step): a refresh copy reading them ends first. */
+        mt_status q = mt_fsdp_offload_quiesce(units[i]);
+        if (q != MT_OK) {
+            free(v);
+            free(units);
+            return mt_error_wrap(q, "mt_fsdp_collect_shards: the parameter copy of unit '%s'",
+                                 units[i]->module->name);
+        }
         v[i].unit_name = units[i]->module->name;
         v[i].param = units[i]->master;
         v[i].grad = units[i]->grad_shard;
@@ -597,7 +612,8 @@ mt_status mt_zero_grad(mt_module *root) {
     mt_fsdp_unit **units;
     size_t count;
     MT_TRY(root_units(root, "mt_zero_grad", &units, &count));
-    mt_status st = MT_OK;
+    /* A gradient copy still in flight would otherwise be added after the zeroing. */
+    mt_status st = count ? mt_fsdp_offload_grads_landed(units[0]) : MT_OK;
     for (size_t i = 0; i < count && st == MT_OK; i++) {
         if (units[i]->offload) /* host tier: host memory on every backend */
             memset(units[i]->grad_shard, 0, units[i]->S * sizeof(float));

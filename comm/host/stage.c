@@ -207,6 +207,19 @@ static void region_release(mt_stager *st, mt_stage_region *r) {
 
 void mt_stager_destroy(mt_stager *st) {
     if (!st) return;
+    pthread_mutex_lock(&st->mu);
+    size_t handles = st->handles;
+    pthread_mutex_unlock(&st->mu);
+    if (handles) {
+        /* Each handle points at the stager (its lock, its regions): freeing it would leave them
+         * dangling, and the library must not crash later in the caller's mt_stage_wait. Refused,
+         * and left in place (leaked) so that those waits still work. */
+        mt_log(MT_LOG_ERROR, "mt_stager_destroy: %zu staging cop%s on %s never given to "
+               "mt_stage_wait; the stager is left in place (leaked) so that %s stay%s valid: "
+               "wait for every copy before destroying it", handles, handles == 1 ? "y" : "ies",
+               st->dev->name, handles == 1 ? "it" : "they", handles == 1 ? "s" : "");
+        return;
+    }
     if (st->thread_started) {
         pthread_mutex_lock(&st->mu);
         st->stop = true;
@@ -267,7 +280,8 @@ static mt_status mem_map_failed(mt_stager *st, ucs_status_t s, void *ptr, size_t
 static mt_status map_region(mt_stager *st, mt_stage_region *r, void *ptr, size_t bytes) {
     const char *fail = getenv("MT_TEST_UCX_MEM_MAP_FAIL");
     if (fail && strcmp(fail, "1") == 0) return mem_map_failed(st, UCS_ERR_NO_MEMORY, ptr, bytes, true);
-    bool on_device = st->dev->kind == MT_DEVICE_CUDA && !mt_host_tier_contains(st->dev, ptr, bytes);
+    /* mt_stager_register accepted only host-tier blocks and the device's own allocations. */
+    bool on_device = st->dev->kind == MT_DEVICE_CUDA && mt_device_contains(st->dev, ptr, bytes);
     ucp_mem_map_params_t mp;
     memset(&mp, 0, sizeof mp);
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
@@ -291,6 +305,19 @@ static mt_status map_region(mt_stager *st, mt_stage_region *r, void *ptr, size_t
     return MT_OK;
 }
 
+/* Under mu. An error naming the registered region that [ptr, ptr + bytes) overlaps, or MT_OK. */
+static mt_status refuse_overlap(mt_stager *st, void *ptr, size_t bytes) {
+    uintptr_t a = (uintptr_t)ptr;
+    for (size_t i = 0; i < st->region_count; i++) {
+        mt_stage_region *r = st->regions[i];
+        if (a < r->base + r->bytes && r->base < a + bytes)
+            return mt_error(MT_ERR_INVALID_ARG, "mt_stager_register: %zu bytes at %p overlap the "
+                            "registered region of %zu bytes at %p", bytes, ptr, r->bytes,
+                            (void *)r->base);
+    }
+    return MT_OK;
+}
+
 mt_status mt_stager_register(mt_stager *st, void *ptr, size_t bytes) {
     if (!st || !ptr || !bytes)
         return mt_error(MT_ERR_INVALID_ARG, "mt_stager_register: stager and ptr must not be NULL "
@@ -299,24 +326,31 @@ mt_status mt_stager_register(mt_stager *st, void *ptr, size_t bytes) {
     if (a + bytes < a)
         return mt_error(MT_ERR_INVALID_ARG, "mt_stager_register: %zu bytes at %p wrap around",
                         bytes, ptr);
+    /* On a CUDA device, whatever is not in the host tier used to be mapped as CUDA memory: a
+     * malloc'ed buffer then failed in ucp_mem_map with a misleading RLIMIT_MEMLOCK message (or
+     * worse, on the device-copy path, was copied as device memory). Only the two kinds the
+     * stager knows are accepted. On the CPU device all memory is host memory. */
+    if (st->dev->kind == MT_DEVICE_CUDA && !mt_host_tier_contains(st->dev, ptr, bytes) &&
+        !mt_device_contains(st->dev, ptr, bytes))
+        return mt_error(MT_ERR_INVALID_ARG, "mt_stager_register: %zu bytes at %p are neither a "
+                        "host-tier block of %s (mt_host_tier_alloc) nor device memory of it "
+                        "(mt_device_alloc): the stager copies only between those", bytes, ptr,
+                        st->dev->name);
     pthread_mutex_lock(&st->mu);
-    for (size_t i = 0; i < st->region_count; i++) {
-        mt_stage_region *r = st->regions[i];
-        if (a < r->base + r->bytes && r->base < a + bytes) {
-            pthread_mutex_unlock(&st->mu);
-            return mt_error(MT_ERR_INVALID_ARG, "mt_stager_register: %zu bytes at %p overlap the "
-                            "registered region of %zu bytes at %p", bytes, ptr, r->bytes,
-                            (void *)r->base);
-        }
-    }
+    mt_status s = refuse_overlap(st, ptr, bytes);
     pthread_mutex_unlock(&st->mu);
+    if (s != MT_OK) return s;
 
     mt_stage_region *r = calloc(1, sizeof *r);
     if (!r) return mt_error(MT_ERR_OUT_OF_MEMORY, "cannot allocate a staging region");
     r->base = a;
     r->bytes = bytes;
-    mt_status s = st->path == MT_STAGE_PATH_UCX ? map_region(st, r, ptr, bytes) : MT_OK;
+    s = st->path == MT_STAGE_PATH_UCX ? map_region(st, r, ptr, bytes) : MT_OK;
     pthread_mutex_lock(&st->mu);
+    /* The check above ran before the (slow, unlocked) mapping: another thread may have
+     * registered an overlapping region meanwhile. Checked again where the append happens; the
+     * loser's mapping is released below. */
+    if (s == MT_OK) s = refuse_overlap(st, ptr, bytes);
     if (s == MT_OK && st->region_count == st->region_cap) {
         size_t cap = st->region_cap ? st->region_cap * 2 : 16;
         mt_stage_region **grown = realloc(st->regions, cap * sizeof *grown);
@@ -386,6 +420,9 @@ mt_status mt_stage_copy_async(mt_stager *st, void *dst, const void *src, size_t 
     c->bytes = bytes;
     if (bytes == 0) {
         c->done = true;
+        pthread_mutex_lock(&st->mu);
+        st->handles++;
+        pthread_mutex_unlock(&st->mu);
         *out = c;
         return MT_OK;
     }
@@ -408,17 +445,20 @@ mt_status mt_stage_copy_async(mt_stager *st, void *dst, const void *src, size_t 
         if (st->queue_tail) st->queue_tail->next = c;
         else st->queue_head = c;
         st->queue_tail = c;
+        st->handles++;
         pthread_cond_signal(&st->work_cv);
         pthread_mutex_unlock(&st->mu);
         *out = c;
         return MT_OK;
     }
+    st->handles++; /* taken back below if the copy does not start */
     pthread_mutex_unlock(&st->mu);
     mt_status s = start_device_copy(st, c, kind);
     if (s != MT_OK) {
         pthread_mutex_lock(&st->mu);
         rd->inflight--;
         rs->inflight--;
+        st->handles--;
         pthread_mutex_unlock(&st->mu);
         if (c->event) mt_event_destroy(c->event);
         free(c);
@@ -469,6 +509,7 @@ mt_status mt_stage_wait(mt_stage_copy *c) {
     if (c->event && !c->done) (void)poll_event(c, true);
     pthread_mutex_lock(&st->mu);
     while (!c->done) pthread_cond_wait(&st->done_cv, &st->mu);
+    st->handles--;
     pthread_mutex_unlock(&st->mu);
     mt_status s = copy_status(c);
     if (c->event) mt_event_destroy(c->event);

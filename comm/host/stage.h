@@ -53,6 +53,7 @@ struct mt_stager {
     size_t region_count, region_cap;
     mt_stage_copy *queue_head, *queue_tail;
     int inflight; /* posted, not completed (staging thread) */
+    size_t handles; /* handed out by mt_stage_copy_async, not yet given to mt_stage_wait */
     bool stop;
     pthread_t thread;
     bool thread_started;

@@ -55,7 +55,9 @@ typedef struct mt_fsdp_options {
     /* With offload: the fraction of units offloaded, in [0, 1] (default 1). Counting the units
      * a device shards with an offload policy in sharding order (layers first, then the root)
      * from k = 0, unit k is offloaded when floor((k + 1) * ratio) > floor(k * ratio): the
-     * offloaded units are spread evenly, and the rest stay resident on the device. */
+     * offloaded units are spread evenly, and the rest stay resident on the device. k counts
+     * per model: it starts again from 0 after a module without a parent (a model's root) is
+     * sharded, and a unit whose mt_fsdp_shard failed gives its k back. */
     float offload_ratio;
 } mt_fsdp_options;
 

@@ -41,7 +41,10 @@ typedef enum mt_stage_path {
 /* Creates a stager for dev: the UCX context, worker, self endpoint and staging thread. */
 MT_API mt_status mt_stager_create(mt_device *dev, mt_stager **out);
 
-/* Waits for the copies in flight, then releases everything (regions still registered too). */
+/* Waits for the copies in flight, then releases everything (regions still registered too).
+ * Every handle from mt_stage_copy_async must have been given to mt_stage_wait first: a handle
+ * points into its stager. With handles outstanding, destroy logs an error naming their count and
+ * leaves the stager in place (leaked), so that they can still be waited for. */
 MT_API void mt_stager_destroy(mt_stager *stager);
 
 MT_API mt_stage_path mt_stager_path(const mt_stager *stager);

@@ -3,7 +3,10 @@
  * unaligned offsets, bit-exact; 64 copies in flight at once, polled with mt_stage_test until all
  * are done; test after done stays done; ranges outside a registered region, overlapping
  * registrations, unregistering a region twice and an injected ucp_mem_map failure are errors
- * that say what to do, and nothing crashes. */
+ * that say what to do, and nothing crashes. Eight threads registering the same block at once:
+ * exactly one succeeds (the overlap used to be checked before the unlocked ucp_mem_map only).
+ * Destroying a stager with a copy never waited for is refused (logged) and leaves the stager
+ * usable: the copy is waited for, then destroy works. */
 #include "check.h"
 #include "numeric.h"
 
@@ -11,6 +14,7 @@
 #include <meshtrain/host_memory.h>
 #include <meshtrain/stage.h>
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +115,64 @@ static void test_errors(bufs *b) {
     CHECK_OK(mt_stager_unregister(b->st, outside));
 }
 
+enum { REG_THREADS = 8, REG_ROUNDS = 20 };
+
+typedef struct reg_arg {
+    mt_stager *st;
+    void *ptr;
+    size_t bytes;
+    pthread_barrier_t *go;
+    mt_status status;
+} reg_arg;
+
+static void *register_thread(void *p) {
+    reg_arg *a = p;
+    pthread_barrier_wait(a->go);
+    a->status = mt_stager_register(a->st, a->ptr, a->bytes);
+    return NULL;
+}
+
+static void test_concurrent_register(bufs *b) {
+    size_t bytes = 64u << 20; /* large, so that ucp_mem_map takes a while: a wide race window */
+    unsigned char *blk = NULL;
+    CHECK_OK(mt_host_tier_alloc(b->dev, bytes, MT_MEM_COMM, (void **)&blk));
+    if (!blk) return;
+    for (int r = 0; r < REG_ROUNDS; r++) {
+        pthread_barrier_t go;
+        pthread_barrier_init(&go, NULL, REG_THREADS);
+        pthread_t t[REG_THREADS];
+        reg_arg a[REG_THREADS];
+        for (int i = 0; i < REG_THREADS; i++) {
+            /* Half the same block, half a range inside it: overlapping either way. */
+            a[i] = (reg_arg){b->st, blk + (i % 2 ? 4096 : 0), i % 2 ? 8192 : bytes, &go, MT_OK};
+            CHECK(pthread_create(&t[i], NULL, register_thread, &a[i]) == 0);
+        }
+        int ok = 0;
+        void *winner = NULL;
+        for (int i = 0; i < REG_THREADS; i++) {
+            pthread_join(t[i], NULL);
+            if (a[i].status == MT_OK) {
+                ok++;
+                winner = a[i].ptr;
+            }
+        }
+        pthread_barrier_destroy(&go);
+        CHECK_MSG(ok == 1, "round %d: %d of %d overlapping registrations succeeded", r, ok,
+                  REG_THREADS);
+        if (winner) CHECK_OK(mt_stager_unregister(b->st, winner));
+    }
+    mt_host_tier_free(b->dev, blk);
+}
+
+/* A copy not waited for: destroy refuses and leaves the stager whole. */
+static void test_destroy_with_handle(bufs *b) {
+    mt_stage_copy *c = NULL;
+    CHECK_OK(mt_stage_copy_async(b->st, b->device, b->host, 4096, MT_COPY_HOST_TO_DEVICE, &c));
+    mt_stager_destroy(b->st); /* logs an error, frees nothing */
+    if (c) CHECK_OK(mt_stage_wait(c));
+    copy_both_ways(b, 4095, 0, 0, 99); /* still works */
+}
+
 int main(void) {
     bufs b = {0};
     CHECK_OK(mt_device_open_cpu(0, &b.dev));
@@ -129,6 +191,8 @@ int main(void) {
     }
     test_many_in_flight(&b);
     test_errors(&b);
+    test_concurrent_register(&b);
+    test_destroy_with_handle(&b);
 
     CHECK_OK(mt_stager_unregister(b.st, b.host));
     CHECK(mt_stager_unregister(b.st, b.host) == MT_ERR_INVALID_ARG);

@@ -6,7 +6,10 @@
 #     device's peak (mt_device_mem_stats) stays within the cap, and the host tier
 #     (mt_host_mem_stats) holds the training state: params + grads + optimizer = 16 bytes per
 #     parameter (f32 master, gradient, two AdamW moments), more than the whole device;
-#   - an offload ratio outside [0, 1] given to the engine is one error naming the range.
+#   - an offload ratio outside [0, 1] given to the engine is one error naming the range;
+#   - layers offloaded (optimizer, full) under a root without offload: losses bitwise equal to
+#     no offload (the last gradient of each backward is landed);
+#   - --offload-ratio abc and --lr abc are refused, not read as 0.
 # usage: fsdp_offload_demo.sh MTRUN DEMO CAPACITY
 set -u
 MTRUN=$1
@@ -56,4 +59,29 @@ else
     fail "ratio 1.5: no 'offload_ratio 1.5 is outside [0, 1]' from the engine"
     show ratio
 fi
+
+# Layers offloaded under a root without offload (a valid setup: options are per unit): the last
+# gradient of each backward lands although the root has no offload context of its own, so the
+# losses equal those of no offload bit for bit (9 significant digits identify a float).
+SMALL=(--layers 3 --width 64 --batch 4 --steps 6 --lr 1e-2)
+start_bg ref "$MTRUN" --standalone --nproc_per_node 1 "$DEMO" "${SMALL[@]}" --offload none
+expect_rc ref 0 120
+grep -oE 'step [0-9]+ loss [0-9.eE+-]+' "$TMP/ref.out" >"$TMP/ref.losses"
+for p in optimizer full; do
+    start_bg "root_$p" "$MTRUN" --standalone --nproc_per_node 1 "$DEMO" "${SMALL[@]}" \
+        --offload "$p" --root-offload none
+    expect_rc "root_$p" 0 120
+    grep -oE 'step [0-9]+ loss [0-9.eE+-]+' "$TMP/root_$p.out" >"$TMP/root_$p.losses"
+    check "layers offload $p under a root without offload: 6 losses bitwise equal to none" \
+        sh -c "test \$(wc -l <'$TMP/ref.losses') -eq 6 && cmp -s '$TMP/ref.losses' '$TMP/root_$p.losses'"
+done
+
+# A value that is not a number is refused, not read as 0.
+for c in "ratio --offload-ratio" "lr --lr"; do
+    read -r n opt <<<"$c"
+    start_bg "nan_$n" "$MTRUN" --standalone --nproc_per_node 1 "$DEMO" "$opt" abc
+    expect_rc "nan_$n" nonzero 60
+    check "$opt abc: refused as not a number" grep -qF -e "$opt 'abc' is not a number" \
+        "$TMP/nan_$n.err" "$TMP/nan_$n.out"
+done
 finish
