@@ -39,6 +39,7 @@ typedef struct options {
     bool prefetch;
     mt_offload offload;  /* --offload none|optimizer|full */
     float offload_ratio; /* --offload-ratio: the fraction of units offloaded (1) */
+    bool offload_overlap; /* --offload-overlap: host AdamW step during the backward */
     bool predict_only; /* --predict-memory: print the memory prediction and stop */
     int recompute_every; /* --activation-checkpointing: 0 none, K: blocks 0, K, 2K, ... */
     int sequence_parallel; /* --sequence-parallel[=MODE]: an mt_gpt_sp_mode */
@@ -133,6 +134,8 @@ static const char usage[] =
     "                      memory) or full (parameters too; the device holds only the units in\n"
     "                      flight) (none); docs/offload.md\n"
     "  --offload-ratio R   with --offload: the fraction of units offloaded, in [0, 1] (1)\n"
+    "  --offload-overlap   with --offload optimizer|full and --clip 0: step each offloaded unit\n"
+    "                      as soon as its gradient is on the host, during the backward (off)\n"
     "  --predict-memory    print the predicted per-rank memory peaks and stop, before anything\n"
     "                      is allocated (exit 3 when they exceed MT_CPU_DEVICE_MEMORY)\n"
     "  --activation-checkpointing none|full|every:K\n"
@@ -256,6 +259,10 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
             o->prefetch = false;
             continue;
         }
+        if (strcmp(arg, "--offload-overlap") == 0) {
+            o->offload_overlap = true;
+            continue;
+        }
         if (strcmp(arg, "--predict-memory") == 0) {
             o->predict_only = true;
             continue;
@@ -353,6 +360,13 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
         if (rc) return rc;
     }
     if (o->lr <= 0.0f) return fail_msg(err, "--lr %g must be > 0", (double)o->lr);
+    if (o->offload_overlap && o->offload == MT_OFFLOAD_NONE)
+        return fail_msg(err, "--offload-overlap needs --offload optimizer or full (it overlaps "
+                        "the host optimizer step of offloaded units with the backward)");
+    /* The norm needs every gradient, the overlap steps units before the last one exists. */
+    if (o->offload_overlap && o->clip > 0.0f)
+        return fail_msg(err, "--offload-overlap needs --clip 0 (clipping at %g needs the global "
+                        "gradient norm before any unit is stepped)", (double)o->clip);
     if (o->save_every > 0 && !o->ckpt_dir)
         return fail_msg(err, "--save-every %d needs --checkpoint-dir", o->save_every);
     if (o->resume && !strcmp(o->resume, "auto") && !o->ckpt_dir)
@@ -968,6 +982,7 @@ static mt_status build(trainer *t) {
     /* After sharding: the optimizer holds state for this rank's shards only. */
     mt_adamw_options ao = {.lr = o->lr, .weight_decay = o->weight_decay};
     MT_TRY(mt_adamw_create(root, &ao, &t->adam));
+    if (o->offload_overlap) MT_TRY(mt_adamw_set_overlap(t->adam, true));
 
     t->tokens = malloc((size_t)o->batch * (o->seq + 1) * sizeof *t->tokens);
     if (t->rank == 0) t->step_losses = malloc(((size_t)o->steps + 1) * sizeof *t->step_losses);
@@ -1185,6 +1200,10 @@ static mt_status train(trainer *t) {
         }
         if (o->steps > t->first_step) print_memory_comparison(t);
         if (o->steps > t->first_step) print_tp_traffic(t);
+        if (o->offload_overlap && o->steps > t->first_step)
+            printf("offload overlap (rank 0, last step): %ld of %zu units stepped while the "
+                   "backward ran\n", mt_adamw_overlapped_units(t->adam),
+                   mt_adamw_unit_count(t->adam));
         printf("memory (rank 0, last step):\n%s\n",
                mt_memory_report(mt_runtime_device(t->rt), report, sizeof report));
         fflush(stdout);

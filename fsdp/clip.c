@@ -101,6 +101,16 @@ mt_status mt_clip_grad_norm(mt_module *root, float max_norm, float *norm) {
     if (st != MT_OK)
         return mt_error_wrap(st, "clip_grad_norm: module '%s' is not an FSDP root",
                              mt_module_name(root));
+    /* The overlapped optimizer step (mt_adamw_set_overlap) may already have used a unit's
+     * gradient when its shard landed during the backward: scaling it now would change nothing
+     * that step did. Every rank has the same setting, so every rank refuses alike. */
+    if (max_norm > 0.0f && mt_fsdp_grad_landed_installed(root))
+        return mt_error(MT_ERR_INVALID_ARG,
+                        "clip_grad_norm(%g) on '%s': the overlapped optimizer step is on "
+                        "(mt_adamw_set_overlap), which steps offloaded units during the backward, "
+                        "before the global norm exists; turn the overlap off to clip, or pass "
+                        "max_norm 0 to only compute the norm", (double)max_norm,
+                        mt_module_name(root));
     mt_device *dev = mt_fsdp_device(root);
     mt_fsdp_shard_view *views = NULL;
     size_t n = 0;

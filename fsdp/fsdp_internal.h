@@ -54,6 +54,10 @@ struct mt_fsdp_root {
     int max_outstanding_rs;
     char *broken; /* set after a collective failed: the message every later call returns */
     long pass;    /* forward passes started at the outermost unit */
+    /* Called when an offloaded unit's reduced gradient shard has been added into its host
+     * gradient (mt_fsdp_set_grad_landed): the overlapped optimizer step starts from here. */
+    mt_fsdp_grad_landed_fn grad_landed;
+    void *grad_landed_arg;
 };
 
 struct mt_fsdp_unit {

@@ -44,7 +44,7 @@ struct mt_fsdp_offload_ctx {
     struct mt_fsdp_offload_ctx *next;
 };
 
-static mt_status land(struct mt_fsdp_offload_ctx *c, bool add);
+static mt_status land(struct mt_fsdp_offload_ctx *c, bool add, bool continues);
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mt_fsdp_offload_ctx *g_ctxs;
@@ -94,7 +94,7 @@ static void leave(struct mt_fsdp_offload_ctx *c) {
     }
     pthread_mutex_unlock(&g_lock);
     if (!last) return;
-    land(c, false);
+    land(c, false, false);
     if (c->landing && c->landing_bytes) mt_stager_unregister(c->stager, c->landing);
     mt_host_tier_free(c->dev, c->landing);
     mt_stager_destroy(c->stager);
@@ -280,8 +280,9 @@ static mt_status landing(struct mt_fsdp_offload_ctx *c, size_t bytes) {
 }
 
 /* Lands the pending gradient copy: waits for it, releases its device buffer and, when add,
- * adds it into its unit's host gradient. */
-static mt_status land(struct mt_fsdp_offload_ctx *c, bool add) {
+ * adds it into its unit's host gradient and tells the root's grad_landed hook (continues: the
+ * backward goes on; false at its end). */
+static mt_status land(struct mt_fsdp_offload_ctx *c, bool add, bool continues) {
     mt_fsdp_unit *u = c->pending;
     if (!u) return MT_OK;
     mt_status st = mt_stage_wait(c->pending_copy);
@@ -293,6 +294,8 @@ static mt_status land(struct mt_fsdp_offload_ctx *c, bool add) {
     c->pending_copy = NULL;
     if (st == MT_OK && add)
         st = mt_cpu_op_accumulate(u->grad_shard, c->landing, u->reduce_dtype, u->S);
+    if (st == MT_OK && add && u->root && u->root->grad_landed)
+        st = u->root->grad_landed(u->root->grad_landed_arg, u->master, continues);
     return st;
 }
 
@@ -302,7 +305,7 @@ mt_status mt_fsdp_offload_grad_in(mt_fsdp_unit *u, void *rs_recv) {
         return MT_OK;
     }
     struct mt_fsdp_offload_ctx *c = u->off;
-    mt_status st = land(c, true); /* the landing block is free again */
+    mt_status st = land(c, true, true); /* the landing block is free again */
     size_t bytes = u->S * mt_dtype_size(u->reduce_dtype);
     if (st == MT_OK) st = landing(c, bytes);
     if (st == MT_OK) st = mt_stager_register(c->stager, rs_recv, bytes);
@@ -332,7 +335,7 @@ mt_status mt_fsdp_offload_grads_landed(mt_fsdp_unit *u) {
         for (c = g_ctxs; c && c->dev != u->dev; c = c->next) {}
         pthread_mutex_unlock(&g_lock);
     }
-    return c ? land(c, true) : MT_OK;
+    return c ? land(c, true, false) : MT_OK;
 }
 
 static void free_host(mt_fsdp_unit *u, void *p, bool registered) {
@@ -353,7 +356,7 @@ void mt_fsdp_offload_release(mt_fsdp_unit *u) {
         pthread_mutex_unlock(&g_lock);
     }
     /* A copy of this unit's gradient still in flight: it lands nowhere (the unit goes). */
-    if (u->off && u->off->pending == u) land(u->off, false);
+    if (u->off && u->off->pending == u) land(u->off, false, false);
     if (u->offload != MT_OFFLOAD_NONE) {
         if (u->param_copy) mt_stage_wait(u->param_copy);
         u->param_copy = NULL;

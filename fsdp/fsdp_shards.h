@@ -56,4 +56,18 @@ void mt_fsdp_mark_loaded(mt_module *root);
 /* The device of root (for allocations charged to the optimizer category). */
 mt_device *mt_fsdp_device(mt_module *root);
 
+/* Called on the thread running the backward once an offloaded unit's reduced gradient shard is
+ * complete in its host gradient (master: the unit's f32 master shard, the view's param, names
+ * the unit). backward_continues: false for the landing at the end of the backward. Only a
+ * synchronising backward lands gradients. An error fails the backward. */
+typedef mt_status (*mt_fsdp_grad_landed_fn)(void *arg, const float *master,
+                                            bool backward_continues);
+
+/* Installs (fn non-NULL) or removes the hook of root's model. While installed,
+ * mt_clip_grad_norm with max_norm > 0 is refused: the hook may have used the gradients. */
+mt_status mt_fsdp_set_grad_landed(mt_module *root, mt_fsdp_grad_landed_fn fn, void *arg);
+
+/* Whether root's model has the hook installed (false when root is not an FSDP unit). */
+bool mt_fsdp_grad_landed_installed(mt_module *root);
+
 #endif

@@ -608,6 +608,19 @@ void mt_fsdp_mark_loaded(mt_module *root) {
 
 mt_device *mt_fsdp_device(mt_module *root) { return root ? root->dev : NULL; }
 
+mt_status mt_fsdp_set_grad_landed(mt_module *root, mt_fsdp_grad_landed_fn fn, void *arg) {
+    mt_fsdp_unit *u;
+    MT_TRY(root_unit(root, "mt_fsdp_set_grad_landed", &u));
+    u->root->grad_landed = fn;
+    u->root->grad_landed_arg = fn ? arg : NULL;
+    return MT_OK;
+}
+
+bool mt_fsdp_grad_landed_installed(mt_module *root) {
+    mt_fsdp_unit *u = mt_fsdp_unit_of(root);
+    return u && u->root && u->root->grad_landed;
+}
+
 mt_status mt_zero_grad(mt_module *root) {
     mt_fsdp_unit **units;
     size_t count;

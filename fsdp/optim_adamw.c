@@ -5,7 +5,14 @@
  *
  * An offloaded unit's shards are in the host tier (view.host): its state goes there too, and its
  * step is the host AdamW called directly (core/cpu/adamw_host.h, the CPU device's mt_op_adamw, so
- * the same bits) on the rank's thread pool, whatever the device is. */
+ * the same bits) on the rank's thread pool, whatever the device is.
+ *
+ * Overlap (mt_adamw_set_overlap): FSDP calls the grad_landed hook when an offloaded unit's
+ * reduced gradient is complete in its host gradient; the hook queues that unit's update for the
+ * optimizer thread, which runs update_unit exactly as mt_adamw_step would (same t, same
+ * options), so the bits do not change. The host AdamW on that thread shares the thread pool with
+ * the backward: a job that finds the pool busy runs on its caller alone (core/thread_pool.c),
+ * which splits the same elementwise loop differently and gives the same values. */
 #include "core/cpu/adamw_host.h"
 #include "core/error.h"
 #include "fsdp/fsdp_shards.h"
@@ -15,6 +22,8 @@
 #include <meshtrain/optim.h>
 
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +39,20 @@ struct mt_adamw {
     bool *host;      /* per unit: state (and shards) in the host tier */
     mt_thread_pool *pool; /* the host AdamW's, when some unit is offloaded */
     mt_adamw_isa isa;
+    /* The overlapped step: a thread, the queue of units to step (each at most once per step),
+     * guarded by lock. */
+    bool overlap;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake, idle;
+    mt_fsdp_shard_view *queue; /* n_units slots: views of the queued units */
+    size_t *queue_unit;
+    size_t q_head, q_tail;     /* queued [q_head, q_tail) since the last step; taken below q_head */
+    bool running, stop;        /* the thread is inside update_unit; asked to end */
+    bool *queued;              /* per unit: queued since the last step */
+    long overlapped, last_overlapped; /* queued while the backward continued */
+    mt_status err;             /* the first failure on the thread, and its message */
+    char err_msg[1024];
 };
 
 static mt_status check_options(const mt_adamw_options *in, mt_adamw_options *out) {
@@ -139,6 +162,159 @@ static mt_status update_unit(mt_adamw *opt, size_t u, const mt_fsdp_shard_view *
     return MT_OK;
 }
 
+/* ---- the overlapped step ------------------------------------------------------------------ */
+
+static void *overlap_main(void *arg) {
+    mt_adamw *opt = arg;
+    pthread_mutex_lock(&opt->lock);
+    for (;;) {
+        while (!opt->stop && opt->q_head == opt->q_tail) pthread_cond_wait(&opt->wake, &opt->lock);
+        if (opt->q_head == opt->q_tail) break; /* stop, nothing left */
+        size_t u = opt->queue_unit[opt->q_head];
+        mt_fsdp_shard_view view = opt->queue[opt->q_head];
+        opt->q_head++;
+        opt->running = true;
+        bool failed = opt->err != MT_OK;
+        long t = opt->steps + 1; /* steps changes only in mt_adamw_step, after drain */
+        pthread_mutex_unlock(&opt->lock);
+        /* After a failure the rest is not stepped: mt_adamw_step reports the failure. */
+        mt_status st = failed ? MT_OK : update_unit(opt, u, &view, t);
+        pthread_mutex_lock(&opt->lock);
+        if (st != MT_OK && opt->err == MT_OK) {
+            opt->err = st;
+            snprintf(opt->err_msg, sizeof opt->err_msg, "%s", mt_last_error());
+        }
+        opt->running = false;
+        if (opt->q_head == opt->q_tail) pthread_cond_broadcast(&opt->idle);
+    }
+    pthread_mutex_unlock(&opt->lock);
+    return NULL;
+}
+
+/* Waits until the thread has stepped every queued unit; returns its failure, if any. */
+static mt_status drain(mt_adamw *opt) {
+    if (!opt->overlap) return MT_OK;
+    pthread_mutex_lock(&opt->lock);
+    while (opt->running || opt->q_head != opt->q_tail) pthread_cond_wait(&opt->idle, &opt->lock);
+    mt_status st = opt->err;
+    char msg[sizeof opt->err_msg];
+    snprintf(msg, sizeof msg, "%s", opt->err_msg);
+    opt->err = MT_OK;
+    pthread_mutex_unlock(&opt->lock);
+    if (st != MT_OK)
+        return mt_error(st, "adamw: overlapped step (on the optimizer thread): %s", msg);
+    return MT_OK;
+}
+
+/* FSDP's grad_landed hook (fsdp/fsdp_shards.h), on the thread running the backward. */
+static mt_status grad_landed(void *arg, const float *master, bool backward_continues) {
+    mt_adamw *opt = arg;
+    if (opt->steps_taken == 0)
+        MT_TRY(mt_fsdp_check_initialised(opt->root, "the optimizer's overlapped step"));
+    mt_fsdp_shard_view *views = NULL;
+    size_t n = 0;
+    MT_TRY(mt_fsdp_collect_shards(opt->root, &views, &n));
+    size_t u = 0;
+    while (u < n && views[u].param != master) u++;
+    mt_status st = MT_OK;
+    if (n != opt->n_units || u == n)
+        st = mt_error(MT_ERR_INTERNAL, "adamw: overlapped step: a unit of '%s' whose gradient "
+                      "landed is not among the optimizer's %zu units", mt_module_name(opt->root),
+                      opt->n_units);
+    else if (opt->queued[u])
+        st = mt_error(MT_ERR_INVALID_ARG,
+                      "adamw: overlapped step: unit '%s' got a second synchronised gradient "
+                      "before mt_adamw_step; the overlap steps each unit on its first, so it "
+                      "needs one synchronising backward per step (turn off gradient sync on "
+                      "earlier micro-batches, or the overlap)", views[u].unit_name);
+    if (st == MT_OK) {
+        pthread_mutex_lock(&opt->lock);
+        opt->queued[u] = true;
+        opt->queue[opt->q_tail] = views[u];
+        opt->queue_unit[opt->q_tail++] = u;
+        if (backward_continues) opt->overlapped++;
+        pthread_cond_signal(&opt->wake);
+        pthread_mutex_unlock(&opt->lock);
+    }
+    free(views);
+    return st;
+}
+
+/* Frees the queue and, when sync, the lock and conditions (the thread has ended or never ran). */
+static void free_overlap(mt_adamw *opt, bool sync) {
+    if (sync) {
+        pthread_cond_destroy(&opt->wake);
+        pthread_cond_destroy(&opt->idle);
+        pthread_mutex_destroy(&opt->lock);
+    }
+    free(opt->queue);
+    free(opt->queue_unit);
+    free(opt->queued);
+    opt->queue = NULL;
+    opt->queue_unit = NULL;
+    opt->queued = NULL;
+}
+
+static void overlap_stop(mt_adamw *opt) {
+    if (!opt->overlap) return;
+    drain(opt);
+    mt_fsdp_set_grad_landed(opt->root, NULL, NULL);
+    pthread_mutex_lock(&opt->lock);
+    opt->stop = true;
+    pthread_cond_signal(&opt->wake);
+    pthread_mutex_unlock(&opt->lock);
+    pthread_join(opt->thread, NULL);
+    free_overlap(opt, true);
+    opt->overlap = false;
+    opt->stop = false;
+}
+
+mt_status mt_adamw_set_overlap(mt_adamw *opt, bool on) {
+    if (!opt) return mt_error(MT_ERR_INVALID_ARG, "mt_adamw_set_overlap: NULL optimizer");
+    if (!on) {
+        overlap_stop(opt);
+        return MT_OK;
+    }
+    if (opt->overlap) return MT_OK;
+    bool any = false;
+    for (size_t u = 0; u < opt->n_units; u++) any = any || opt->host[u];
+    if (!any)
+        return mt_error(MT_ERR_INVALID_ARG,
+                        "mt_adamw_set_overlap: no unit of '%s' is offloaded; the overlapped step "
+                        "runs the host AdamW of offloaded units (shard with "
+                        "mt_fsdp_options.offload optimizer or full)", mt_module_name(opt->root));
+    size_t n = opt->n_units;
+    opt->queue = calloc(n, sizeof *opt->queue);
+    opt->queue_unit = calloc(n, sizeof *opt->queue_unit);
+    opt->queued = calloc(n, sizeof *opt->queued);
+    if (!opt->queue || !opt->queue_unit || !opt->queued) {
+        free_overlap(opt, false);
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "mt_adamw_set_overlap: out of host memory for the "
+                        "queue of %zu units", n);
+    }
+    pthread_mutex_init(&opt->lock, NULL);
+    pthread_cond_init(&opt->wake, NULL);
+    pthread_cond_init(&opt->idle, NULL);
+    opt->q_head = opt->q_tail = 0;
+    opt->overlapped = opt->last_overlapped = 0;
+    opt->err = MT_OK;
+    opt->stop = opt->running = false;
+    int rc = pthread_create(&opt->thread, NULL, overlap_main, opt);
+    if (rc != 0) {
+        free_overlap(opt, true);
+        return mt_error(MT_ERR_INTERNAL, "mt_adamw_set_overlap: cannot start the optimizer "
+                        "thread: %s", strerror(rc));
+    }
+    opt->overlap = true;
+    mt_status st = mt_fsdp_set_grad_landed(opt->root, grad_landed, opt);
+    if (st != MT_OK) overlap_stop(opt);
+    return st;
+}
+
+long mt_adamw_overlapped_units(const mt_adamw *opt) {
+    return opt && opt->overlap ? opt->last_overlapped : 0;
+}
+
 mt_status mt_adamw_step(mt_adamw *opt) {
     if (!opt) return mt_error(MT_ERR_INVALID_ARG, "adamw: step on a NULL optimizer");
     /* Checked at the first step rather than at creation: a program creates the optimizer
@@ -155,8 +331,17 @@ mt_status mt_adamw_step(mt_adamw *opt) {
                       "(shard every unit before creating the optimizer)",
                       mt_module_name(opt->root), n, opt->n_units);
     long t = opt->steps + 1;
-    for (size_t u = 0; u < n && st == MT_OK; u++) st = update_unit(opt, u, &views[u], t);
+    mt_status d = drain(opt); /* before anything below reads or resets the queue */
+    if (st == MT_OK) st = d;
+    for (size_t u = 0; u < n && st == MT_OK; u++)
+        if (!opt->overlap || !opt->queued[u]) st = update_unit(opt, u, &views[u], t);
     free(views);
+    if (opt->overlap) { /* the next backward queues afresh, whatever this step gave */
+        opt->last_overlapped = opt->overlapped;
+        opt->overlapped = 0;
+        opt->q_head = opt->q_tail = 0;
+        memset(opt->queued, 0, opt->n_units * sizeof *opt->queued);
+    }
     if (st != MT_OK) return st;
     opt->steps = t;
     opt->steps_taken++;
@@ -164,7 +349,15 @@ mt_status mt_adamw_step(mt_adamw *opt) {
 }
 
 void mt_adamw_set_lr(mt_adamw *opt, float lr) {
-    if (opt) opt->o.lr = lr;
+    if (!opt) return;
+    /* A started step reads the options; its failure, if any, stays for mt_adamw_step. */
+    if (opt->overlap) {
+        pthread_mutex_lock(&opt->lock);
+        while (opt->running || opt->q_head != opt->q_tail)
+            pthread_cond_wait(&opt->idle, &opt->lock);
+        pthread_mutex_unlock(&opt->lock);
+    }
+    opt->o.lr = lr;
 }
 
 long mt_adamw_steps(const mt_adamw *opt) { return opt ? opt->steps : 0; }
@@ -195,6 +388,7 @@ mt_status mt_adamw_state(mt_adamw *opt, size_t unit, float **exp_avg, float **ex
 
 void mt_adamw_destroy(mt_adamw *opt) {
     if (!opt) return;
+    overlap_stop(opt);
     if (opt->state)
         for (size_t u = 0; u < opt->n_units; u++) {
             if (opt->host && opt->host[u]) mt_host_tier_free(opt->dev, opt->state[u]);

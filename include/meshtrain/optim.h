@@ -6,6 +6,8 @@
 #include <meshtrain/module.h>
 #include <meshtrain/status.h>
 
+#include <stdbool.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,6 +31,26 @@ MT_API mt_status mt_adamw_create(mt_module *root, const mt_adamw_options *option
  * naming it (module.h); creating the optimizer does not, so that a checkpoint can be loaded into
  * a deferred model and its optimizer together. */
 MT_API mt_status mt_adamw_step(mt_adamw *opt);
+
+/* The overlapped step (off by default; docs/offload.md "Overlapped optimizer step"). With it
+ * on, an offloaded unit's host AdamW step starts on the optimizer's own thread as soon as its
+ * reduced gradient shard has landed on the host, while the backward of earlier units goes on;
+ * mt_adamw_step then waits for those steps and steps the units not yet stepped (resident units,
+ * the root unit that lands at the end of the backward). Each unit's computation is the one
+ * mt_adamw_step does without overlap, so the result is the same bits. What it needs:
+ *  - some unit offloaded (mt_fsdp_options.offload), else MT_ERR_INVALID_ARG;
+ *  - the learning rate set before the backward (mt_adamw_set_lr waits for started steps);
+ *  - one synchronising backward per step (earlier micro-batches without gradient sync are
+ *    fine); a second one before mt_adamw_step fails, naming the unit;
+ *  - no clipping: mt_clip_grad_norm with max_norm > 0 is refused while the overlap is on (the
+ *    units were stepped before the global norm existed); max_norm 0 still returns the norm.
+ * A backward that fails after some units were stepped leaves them stepped. While the overlap is
+ * on, the optimizer holds a hook in the model: destroy the optimizer before the model (or turn
+ * the overlap off first). */
+MT_API mt_status mt_adamw_set_overlap(mt_adamw *opt, bool on);
+/* Units of the last mt_adamw_step whose step started while the backward still ran (0 without
+ * overlap): what shows that the overlap happened. */
+MT_API long mt_adamw_overlapped_units(const mt_adamw *opt);
 
 MT_API void mt_adamw_set_lr(mt_adamw *opt, float lr);
 /* Steps taken so far. */

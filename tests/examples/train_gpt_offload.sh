@@ -15,6 +15,10 @@
 #           rank trains; an injected UCX registration failure (MT_TEST_UCX_MEM_MAP_FAIL) and
 #           host-tier allocation failure (MT_TEST_HOST_ALLOC_FAIL): one error naming the unit
 #           and the call
+#   overlap --offload-overlap with --clip 0 on 1 rank and dp 2 (and dp 2 with 2 micro-batches),
+#           offload optimizer and full: the losses and norms of the same run without it bit for
+#           bit, and units stepped while the backward ran (the count printed > 0); refused with
+#           clipping on (train_gpt's default --clip 1) and without --offload
 set -u
 MTRUN=$1
 PROG=$2
@@ -126,6 +130,36 @@ errors)
     check "--offload disk refused" test $? -ne 0
     check "--offload disk: the message lists the policies" grep -qF -e \
         "--offload 'disk' must be none, optimizer or full" "$TMP/policy.err" "$TMP/policy.out"
+    ;;
+overlap)
+    CONFIGS=("np1 1" "dp2 2 --dp 2" "accum 2 --dp 2 --grad-accum 2 --batch 2")
+    for c in "${CONFIGS[@]}"; do
+        read -r -a a <<<"$c"
+        name=${a[0]} np=${a[1]} opts=("${a[@]:2}" --clip 0)
+        for m in optimizer full; do
+            if ! run "${name}_${m}" "$np" "${opts[@]}" --offload "$m" ||
+                ! run "${name}_${m}_ov" "$np" "${opts[@]}" --offload "$m" --offload-overlap; then
+                fail "${name}_$m: training failed"
+                show "${name}_${m}_ov"
+                continue
+            fi
+            check "${name}_$m: 20 losses and norms with --offload-overlap bitwise equal" \
+                same_losses "${name}_$m" "${name}_${m}_ov"
+            check "${name}_$m: units stepped while the backward ran" grep -qE \
+                "offload overlap \(rank 0, last step\): [1-9][0-9]* of [0-9]+ units" \
+                "$TMP/${name}_${m}_ov.out"
+        done
+    done
+    run clip 1 --offload optimizer --offload-overlap
+    rc=$?
+    check "--offload-overlap with clipping refused (rc $rc)" test "$rc" -ne 0
+    check "--offload-overlap with clipping: the message says why" grep -qF -e \
+        "--offload-overlap needs --clip 0" "$TMP/clip.err" "$TMP/clip.out"
+    run nooff 1 --clip 0 --offload-overlap
+    rc=$?
+    check "--offload-overlap without --offload refused (rc $rc)" test "$rc" -ne 0
+    check "--offload-overlap without --offload: the message says why" grep -qF -e \
+        "--offload-overlap needs --offload optimizer or full" "$TMP/nooff.err" "$TMP/nooff.out"
     ;;
 *)
     fail "unknown variant '$VARIANT'"

@@ -5,3 +5,14 @@ mt_add_test_program(test_fsdp_offload_demo ${CMAKE_SOURCE_DIR}/examples/fsdp_off
 mt_add_mp_test(fsdp_offload_demo TIMEOUT 300 LABELS fsdp ENV MT_TIMEOUT_S=60
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/fsdp_offload_demo.sh ${CMAKE_BINARY_DIR}/bin/mtrun
           ${MT_TEST_BIN}/test_fsdp_offload_demo 48MiB)
+# The overlapped optimizer step (mt_adamw_set_overlap): bitwise equal to the plain step, units
+# stepped during the backward, clipping and a second synchronising backward refused.
+mt_add_test_program(prog_adamw_overlap ${CMAKE_CURRENT_LIST_DIR}/prog_adamw_overlap.c)
+foreach(np 1 2)
+  foreach(policy optimizer full)
+    mt_add_mp_test(adamw_overlap_np${np}_${policy} TIMEOUT 120 LABELS fsdp
+      ENV MT_TIMEOUT_S=60 MT_DEVICE=cpu
+      COMMAND ${CMAKE_BINARY_DIR}/bin/mtrun --standalone --nproc_per_node ${np}
+              ${MT_TEST_BIN}/prog_adamw_overlap ${policy})
+  endforeach()
+endforeach()
