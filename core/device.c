@@ -97,23 +97,43 @@ bool mt_device_contains(mt_device *dev, const void *ptr, size_t bytes) {
 /* ---- accounting (callers hold dev->lock) ----------------------------------------------------- */
 
 /* Charges a reservation; the peaks move only once the backend allocation succeeds (see
- * commit_peaks), so that a request the host refuses leaves no trace in them. */
-static void charge(mt_device *dev, mt_mem_category category, size_t bytes) {
-    dev->stats.current[category] += bytes;
-    dev->stats.total_current += bytes;
+ * mt_mem_commit_peaks), so that a request the host refuses leaves no trace in them. */
+void mt_mem_charge(mt_mem_stats *s, mt_mem_category category, size_t bytes) {
+    s->current[category] += bytes;
+    s->total_current += bytes;
 }
 
-/* category_now and total_now: the current values right after the reservation was charged. */
-static void commit_peaks(mt_device *dev, mt_mem_category category, size_t category_now,
+bool mt_mem_reserve(mt_mem_stats *s, mt_mem_category category, size_t bytes,
+                    const char *capacity_note, char *why, size_t why_cap) {
+    /* Memory charged from outside (mt_device_charge_external) may already exceed the capacity. */
+    size_t left_bytes = s->capacity > s->total_current ? s->capacity - s->total_current : 0;
+    if (s->capacity && bytes > left_bytes) {
+        char asked[32], left[32], cap[32], in_use[512];
+        mt_mem_format_in_use(s, in_use, sizeof in_use);
+        snprintf(why, why_cap, "asked %s for %s, %s left of %s (%sin use: %s)",
+                 mt_format_bytes(bytes, asked, sizeof asked), mt_mem_category_name(category),
+                 mt_format_bytes(left_bytes, left, sizeof left),
+                 mt_format_bytes(s->capacity, cap, sizeof cap), capacity_note, in_use);
+        return false;
+    }
+    mt_mem_charge(s, category, bytes);
+    return true;
+}
+
+void mt_mem_commit_peaks(mt_mem_stats *s, mt_mem_category category, size_t category_now,
                          size_t total_now) {
-    mt_mem_stats *s = &dev->stats;
     if (category_now > s->peak[category]) s->peak[category] = category_now;
     if (total_now > s->total_peak) s->total_peak = total_now;
 }
 
-static void uncharge(mt_device *dev, mt_mem_category category, size_t bytes) {
-    dev->stats.current[category] -= bytes;
-    dev->stats.total_current -= bytes;
+void mt_mem_uncharge(mt_mem_stats *s, mt_mem_category category, size_t bytes) {
+    s->current[category] -= bytes;
+    s->total_current -= bytes;
+}
+
+void mt_mem_reset_peaks(mt_mem_stats *s) {
+    for (int c = 0; c < MT_MEM_CATEGORY_COUNT; c++) s->peak[c] = s->current[c];
+    s->total_peak = s->total_current;
 }
 
 void mt_mem_format_in_use(const mt_mem_stats *s, char *buf, size_t cap) {
@@ -316,24 +336,12 @@ mt_status mt_device_alloc(mt_device *dev, size_t bytes, mt_mem_category category
         return mt_error(MT_ERR_INVALID_ARG, "mt_device_alloc on %s: unknown memory category %d",
                         dev->name, (int)category);
 
-    char asked[32];
+    char asked[32], why[768];
     pthread_mutex_lock(&dev->lock);
-    size_t capacity = dev->stats.capacity;
-    /* Memory charged from outside (mt_device_charge_external) may already exceed the capacity. */
-    size_t left_bytes =
-        capacity > dev->stats.total_current ? capacity - dev->stats.total_current : 0;
-    if (capacity && bytes > left_bytes) {
-        char left[32], cap[32], in_use[512];
-        mt_mem_format_in_use(&dev->stats, in_use, sizeof in_use);
+    if (!mt_mem_reserve(&dev->stats, category, bytes, "", why, sizeof why)) {
         pthread_mutex_unlock(&dev->lock);
-        return mt_error(MT_ERR_OUT_OF_MEMORY,
-                        "out of memory on %s: asked %s for %s, %s left of %s (in use: %s)",
-                        dev->name, mt_format_bytes(bytes, asked, sizeof asked),
-                        mt_mem_category_name(category),
-                        mt_format_bytes(left_bytes, left, sizeof left),
-                        mt_format_bytes(capacity, cap, sizeof cap), in_use);
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "out of memory on %s: %s", dev->name, why);
     }
-    charge(dev, category, bytes);
     size_t category_now = dev->stats.current[category], total_now = dev->stats.total_current;
     pthread_mutex_unlock(&dev->lock);
 
@@ -342,7 +350,7 @@ mt_status mt_device_alloc(mt_device *dev, size_t bytes, mt_mem_category category
     mt_status st = dev->ops->alloc(dev, bytes ? bytes : 1, &ptr);
     if (st != MT_OK) {
         pthread_mutex_lock(&dev->lock);
-        uncharge(dev, category, bytes);
+        mt_mem_uncharge(&dev->stats, category, bytes);
         pthread_mutex_unlock(&dev->lock);
         return mt_error_wrap(st, "%s on %s: asked %s for %s",
                              st == MT_ERR_OUT_OF_MEMORY ? "out of memory" : "allocation failed",
@@ -352,8 +360,8 @@ mt_status mt_device_alloc(mt_device *dev, size_t bytes, mt_mem_category category
 
     pthread_mutex_lock(&dev->lock);
     bool recorded = table_insert(dev, (mt_alloc_entry){ptr, bytes, category});
-    if (recorded) commit_peaks(dev, category, category_now, total_now);
-    else uncharge(dev, category, bytes);
+    if (recorded) mt_mem_commit_peaks(&dev->stats, category, category_now, total_now);
+    else mt_mem_uncharge(&dev->stats, category, bytes);
     pthread_mutex_unlock(&dev->lock);
     if (!recorded) {
         dev->ops->free(dev, ptr);
@@ -376,7 +384,7 @@ void mt_device_free(mt_device *dev, void *ptr) {
     mt_alloc_entry entry;
     pthread_mutex_lock(&dev->lock);
     bool found = table_remove(dev, ptr, &entry);
-    if (found) uncharge(dev, entry.category, entry.bytes);
+    if (found) mt_mem_uncharge(&dev->stats, entry.category, entry.bytes);
     pthread_mutex_unlock(&dev->lock);
     if (!found) {
         mt_log(MT_LOG_ERROR, "mt_device_free on %s: %p was not allocated by this device or was "
@@ -401,8 +409,9 @@ const char *mt_memory_report(const mt_device *dev, char *buf, size_t size) {
 void mt_device_charge_external(mt_device *dev, mt_mem_category category, size_t bytes) {
     if (!dev || (unsigned)category >= MT_MEM_CATEGORY_COUNT) return;
     pthread_mutex_lock(&dev->lock);
-    charge(dev, category, bytes);
-    commit_peaks(dev, category, dev->stats.current[category], dev->stats.total_current);
+    mt_mem_charge(&dev->stats, category, bytes);
+    mt_mem_commit_peaks(&dev->stats, category, dev->stats.current[category],
+                        dev->stats.total_current);
     pthread_mutex_unlock(&dev->lock);
 }
 
@@ -410,7 +419,7 @@ void mt_device_release_external(mt_device *dev, mt_mem_category category, size_t
     if (!dev || (unsigned)category >= MT_MEM_CATEGORY_COUNT) return;
     pthread_mutex_lock(&dev->lock);
     size_t charged = dev->stats.current[category];
-    uncharge(dev, category, bytes < charged ? bytes : charged);
+    mt_mem_uncharge(&dev->stats, category, bytes < charged ? bytes : charged);
     pthread_mutex_unlock(&dev->lock);
     if (bytes > charged) {
         /* A caller's bookkeeping is off: say so rather than let the counters wrap. */
@@ -437,8 +446,7 @@ void mt_device_mem_stats(const mt_device *dev, mt_mem_stats *out) {
 void mt_device_reset_peaks(mt_device *dev) {
     if (!dev) return;
     pthread_mutex_lock(&dev->lock);
-    for (int c = 0; c < MT_MEM_CATEGORY_COUNT; c++) dev->stats.peak[c] = dev->stats.current[c];
-    dev->stats.total_peak = dev->stats.total_current;
+    mt_mem_reset_peaks(&dev->stats);
     pthread_mutex_unlock(&dev->lock);
     mt_host_tier_reset_peaks(&dev->host);
 }

@@ -91,12 +91,6 @@ mt_status mt_cpu_device_init(mt_device *dev);
 void mt_cuda_device_count(int *count, char *why, size_t why_cap);
 /* CUDA backend for GPU index (valid): sets up dev->ops and dev->backend. */
 mt_status mt_cuda_device_init(mt_device *dev, int index);
-/* "params 900.00 MiB, grads 12.00 MiB" for the categories in use, or "nothing". */
-void mt_mem_format_in_use(const mt_mem_stats *s, char *buf, size_t cap);
-/* Appends one line per category (current, peak), then the total and the capacity, to a report
- * of len characters so far; returns the new length. */
-size_t mt_mem_report_lines(const mt_mem_stats *s, char *buf, size_t size, size_t len);
-
 #endif
 
 /* Whether [ptr, ptr + bytes) lies inside one live allocation of dev's allocator
@@ -114,5 +108,19 @@ void mt_mem_format_in_use(const mt_mem_stats *s, char *buf, size_t cap);
 /* Appends one line per category (current, peak), then the total and the capacity, to a report
  * of len characters so far; returns the new length. */
 size_t mt_mem_report_lines(const mt_mem_stats *s, char *buf, size_t size, size_t len);
+
+/* Per-category accounting shared by the device's allocator and its host tier (core/host_tier.c);
+ * the caller holds the lock that guards s. mt_mem_reserve charges bytes to category when the
+ * capacity (0 = unlimited) allows and returns true; otherwise it charges nothing, writes "asked
+ * <bytes> for <category>, <left> left of <capacity> (<capacity_note>in use: ...)" into why and
+ * returns false. The peaks move only through mt_mem_commit_peaks, once the memory is really
+ * held, with the values read right after the charge. */
+void mt_mem_charge(mt_mem_stats *s, mt_mem_category category, size_t bytes);
+bool mt_mem_reserve(mt_mem_stats *s, mt_mem_category category, size_t bytes,
+                    const char *capacity_note, char *why, size_t why_cap);
+void mt_mem_commit_peaks(mt_mem_stats *s, mt_mem_category category, size_t category_now,
+                         size_t total_now);
+void mt_mem_uncharge(mt_mem_stats *s, mt_mem_category category, size_t bytes);
+void mt_mem_reset_peaks(mt_mem_stats *s);
 
 #endif

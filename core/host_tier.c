@@ -129,21 +129,13 @@ mt_status mt_host_tier_alloc(mt_device *dev, size_t bytes, mt_mem_category categ
         return mt_error(MT_ERR_INVALID_ARG, "mt_host_tier_alloc for %s: unknown memory category "
                         "%d", dev->name, (int)category);
     mt_host_tier *tier = &dev->host;
-    char asked[32];
+    char why[768];
     pthread_mutex_lock(&tier->lock);
     mt_mem_stats *s = &tier->stats;
-    size_t left_bytes = s->capacity > s->total_current ? s->capacity - s->total_current : 0;
-    if (s->capacity && bytes > left_bytes) {
-        char left[32], cap[32], in_use[512];
-        mt_mem_format_in_use(s, in_use, sizeof in_use);
+    if (!mt_mem_reserve(s, category, bytes, "MT_HOST_MEMORY; ", why, sizeof why)) {
         pthread_mutex_unlock(&tier->lock);
-        return mt_error(MT_ERR_OUT_OF_MEMORY,
-                        "out of host memory beside %s: asked %s for %s, %s left of %s "
-                        "(MT_HOST_MEMORY; in use: %s)", dev->name,
-                        mt_format_bytes(bytes, asked, sizeof asked),
-                        mt_mem_category_name(category),
-                        mt_format_bytes(left_bytes, left, sizeof left),
-                        mt_format_bytes(s->capacity, cap, sizeof cap), in_use);
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "out of host memory beside %s: %s", dev->name,
+                        why);
     }
     /* The table slot is reserved here too (reserved counts live slots plus those promised to
      * allocations in flight): growing for count alone let two threads that both passed this
@@ -152,6 +144,7 @@ mt_status mt_host_tier_alloc(mt_device *dev, size_t bytes, mt_mem_category categ
         size_t cap = tier->cap ? tier->cap * 2 : 16;
         mt_host_block *grown = realloc(tier->blocks, cap * sizeof *grown);
         if (!grown) {
+            mt_mem_uncharge(s, category, bytes);
             pthread_mutex_unlock(&tier->lock);
             return mt_error(MT_ERR_OUT_OF_MEMORY, "cannot grow the host tier's block table beside "
                             "%s to %zu entries", dev->name, cap);
@@ -160,9 +153,9 @@ mt_status mt_host_tier_alloc(mt_device *dev, size_t bytes, mt_mem_category categ
         tier->cap = cap;
     }
     tier->reserved++;
-    /* Reserved before allocating, so that two threads cannot both pass the capacity check. */
-    s->current[category] += bytes;
-    s->total_current += bytes;
+    /* Charged (by mt_mem_reserve) before allocating, so that two threads cannot both pass the
+     * capacity check. */
+    size_t category_now = s->current[category], total_now = s->total_current;
     pthread_mutex_unlock(&tier->lock);
 
     mt_host_block block = {NULL, bytes, category, false};
@@ -170,11 +163,9 @@ mt_status mt_host_tier_alloc(mt_device *dev, size_t bytes, mt_mem_category categ
     pthread_mutex_lock(&tier->lock);
     tier->reserved--;
     if (st != MT_OK) {
-        s->current[category] -= bytes;
-        s->total_current -= bytes;
+        mt_mem_uncharge(s, category, bytes);
     } else {
-        if (s->current[category] > s->peak[category]) s->peak[category] = s->current[category];
-        if (s->total_current > s->total_peak) s->total_peak = s->total_current;
+        mt_mem_commit_peaks(s, category, category_now, total_now);
         if (block.locked) tier->locked_bytes += bytes;
         tier->blocks[tier->count++] = block;
     }
@@ -197,8 +188,7 @@ void mt_host_tier_free(mt_device *dev, void *ptr) {
         if (tier->blocks[i].ptr != ptr) continue;
         block = tier->blocks[i];
         tier->blocks[i] = tier->blocks[--tier->count];
-        tier->stats.current[block.category] -= block.bytes;
-        tier->stats.total_current -= block.bytes;
+        mt_mem_uncharge(&tier->stats, block.category, block.bytes);
         if (block.locked) tier->locked_bytes -= block.bytes;
         found = true;
         break;
@@ -241,8 +231,7 @@ void mt_host_mem_stats(const mt_device *dev, mt_mem_stats *out) {
 
 void mt_host_tier_reset_peaks(mt_host_tier *tier) {
     pthread_mutex_lock(&tier->lock);
-    for (int c = 0; c < MT_MEM_CATEGORY_COUNT; c++) tier->stats.peak[c] = tier->stats.current[c];
-    tier->stats.total_peak = tier->stats.total_current;
+    mt_mem_reset_peaks(&tier->stats);
     pthread_mutex_unlock(&tier->lock);
 }
 
