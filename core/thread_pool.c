@@ -118,27 +118,20 @@ mt_status mt_thread_pool_create(int threads, mt_thread_pool **out) {
 
 int mt_thread_pool_threads(const mt_thread_pool *p) { return p ? p->threads : 0; }
 
-static void run_alone(size_t n, size_t grain, mt_parallel_fn fn, void *ctx) {
-    size_t chunks = mt_parallel_chunks(n, grain);
-    for (size_t c = 0; c < chunks; c++) {
-        size_t begin = c * grain;
-        fn(ctx, c, begin, n - begin < grain ? n : begin + grain);
-    }
-}
-
 mt_status mt_parallel_for(mt_thread_pool *p, size_t n, size_t grain, mt_parallel_fn fn,
                           void *ctx) {
     if (!p || !fn || grain == 0)
         return mt_error(MT_ERR_INVALID_ARG, "parallel for: %s",
                         !p ? "no pool" : !fn ? "no function" : "a grain of 0");
     size_t chunks = mt_parallel_chunks(n, grain);
-    /* One chunk, one thread, or the pool busy with another caller's job: no hand-off. */
-    if (chunks <= 1 || p->threads == 1 || pthread_mutex_trylock(&p->busy) != 0) {
-        run_alone(n, grain, fn, ctx);
-        return MT_OK;
-    }
     pool_job job = {.fn = fn, .ctx = ctx, .n = n, .grain = grain, .chunks = chunks};
     atomic_init(&job.next, 0);
+    /* One chunk, one thread, or the pool busy with another caller's job: no hand-off, the
+     * caller takes every chunk itself (the same boundaries, in order). */
+    if (chunks <= 1 || p->threads == 1 || pthread_mutex_trylock(&p->busy) != 0) {
+        run_chunks(&job);
+        return MT_OK;
+    }
     pthread_mutex_lock(&p->lock);
     p->current = &job;
     p->generation++;
