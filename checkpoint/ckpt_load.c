@@ -294,7 +294,7 @@ static mt_status apply(loader *l, mt_module *root, mt_adamw *opt, const mt_check
         if (ex[i].bytes) memcpy(ex[i].data, l->extra_data[i], ex[i].bytes);
     /* Every shard now holds the checkpoint's values: loading counts as initialising, so a
      * deferred model resumed from a checkpoint never runs its initialisers. */
-    mt_fsdp_mark_loaded(root);
+    MT_TRY(mt_fsdp_mark_loaded(root));
     return mt_fsdp_shards_updated(root); /* the bf16 copies, from the new masters */
 }
 

@@ -31,13 +31,21 @@ static mt_status add_piece(mt_ckpt_stage *st, mt_ckpt_piece **out) {
     return MT_OK;
 }
 
+/* Whether this rank writes box `whole` of unit `unit`: then *box is its real (clipped) part and
+ * *param the plan's index of its parameter. Shared by the planning and the copying walks, which
+ * must agree box for box. */
+static bool written_box(const mt_ckpt_plan *plan, size_t unit, const mt_ckpt_box *whole,
+                        mt_ckpt_box *box, size_t *param) {
+    *param = plan->units[unit].first + whole->param;
+    *box = *whole;
+    return mt_ckpt_plan_writes(plan, *param) && mt_ckpt_clip_box(plan, *param, box);
+}
+
 static mt_status on_box(const mt_ckpt_box *whole, void *arg) {
     box_ctx *c = arg;
-    const mt_ckpt_unit *cu = &c->plan->units[c->unit];
-    size_t param = cu->first + whole->param;
-    mt_ckpt_box clipped = *whole, *box = &clipped;
-    if (!mt_ckpt_plan_writes(c->plan, param) || !mt_ckpt_clip_box(c->plan, param, box))
-        return MT_OK;
+    size_t param;
+    mt_ckpt_box clipped, *box = &clipped;
+    if (!written_box(c->plan, c->unit, whole, box, &param)) return MT_OK;
     mt_ckpt_piece *p;
     MT_TRY(add_piece(c->st, &p));
     char name[1024];
@@ -113,10 +121,9 @@ static mt_status flush_run(copy_ctx *c) {
 static mt_status copy_box(const mt_ckpt_box *whole, void *arg) {
     copy_ctx *c = arg;
     const mt_ckpt_unit *cu = &c->plan->units[c->unit];
-    size_t param = cu->first + whole->param;
-    mt_ckpt_box clipped = *whole, *box = &clipped;
-    if (!mt_ckpt_plan_writes(c->plan, param) || !mt_ckpt_clip_box(c->plan, param, box))
-        return MT_OK;
+    size_t param;
+    mt_ckpt_box clipped, *box = &clipped;
+    if (!written_box(c->plan, c->unit, whole, box, &param)) return MT_OK;
     size_t bytes = box->count * sizeof(float);
     const char *src = (const char *)(cu->buf[c->kind] + (box->flat - cu->lo));
     if (c->run_bytes && src == c->run_src + c->run_bytes && c->at == c->run_at + c->run_bytes &&

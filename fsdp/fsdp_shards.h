@@ -50,8 +50,9 @@ mt_status mt_fsdp_shards_updated(mt_module *root);
 mt_status mt_fsdp_check_initialised(mt_module *root, const char *what);
 
 /* After a checkpoint was loaded into every shard of root's model: its deferred parameters count
- * as initialised (a resumed model never runs its initialisers). */
-void mt_fsdp_mark_loaded(mt_module *root);
+ * as initialised (a resumed model never runs its initialisers). Fails only when the units cannot
+ * be listed (root not a unit, out of host memory): then nothing is marked. */
+mt_status mt_fsdp_mark_loaded(mt_module *root);
 
 /* The device of root (for allocations charged to the optimizer category). */
 mt_device *mt_fsdp_device(mt_module *root);

@@ -393,11 +393,16 @@ static void point_params(mt_fsdp_unit *u, bool unsharded) {
     }
 }
 
+/* MT_OK unless a deferred parameter of u has no values yet (mt_param_check_ready). */
+static mt_status check_unit_ready(const mt_fsdp_unit *u, const char *what) {
+    for (size_t i = 0; i < u->n_params; i++) MT_TRY(mt_param_check_ready(u->params[i], what));
+    return MT_OK;
+}
+
 mt_status mt_fsdp_unshard_issue(mt_fsdp_unit *u) {
     if (u->state != MT_UNIT_SHARDED) return MT_OK;
     char desc[256];
-    for (size_t i = 0; i < u->n_params; i++)
-        MT_TRY(mt_param_check_ready(u->params[i], "gathering its FSDP unit"));
+    MT_TRY(check_unit_ready(u, "gathering its FSDP unit"));
     size_t es = mt_dtype_size(u->param_dtype);
     mt_status st = mt_device_alloc(u->dev, u->padded * es, MT_MEM_PARAMS, &u->full);
     if (st != MT_OK)
@@ -589,21 +594,20 @@ mt_status mt_fsdp_check_initialised(mt_module *root, const char *what) {
     size_t count;
     MT_TRY(root_units(root, what, &units, &count));
     mt_status st = MT_OK;
-    for (size_t i = 0; i < count && st == MT_OK; i++)
-        for (size_t j = 0; j < units[i]->n_params && st == MT_OK; j++)
-            st = mt_param_check_ready(units[i]->params[j], what);
+    for (size_t i = 0; i < count && st == MT_OK; i++) st = check_unit_ready(units[i], what);
     free(units);
     return st;
 }
 
-void mt_fsdp_mark_loaded(mt_module *root) {
+mt_status mt_fsdp_mark_loaded(mt_module *root) {
     mt_fsdp_unit **units;
     size_t count;
-    if (mt_fsdp_units_below(root, &units, &count) != MT_OK) return;
+    MT_TRY(root_units(root, "mt_fsdp_mark_loaded", &units, &count));
     for (size_t i = 0; i < count; i++)
         for (size_t j = 0; j < units[i]->n_params; j++)
             if (units[i]->params[j]->deferred) units[i]->params[j]->initialised = true;
     free(units);
+    return MT_OK;
 }
 
 mt_device *mt_fsdp_device(mt_module *root) { return root ? root->dev : NULL; }
