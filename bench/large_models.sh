@@ -51,16 +51,27 @@ fits() {
     case $? in 0) return 0 ;; 3) return 1 ;; *) return 2 ;; esac
 }
 
-# The largest layer count in [1, MAX_LAYERS] that fits (0: none does).
+# The largest layer count in [1, MAX_LAYERS] that fits (0: none does; -1: train_gpt refused a
+# layer count, $TMP/predict.out says why, rather than reading the refusal as "does not fit").
 largest() {
     fits 1 "$@"
     case $? in 1) echo 0; return ;; 2) echo -1; return ;; esac
-    local lo=1 hi=2
-    while [ $hi -le "$MAX_LAYERS" ] && fits $hi "$@"; do lo=$hi; hi=$((hi * 2)); done
+    local lo=1 hi=2 rc
+    while [ $hi -le "$MAX_LAYERS" ]; do
+        fits $hi "$@"
+        rc=$?
+        [ $rc -eq 2 ] && { echo -1; return; }
+        [ $rc -ne 0 ] && break
+        lo=$hi
+        hi=$((hi * 2))
+    done
     [ $hi -gt "$MAX_LAYERS" ] && hi=$((MAX_LAYERS + 1))
     while [ $((hi - lo)) -gt 1 ]; do
         local mid=$(((lo + hi) / 2))
-        if fits $mid "$@"; then lo=$mid; else hi=$mid; fi
+        fits $mid "$@"
+        rc=$?
+        [ $rc -eq 2 ] && { echo -1; return; }
+        if [ $rc -eq 0 ]; then lo=$mid; else hi=$mid; fi
     done
     echo $lo
 }
@@ -79,8 +90,13 @@ for entry in "${CONFIGS[@]}"; do
     [ -n "$ONLY" ] && [ "$ONLY" != "$name" ] && continue
     L=$(largest "${opts[@]}")
     if [ "$L" -lt 1 ]; then
-        echo "| $name | none fits | | | | | |"
-        [ "$L" -lt 0 ] && { cat "$TMP/predict.out" >&2; status=1; }
+        if [ "$L" -lt 0 ]; then
+            echo "| $name | refused by train_gpt --predict-memory | | | | | |"
+            cat "$TMP/predict.out" >&2
+            status=1
+        else
+            echo "| $name | none fits | | | | | |"
+        fi
         continue
     fi
     out="$TMP/$name.out"
@@ -101,8 +117,12 @@ for entry in "${CONFIGS[@]}"; do
         status=1
         continue
     fi
-    more=fits
-    fits $((L + 1)) "${opts[@]}" || more="does not fit"
+    fits $((L + 1)) "${opts[@]}"
+    case $? in
+        0) more=fits ;;
+        1) more="does not fit" ;;
+        *) more="refused"; cat "$TMP/predict.out" >&2; status=1 ;;
+    esac
     echo "| $name | $L ($((L + 1)): $more) | ${params:-?} | $pred | $meas | ${tps:-?} (${secs} s run) | $gflops |"
     # The measured per-category peaks (the comparison train_gpt prints at the end).
     row="| $name |"

@@ -10,6 +10,7 @@
  * group-rank order, so every member computes identical bits. barrier is a dissemination barrier
  * of empty messages.
  */
+#include "comm/coll_scratch.h"
 #include "comm/group.h"
 #include "comm/host/ucx.h"
 #include "comm/schedule.h"
@@ -173,7 +174,7 @@ static mt_status build_direct_reduce(mt_work *w, ring *g, size_t block_count, bo
     /* Every member's block (scatter) or whole buffer goes to every other member. */
     size_t bytes = block_count * g->esize;
     /* The input pointers first (aligned by malloc), then one slot per member. */
-    size_t table = ((size_t)g->n * sizeof(void *) + 63) / 64 * 64;
+    size_t table = mt_comm_scratch_direct_table(g->n);
     char *base = scratch(w, table + (size_t)g->n * bytes);
     if (!base) return mt_error_wrap(MT_ERR_OUT_OF_MEMORY, "%s: %zu bytes of scratch",
                                     mt_op_name(w->kind), (size_t)g->n * bytes);
@@ -207,7 +208,8 @@ static mt_status build_reduce_scatter(mt_work *w) {
     ring_init(&g, w);
     size_t bytes = w->count * g.esize;
     if (w->count == 0 || g.n == 1) return build_single(w, bytes);
-    if (bytes * (size_t)g.n <= w->tr->small_bytes) return build_direct_reduce(w, &g, w->count, true);
+    if (mt_comm_reduce_scatter_is_direct(w->count, g.esize, g.n, w->tr->small_bytes))
+        return build_direct_reduce(w, &g, w->count, true);
     size_t nch = chunks_of(w->count, g.chunk);
     char *buf = scratch(w, 2 * bytes);
     if (!buf) return mt_error_wrap(MT_ERR_OUT_OF_MEMORY, "reduce_scatter: %zu bytes of scratch",
@@ -223,13 +225,9 @@ static mt_status build_all_reduce(mt_work *w) {
     ring_init(&g, w);
     size_t bytes = w->count * g.esize;
     if (w->count == 0 || g.n == 1) return build_single(w, bytes);
-    if (bytes <= w->tr->small_bytes || w->count < (size_t)g.n)
+    if (mt_comm_all_reduce_is_direct(w->count, g.esize, g.n, w->tr->small_bytes))
         return build_direct_reduce(w, &g, w->count, false);
-    size_t maxblock = 0;
-    for (int i = 0; i < g.n; i++) {
-        size_t len = ar_off(w, i + 1) - ar_off(w, i);
-        if (len > maxblock) maxblock = len;
-    }
+    size_t maxblock = mt_comm_ring_max_block(w->count, g.n);
     size_t nch = chunks_of(maxblock, g.chunk);
     char *buf = scratch(w, 2 * maxblock * g.esize);
     if (!buf) return mt_error_wrap(MT_ERR_OUT_OF_MEMORY, "all_reduce: %zu bytes of scratch",

@@ -19,7 +19,7 @@
  * otherwise; they do for activation checkpointing (AC below) and both sequence-parallel modes
  * (SP below) too. */
 #include "core/error.h"
-#include "models/comm_scratch.h"
+#include "comm/coll_scratch.h"
 #include "models/gpt_config.h"
 #include "models/mem_timeline.h"
 

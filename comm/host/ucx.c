@@ -9,6 +9,7 @@
  *
  * UCX_* variables are honoured as UCX reads them (ucp_config_read with no overrides).
  */
+#include "comm/coll_scratch.h"
 #include "comm/group.h"
 #include "comm/host/shm.h"
 #include "comm/host/ucx.h"
@@ -261,7 +262,7 @@ mt_status mt_transport_create(mt_runtime *rt, mt_transport **out) {
      * threshold below which latency-friendly algorithms are used. */
     tr->chunk_bytes = 4u << 20;
     size_t window = 8;
-    tr->small_bytes = 64u << 10;
+    tr->small_bytes = MT_COMM_SMALL_BYTES_DEFAULT;
     env_size("MT_COMM_CHUNK_BYTES", &tr->chunk_bytes);
     env_size("MT_COMM_WINDOW", &window);
     env_size("MT_COMM_SMALL_BYTES", &tr->small_bytes);
