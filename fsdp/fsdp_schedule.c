@@ -132,8 +132,8 @@ static mt_status reshard_all(mt_fsdp_root *r, bool keep_non_resharding, bool che
     for (size_t i = 0; i < n; i++) {
         mt_fsdp_unit *u = units[i];
         if (check_backward) warn_if_no_backward(r, u);
-        if (u->state == MT_UNIT_SHARDED) {
-            mt_fsdp_offload_gathered(u); /* a shard staged ahead for a gather that never came */
+        if (u->state == MT_UNIT_SHARDED) { /* a shard staged ahead for a gather that never came */
+            st = st == MT_OK ? mt_fsdp_offload_gathered(u) : mt_fsdp_offload_gathered_after(u, st);
             continue;
         }
         if (keep_non_resharding && !reshards_after_forward(u)) continue;

@@ -58,10 +58,14 @@ mt_status mt_fsdp_mark_loaded(mt_module *root);
 mt_device *mt_fsdp_device(mt_module *root);
 
 /* Called on the thread running the backward once an offloaded unit's reduced gradient shard is
- * complete in its host gradient (master: the unit's f32 master shard, the view's param, names
- * the unit). backward_continues: false for the landing at the end of the backward. Only a
- * synchronising backward lands gradients. An error fails the backward. */
-typedef mt_status (*mt_fsdp_grad_landed_fn)(void *arg, const float *master,
+ * complete in its host gradient. view is that unit's own view (kept by the engine, valid until
+ * the next call; the hook copies what it keeps), index its position among the count units that
+ * mt_fsdp_collect_shards lists for the model's outermost unit. Only that unit's parameter copy
+ * was quiesced (mt_fsdp_collect_shards quiesces every unit, which would wait for the staging that
+ * runs ahead of the backward). backward_continues: false for the landing at the end of the
+ * backward. Only a synchronising backward lands gradients. An error fails the backward. */
+typedef mt_status (*mt_fsdp_grad_landed_fn)(void *arg, const mt_fsdp_shard_view *view,
+                                            size_t index, size_t count,
                                             bool backward_continues);
 
 /* Installs (fn non-NULL) or removes the hook of root's model. While installed,

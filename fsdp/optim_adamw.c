@@ -206,38 +206,32 @@ static mt_status drain(mt_adamw *opt) {
     return MT_OK;
 }
 
-/* FSDP's grad_landed hook (fsdp/fsdp_shards.h), on the thread running the backward. */
-static mt_status grad_landed(void *arg, const float *master, bool backward_continues) {
+/* FSDP's grad_landed hook (fsdp/fsdp_shards.h), on the thread running the backward: it gets the
+ * landed unit's own view and index, so a landing allocates nothing and waits for nothing but
+ * that unit's parameter copy (FSDP quiesced it); the other units' staging runs on. */
+static mt_status grad_landed(void *arg, const mt_fsdp_shard_view *view, size_t u, size_t n,
+                             bool backward_continues) {
     mt_adamw *opt = arg;
     if (opt->steps_taken == 0)
         MT_TRY(mt_fsdp_check_initialised(opt->root, "the optimizer's overlapped step"));
-    mt_fsdp_shard_view *views = NULL;
-    size_t n = 0;
-    MT_TRY(mt_fsdp_collect_shards(opt->root, &views, &n));
-    size_t u = 0;
-    while (u < n && views[u].param != master) u++;
-    mt_status st = MT_OK;
-    if (n != opt->n_units || u == n)
-        st = mt_error(MT_ERR_INTERNAL, "adamw: overlapped step: a unit of '%s' whose gradient "
-                      "landed is not among the optimizer's %zu units", mt_module_name(opt->root),
-                      opt->n_units);
-    else if (opt->queued[u])
-        st = mt_error(MT_ERR_INVALID_ARG,
-                      "adamw: overlapped step: unit '%s' got a second synchronised gradient "
-                      "before mt_adamw_step; the overlap steps each unit on its first, so it "
-                      "needs one synchronising backward per step (turn off gradient sync on "
-                      "earlier micro-batches, or the overlap)", views[u].unit_name);
-    if (st == MT_OK) {
-        pthread_mutex_lock(&opt->lock);
-        opt->queued[u] = true;
-        opt->queue[opt->q_tail] = views[u];
-        opt->queue_unit[opt->q_tail++] = u;
-        if (backward_continues) opt->overlapped++;
-        pthread_cond_signal(&opt->wake);
-        pthread_mutex_unlock(&opt->lock);
-    }
-    free(views);
-    return st;
+    if (n != opt->n_units || u >= n)
+        return mt_error(MT_ERR_INTERNAL, "adamw: overlapped step: unit '%s' whose gradient "
+                        "landed is unit %zu of %zu, but the optimizer of '%s' has %zu units",
+                        view->unit_name, u, n, mt_module_name(opt->root), opt->n_units);
+    if (opt->queued[u])
+        return mt_error(MT_ERR_INVALID_ARG,
+                        "adamw: overlapped step: unit '%s' got a second synchronised gradient "
+                        "before mt_adamw_step; the overlap steps each unit on its first, so it "
+                        "needs one synchronising backward per step (turn off gradient sync on "
+                        "earlier micro-batches, or the overlap)", view->unit_name);
+    pthread_mutex_lock(&opt->lock);
+    opt->queued[u] = true;
+    opt->queue[opt->q_tail] = *view;
+    opt->queue_unit[opt->q_tail++] = u;
+    if (backward_continues) opt->overlapped++;
+    pthread_cond_signal(&opt->wake);
+    pthread_mutex_unlock(&opt->lock);
+    return MT_OK;
 }
 
 /* Frees the queue and, when sync, the lock and conditions (the thread has ended or never ran). */

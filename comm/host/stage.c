@@ -28,6 +28,17 @@ mt_stage_path mt_stager_path(const mt_stager *stager) {
     return stager ? stager->path : MT_STAGE_PATH_UCX;
 }
 
+void mt_stager_get_stats(mt_stager *st, mt_stager_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!st) return;
+    pthread_mutex_lock(&st->mu);
+    *out = st->stats;
+    out->handles_pooled = st->pooled;
+    out->pool_limit = MT_STAGE_HANDLE_POOL;
+    pthread_mutex_unlock(&st->mu);
+}
+
 static mt_status ucs_fail(ucs_status_t s, const char *call, const char *why) {
     return mt_error(MT_ERR_COMM, "cannot set up offload staging: UCX %s failed: %s (%s)", call,
                     ucs_status_string(s), why);
@@ -40,7 +51,8 @@ static void finish(mt_stager *st, mt_stage_copy *c, ucs_status_t s) {
     if (s != UCS_OK) {
         c->status = MT_ERR_COMM;
         snprintf(c->error, sizeof c->error, "offload staging copy of %zu bytes from %p to %p "
-                 "failed: UCX ucp_get_nbx: %s", c->bytes, c->src, c->dst, ucs_status_string(s));
+                 "failed: UCX ucp_get_nbx: %s%s", c->bytes, c->src, c->dst, ucs_status_string(s),
+                 c->inject_fail ? " (injected by MT_TEST_STAGE_COPY_FAIL=1)" : "");
     }
     for (int i = 0; i < 2; i++)
         if (c->regions[i]) c->regions[i]->inflight--;
@@ -57,6 +69,10 @@ static void get_done(void *request, ucs_status_t status, void *user_data) {
 }
 
 static void post(mt_stager *st, mt_stage_copy *c) {
+    if (c->inject_fail) {
+        finish(st, c, UCS_ERR_IO_ERROR);
+        return;
+    }
     ucp_request_param_t param;
     memset(&param, 0, sizeof param);
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -230,6 +246,11 @@ void mt_stager_destroy(mt_stager *st) {
     }
     for (size_t i = 0; i < st->region_count; i++) region_release(st, st->regions[i]);
     free(st->regions);
+    while (st->pool) {
+        mt_stage_copy *next = st->pool->next;
+        free(st->pool);
+        st->pool = next;
+    }
     if (st->self_ep) close_self_ep(st);
     if (st->worker) ucp_worker_destroy(st->worker);
     if (st->ctx) ucp_cleanup(st->ctx);
@@ -397,6 +418,39 @@ mt_status mt_stager_unregister(mt_stager *st, void *ptr) {
 
 /* ---- copies ---------------------------------------------------------------------------------- */
 
+/* A zeroed handle: from the stager's pool, else malloc'd (counted). */
+static mt_stage_copy *handle_get(mt_stager *st) {
+    pthread_mutex_lock(&st->mu);
+    mt_stage_copy *c = st->pool;
+    if (c) {
+        st->pool = c->next;
+        st->pooled--;
+    }
+    pthread_mutex_unlock(&st->mu);
+    if (c) {
+        memset(c, 0, sizeof *c);
+        return c;
+    }
+    c = calloc(1, sizeof *c);
+    if (c) {
+        pthread_mutex_lock(&st->mu);
+        st->stats.handles_allocated++;
+        pthread_mutex_unlock(&st->mu);
+    }
+    return c;
+}
+
+/* Under mu. Back to the pool while it has room; freed otherwise. */
+static void handle_put(mt_stager *st, mt_stage_copy *c) {
+    if (st->pooled >= MT_STAGE_HANDLE_POOL) {
+        free(c);
+        return;
+    }
+    c->next = st->pool;
+    st->pool = c;
+    st->pooled++;
+}
+
 static mt_status start_device_copy(mt_stager *st, mt_stage_copy *c, mt_copy_kind kind) {
     MT_TRY(mt_event_create(st->dev, &c->event));
     MT_TRY(mt_device_copy(st->dev, c->dst, c->src, c->bytes, kind, st->stream));
@@ -412,16 +466,19 @@ mt_status mt_stage_copy_async(mt_stager *st, void *dst, const void *src, size_t 
     if (kind != MT_COPY_HOST_TO_DEVICE && kind != MT_COPY_DEVICE_TO_HOST)
         return mt_error(MT_ERR_INVALID_ARG, "mt_stage_copy_async: kind must be "
                         "MT_COPY_HOST_TO_DEVICE or MT_COPY_DEVICE_TO_HOST");
-    mt_stage_copy *c = calloc(1, sizeof *c);
+    mt_stage_copy *c = handle_get(st);
     if (!c) return mt_error(MT_ERR_OUT_OF_MEMORY, "cannot allocate a staging copy");
     c->stager = st;
     c->dst = dst;
     c->src = src;
     c->bytes = bytes;
+    const char *inject = getenv("MT_TEST_STAGE_COPY_FAIL");
+    c->inject_fail = inject && strcmp(inject, "1") == 0;
     if (bytes == 0) {
         c->done = true;
         pthread_mutex_lock(&st->mu);
         st->handles++;
+        st->stats.copies++;
         pthread_mutex_unlock(&st->mu);
         *out = c;
         return MT_OK;
@@ -429,8 +486,8 @@ mt_status mt_stage_copy_async(mt_stager *st, void *dst, const void *src, size_t 
     pthread_mutex_lock(&st->mu);
     mt_stage_region *rd = find_region(st, dst, bytes), *rs = find_region(st, src, bytes);
     if (!rd || !rs) {
+        handle_put(st, c);
         pthread_mutex_unlock(&st->mu);
-        free(c);
         return mt_error(MT_ERR_INVALID_ARG, "mt_stage_copy_async of %zu bytes: the %s range at %p "
                         "is not inside one registered region (mt_stager_register the block "
                         "first)", bytes, rd ? "source" : "destination", rd ? src : dst);
@@ -441,6 +498,7 @@ mt_status mt_stage_copy_async(mt_stager *st, void *dst, const void *src, size_t 
     c->regions[1] = rs;
     c->dst_memh = rd->memh;
     c->src_rkey = rs->rkey;
+    st->stats.copies++;
     if (st->path == MT_STAGE_PATH_UCX) {
         if (st->queue_tail) st->queue_tail->next = c;
         else st->queue_head = c;
@@ -455,21 +513,23 @@ mt_status mt_stage_copy_async(mt_stager *st, void *dst, const void *src, size_t 
     pthread_mutex_unlock(&st->mu);
     mt_status s = start_device_copy(st, c, kind);
     if (s != MT_OK) {
+        if (c->event) mt_event_destroy(c->event);
         pthread_mutex_lock(&st->mu);
         rd->inflight--;
         rs->inflight--;
         st->handles--;
+        st->stats.copies--;
+        handle_put(st, c);
         pthread_mutex_unlock(&st->mu);
-        if (c->event) mt_event_destroy(c->event);
-        free(c);
         return s;
     }
     *out = c;
     return MT_OK;
 }
 
-/* The device-copy path: the event says when; publishes done like the staging thread does. */
-static mt_status poll_event(mt_stage_copy *c, bool wait) {
+/* The device-copy path: the event says when; publishes done like the staging thread does. A
+ * failed query or synchronize is the copy's failure, kept in c for mt_stage_test / wait. */
+static void poll_event(mt_stage_copy *c, bool wait) {
     bool done = false;
     mt_status s = wait ? mt_event_synchronize(c->event) : mt_event_query(c->event, &done);
     if (wait && s == MT_OK) done = true;
@@ -477,7 +537,7 @@ static mt_status poll_event(mt_stage_copy *c, bool wait) {
         done = true;
         snprintf(c->error, sizeof c->error, "%s", mt_last_error());
     }
-    if (!done) return MT_OK;
+    if (!done) return;
     pthread_mutex_lock(&c->stager->mu);
     c->status = s;
     for (int i = 0; i < 2; i++)
@@ -485,7 +545,6 @@ static mt_status poll_event(mt_stage_copy *c, bool wait) {
     c->regions[0] = c->regions[1] = NULL;
     c->done = true;
     pthread_mutex_unlock(&c->stager->mu);
-    return MT_OK;
 }
 
 static mt_status copy_status(mt_stage_copy *c) {
@@ -496,7 +555,7 @@ mt_status mt_stage_test(mt_stage_copy *c, bool *done) {
     if (!c || !done)
         return mt_error(MT_ERR_INVALID_ARG, "mt_stage_test: copy and done must not be NULL");
     mt_stager *st = c->stager;
-    if (c->event && !c->done) MT_TRY(poll_event(c, false));
+    if (c->event && !c->done) poll_event(c, false);
     pthread_mutex_lock(&st->mu);
     *done = c->done;
     pthread_mutex_unlock(&st->mu);
@@ -506,13 +565,17 @@ mt_status mt_stage_test(mt_stage_copy *c, bool *done) {
 mt_status mt_stage_wait(mt_stage_copy *c) {
     if (!c) return mt_error(MT_ERR_INVALID_ARG, "mt_stage_wait: copy must not be NULL");
     mt_stager *st = c->stager;
-    if (c->event && !c->done) (void)poll_event(c, true);
+    if (c->event && !c->done) poll_event(c, true);
     pthread_mutex_lock(&st->mu);
+    if (!c->done) st->stats.waits++;
     while (!c->done) pthread_cond_wait(&st->done_cv, &st->mu);
-    st->handles--;
     pthread_mutex_unlock(&st->mu);
     mt_status s = copy_status(c);
     if (c->event) mt_event_destroy(c->event);
-    free(c);
+    /* Counted out last: from here a destroy may free the stager (and its pool with c). */
+    pthread_mutex_lock(&st->mu);
+    st->handles--;
+    handle_put(st, c);
+    pthread_mutex_unlock(&st->mu);
     return s;
 }

@@ -36,8 +36,13 @@ struct mt_stage_copy {
     bool done;                   /* under mu */
     mt_status status;            /* under mu, once done */
     char error[256];             /* what failed, once done with an error */
-    struct mt_stage_copy *next;  /* queue link */
+    bool inject_fail;            /* MT_TEST_STAGE_COPY_FAIL=1 when it started: fails on the thread */
+    struct mt_stage_copy *next;  /* queue link, then free-list link once waited for */
 };
+
+/* Free handles kept per stager for reuse (a copy per shard per step would otherwise malloc on
+ * the hot path); handles beyond it are freed when waited for. */
+#define MT_STAGE_HANDLE_POOL 64
 
 struct mt_stager {
     mt_device *dev;
@@ -54,6 +59,9 @@ struct mt_stager {
     mt_stage_copy *queue_head, *queue_tail;
     int inflight; /* posted, not completed (staging thread) */
     size_t handles; /* handed out by mt_stage_copy_async, not yet given to mt_stage_wait */
+    mt_stage_copy *pool; /* free handles (under mu), at most MT_STAGE_HANDLE_POOL */
+    size_t pooled;
+    mt_stager_stats stats; /* under mu */
     bool stop;
     pthread_t thread;
     bool thread_started;
