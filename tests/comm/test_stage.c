@@ -207,6 +207,59 @@ static void test_handle_pool(bufs *b) {
            s2.pool_limit, s2.waits);
 }
 
+/* Two threads copying at once through one stager (as FSDP's backward and a prefetch could):
+ * each keeps IN_FLIGHT copies going into its own half, the bytes arrive, and the handles come
+ * from the shared pool: no more allocated than were in flight at once. */
+enum { POOL_THREADS = 2, IN_FLIGHT = 8, POOL_ROUNDS = 50 };
+
+typedef struct pool_arg {
+    bufs *b;
+    size_t base, chunk;
+    int failures;
+} pool_arg;
+
+static void *pool_thread(void *p) {
+    pool_arg *a = p;
+    for (int r = 0; r < POOL_ROUNDS; r++) {
+        mt_stage_copy *c[IN_FLIGHT] = {0};
+        for (int i = 0; i < IN_FLIGHT; i++) {
+            size_t at = a->base + (size_t)i * a->chunk;
+            if (mt_stage_copy_async(a->b->st, a->b->device + at, a->b->host + at, a->chunk,
+                                    MT_COPY_HOST_TO_DEVICE, &c[i]) != MT_OK)
+                a->failures++;
+        }
+        for (int i = 0; i < IN_FLIGHT; i++)
+            if (c[i] && mt_stage_wait(c[i]) != MT_OK) a->failures++;
+    }
+    return NULL;
+}
+
+static void test_pool_two_threads(bufs *b) {
+    size_t chunk = BIG / (POOL_THREADS * IN_FLIGHT);
+    test_fill_bytes(b->host, BIG, 55);
+    memset(b->device, 0, BIG);
+    mt_stager_stats s0, s1;
+    mt_stager_get_stats(b->st, &s0);
+    pthread_t t[POOL_THREADS];
+    pool_arg a[POOL_THREADS];
+    for (int i = 0; i < POOL_THREADS; i++) {
+        a[i] = (pool_arg){b, (size_t)i * IN_FLIGHT * chunk, chunk, 0};
+        CHECK(pthread_create(&t[i], NULL, pool_thread, &a[i]) == 0);
+    }
+    for (int i = 0; i < POOL_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_MSG(a[i].failures == 0, "thread %d: %d copies failed", i, a[i].failures);
+    }
+    CHECK(memcmp(b->device, b->host, BIG) == 0);
+    mt_stager_get_stats(b->st, &s1);
+    CHECK(s1.copies - s0.copies == (size_t)POOL_THREADS * IN_FLIGHT * POOL_ROUNDS);
+    /* The pool was full before: nothing new is needed for 16 in flight. */
+    CHECK_MSG(s1.handles_allocated == s0.handles_allocated, "%zu handles allocated by two "
+              "threads with %d copies in flight each", s1.handles_allocated - s0.handles_allocated,
+              IN_FLIGHT);
+    CHECK(s1.handles_pooled <= s1.pool_limit);
+}
+
 /* A copy that fails on the staging thread: its error comes back from test and wait. */
 static void test_copy_failure(bufs *b) {
     setenv("MT_TEST_STAGE_COPY_FAIL", "1", 1);
@@ -260,6 +313,7 @@ int main(void) {
     test_errors(&b);
     test_concurrent_register(&b);
     test_handle_pool(&b);
+    test_pool_two_threads(&b);
     test_copy_failure(&b);
     test_destroy_with_handle(&b);
 
