@@ -59,6 +59,7 @@ struct mt_fsdp_root {
     /* Called when an offloaded unit's reduced gradient shard has been added into its host
      * gradient (mt_fsdp_set_grad_landed): the overlapped optimizer step starts from here. */
     mt_fsdp_grad_landed_fn grad_landed;
+    mt_fsdp_pass_begin_fn pass_begin; /* and before a forward pass reads the shards */
     void *grad_landed_arg;
     /* The shard views of the model's units (mt_fsdp_units_below order of the outermost unit),
      * built at the first landing and kept, so that a landing allocates nothing; freed (NULL)

@@ -172,7 +172,12 @@ static mt_status pre_recompute(mt_fsdp_unit *u) {
 static mt_status pre_forward(mt_module *module, void *unit) {
     mt_fsdp_unit *u = unit;
     if (mt_module_recomputing(module)) return pre_recompute(u);
-    if (u == u->root->unit) u->root->pass++;
+    if (u == u->root->unit) {
+        mt_fsdp_root *r = u->root;
+        /* An overlapped optimizer step still running writes masters this pass stages. */
+        if (r->pass_begin) MT_TRY(r->pass_begin(r->grad_landed_arg));
+        r->pass++;
+    }
     u->forward_pass = u->root->pass;
     return pre_hook(u, false);
 }

@@ -656,10 +656,12 @@ mt_status mt_fsdp_mark_loaded(mt_module *root) {
 
 mt_device *mt_fsdp_device(mt_module *root) { return root ? root->dev : NULL; }
 
-mt_status mt_fsdp_set_grad_landed(mt_module *root, mt_fsdp_grad_landed_fn fn, void *arg) {
+mt_status mt_fsdp_set_grad_landed(mt_module *root, mt_fsdp_grad_landed_fn fn,
+                                  mt_fsdp_pass_begin_fn begin, void *arg) {
     mt_fsdp_unit *u;
     MT_TRY(root_unit(root, "mt_fsdp_set_grad_landed", &u));
     u->root->grad_landed = fn;
+    u->root->pass_begin = fn ? begin : NULL;
     u->root->grad_landed_arg = fn ? arg : NULL;
     return MT_OK;
 }

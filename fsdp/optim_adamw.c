@@ -234,6 +234,21 @@ static mt_status grad_landed(void *arg, const mt_fsdp_shard_view *view, size_t u
     return MT_OK;
 }
 
+/* Waits until the thread has stepped every queued unit, leaving a failure for mt_adamw_step. */
+static void wait_idle(mt_adamw *opt) {
+    pthread_mutex_lock(&opt->lock);
+    while (opt->running || opt->q_head != opt->q_tail) pthread_cond_wait(&opt->idle, &opt->lock);
+    pthread_mutex_unlock(&opt->lock);
+}
+
+/* FSDP's pass_begin hook: a forward starts. Normally mt_adamw_step drained the queue already; a
+ * forward without a step between (a second synchronising backward, refused at its first landing)
+ * would otherwise stage masters the thread is still writing. */
+static mt_status pass_begin(void *arg) {
+    wait_idle(arg);
+    return MT_OK;
+}
+
 /* Frees the queue and, when sync, the lock and conditions (the thread has ended or never ran). */
 static void free_overlap(mt_adamw *opt, bool sync) {
     if (sync) {
@@ -252,7 +267,7 @@ static void free_overlap(mt_adamw *opt, bool sync) {
 static void overlap_stop(mt_adamw *opt) {
     if (!opt->overlap) return;
     drain(opt);
-    mt_fsdp_set_grad_landed(opt->root, NULL, NULL);
+    mt_fsdp_set_grad_landed(opt->root, NULL, NULL, NULL);
     pthread_mutex_lock(&opt->lock);
     opt->stop = true;
     pthread_cond_signal(&opt->wake);
@@ -300,7 +315,7 @@ mt_status mt_adamw_set_overlap(mt_adamw *opt, bool on) {
                         "thread: %s", strerror(rc));
     }
     opt->overlap = true;
-    mt_status st = mt_fsdp_set_grad_landed(opt->root, grad_landed, opt);
+    mt_status st = mt_fsdp_set_grad_landed(opt->root, grad_landed, pass_begin, opt);
     if (st != MT_OK) overlap_stop(opt);
     return st;
 }
@@ -345,12 +360,7 @@ mt_status mt_adamw_step(mt_adamw *opt) {
 void mt_adamw_set_lr(mt_adamw *opt, float lr) {
     if (!opt) return;
     /* A started step reads the options; its failure, if any, stays for mt_adamw_step. */
-    if (opt->overlap) {
-        pthread_mutex_lock(&opt->lock);
-        while (opt->running || opt->q_head != opt->q_tail)
-            pthread_cond_wait(&opt->idle, &opt->lock);
-        pthread_mutex_unlock(&opt->lock);
-    }
+    if (opt->overlap) wait_idle(opt);
     opt->o.lr = lr;
 }
 
