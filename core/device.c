@@ -489,6 +489,10 @@ mt_status mt_device_synchronize(mt_device *dev) {
     return dev->ops->synchronize(dev);
 }
 
+mt_status mt_device_bind_thread(mt_device *dev) {
+    return dev->ops->bind_thread ? dev->ops->bind_thread(dev) : MT_OK;
+}
+
 /* ---- streams and events ---------------------------------------------------------------------- */
 
 mt_status mt_device_compute_stream(mt_device *dev, void **cuda_stream) {

@@ -32,6 +32,9 @@ static mt_status select_device(const mt_device *dev) {
     return MT_OK;
 }
 
+/* cudaSetDevice also makes the device's primary context current on the calling thread. */
+static mt_status cuda_bind_thread(mt_device *dev) { return select_device(dev); }
+
 static void warn_on_error(const mt_device *dev, cudaError_t err, const char *what) {
     if (err != cudaSuccess)
         mt_log(MT_LOG_WARN, "%s on %s failed: %s", what, dev->name, cudaGetErrorString(err));
@@ -187,6 +190,7 @@ static const mt_device_ops cuda_ops = {
     .close = cuda_close,
     .staging_alloc = mt_cuda_host_alloc,
     .staging_free = mt_cuda_host_free,
+    .bind_thread = cuda_bind_thread,
 };
 
 void mt_cuda_device_count(int *count, char *why, size_t why_cap) {
