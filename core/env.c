@@ -5,14 +5,19 @@
 
 #include <meshtrain/memory.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 static const char *value_of(const char *name) {
     const char *v = getenv(name);
     return v && *v ? v : NULL;
 }
+
+/* strtoll and strtod skip leading blanks; a value is the number alone. */
+static bool starts_blank(const char *v) { return isspace((unsigned char)v[0]) != 0; }
 
 mt_status mt_env_int(const char *name, long long lo, long long hi, long long fallback,
                      const char *what, long long *out) {
@@ -22,7 +27,7 @@ mt_status mt_env_int(const char *name, long long lo, long long hi, long long fal
     char *end = NULL;
     errno = 0;
     long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi)
+    if (errno || end == v || *end || starts_blank(v) || x < lo || x > hi)
         return mt_error(MT_ERR_INVALID_ARG, "%s=%s is not an integer in %lld..%lld (%s)", name, v,
                         lo, hi, what);
     *out = x;
@@ -37,7 +42,7 @@ mt_status mt_env_seconds(const char *name, double lo, double hi, double fallback
     char *end = NULL;
     errno = 0;
     double x = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(x) || x < lo || x > hi)
+    if (errno || end == v || *end || starts_blank(v) || !isfinite(x) || x < lo || x > hi)
         return mt_error(MT_ERR_INVALID_ARG, "%s=%s is not a number of seconds in %g..%g (%s)",
                         name, v, lo, hi, what);
     *out = x;
