@@ -52,6 +52,15 @@ expect_down() {
         bash -c "[ '$RC' != timeout ] && [ '$RC' != 0 ]"
 }
 
+# end_case CASE NODE: kills the stopped node NODE (its rank follows through the parent-death
+# signal), then nothing of the case may be left; shows the case's output on a failure
+end_case() {
+    local pid=PID_${1}_n$2
+    kill -KILL "${!pid}"
+    check "case $1: nothing left once node $2 is killed" no_leftovers 10
+    [ "$FAILURES" = 0 ] || { show "$1_n0"; show "$1_n1"; show "$1_n2"; }
+}
+
 # A: the store's host stops answering
 start3 a
 t0=$(date +%s.%N)
@@ -63,9 +72,7 @@ for n in 1 2; do
         grep -qE "^mtrun: lost the rendezvous store at 127\.0\.0\.1:$port \(node 0 on host $HOST\): .*; stopping the job$" "$TMP/a_n$n.err"
     check "case a: node $n's rank is gone" gone "$MARKER-a-n$n" 5
 done
-kill -KILL "$PID_a_n0"
-check "case a: nothing left once node 0 is killed" no_leftovers 10
-[ "$FAILURES" = 0 ] || { show a_n0; show a_n1; show a_n2; }
+end_case a 0
 
 # B: a node that is not the store's host stops answering
 start3 b
@@ -76,9 +83,7 @@ expect_down b 2 "$t0"
 check "case b: node 0 names node 1 and its host" \
     has_line "$TMP/b_n0.err" "mtrun: node 1 (host $HOST) stopped answering (no heartbeat for $MT_TIMEOUT_S s); stopping the job"
 check "case b: node 2 gives the same reason" has_text "$TMP/b_n2.err" "node 1 (host $HOST) stopped answering"
-kill -KILL "$PID_b_n1"
-check "case b: nothing left once node 1 is killed" no_leftovers 10
-[ "$FAILURES" = 0 ] || { show b_n0; show b_n1; show b_n2; }
+end_case b 1
 
 # C: a node told to stop while the store does not answer
 start3 c
@@ -90,9 +95,7 @@ check "case c: node 1's rank is gone within 1 s of SIGTERM" gone "$MARKER-c-n1" 
 echo "case c: node 1's rank gone after $(since "$t0") s"
 expect_down c 1 "$t0"
 expect_down c 2 "$t0"
-kill -KILL "$PID_c_n0"
-check "case c: nothing left once node 0 is killed" no_leftovers 10
-[ "$FAILURES" = 0 ] || { show c_n0; show c_n1; show c_n2; }
+end_case c 0
 
 # D: node 0's mtrun loses its terminal (SIGHUP)
 start3 d
