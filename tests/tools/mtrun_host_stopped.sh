@@ -8,7 +8,9 @@
 #   C. node 0 stopped, then node 1 gets SIGTERM: node 1's rank is gone within 1 s (the ranks are
 #      signalled before the failure is published to the store that no longer answers; SIGTERM
 #      rather than a Ctrl-C's SIGINT, which bash makes background commands ignore);
-#   D. node 0's mtrun gets SIGHUP: it exits 129, its rank gets SIGTERM, the others exit naming it.
+#   D. node 0's mtrun gets SIGHUP: it exits 129, its rank gets SIGTERM, the others exit naming it;
+#   E. c10d (the identical line twice): the hosting mtrun stopped, the other one names the
+#      hosting node by its node rank and host.
 # Each case prints how long the job took to come down ("took N s").
 . "$(dirname "$0")/mtrun_lib.sh"
 export MT_TIMEOUT_S=6 MT_KILL_GRACE_S=2
@@ -113,4 +115,26 @@ for n in 1 2; do
 done
 check "case d: nothing left" no_leftovers 10
 [ "$FAILURES" = 0 ] || { show d_n0; show d_n1; show d_n2; }
+
+# E: c10d, the store's host stops answering
+port=$(free_port)
+for i in 1 2; do
+    start_bg "e_$i" "$MTRUN" --nnodes 2 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" \
+        --rdzv_id "stopped_e_$$" "$WORKER" --sleep 60 --marker "$MARKER-e-$i"
+    sleep 1 # the first one opens the port: it hosts the store
+done
+for i in 1 2; do
+    check "case e: mtrun $i's rank started" wait_for_text "$TMP/e_$i.out" "started" 30
+done
+t0=$(date +%s.%N)
+kill -STOP "$PID_e_1"
+wait_rc "$PID_e_2" "$LIMIT"
+echo "case e: the other node took $(since "$t0") s to come down (rc $RC)"
+check "case e: the other node exits non-zero within $LIMIT s (rc $RC)" \
+    bash -c "[ '$RC' != timeout ] && [ '$RC' != 0 ]"
+check "case e: it names the hosting node and its host" \
+    grep -qE "^mtrun: lost the rendezvous store at 127\.0\.0\.1:$port \(node [01] on host $HOST\): " "$TMP/e_2.err"
+kill -KILL "$PID_e_1"
+check "case e: nothing left once the hosting node is killed" no_leftovers 10
+[ "$FAILURES" = 0 ] || { show e_1; show e_2; }
 finish

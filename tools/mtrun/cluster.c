@@ -331,10 +331,31 @@ static void learn_hosts(mtrun_cluster *c) {
         }
         free(v);
     }
-    if (c->backend == MTRUN_RDZV_STATIC) {
-        snprintf(c->host_label_buf, sizeof c->host_label_buf, "node 0 on host %s", c->hosts[0]);
+    /* Which node hosts the store: node 0 with static; with c10d, the one that said so. */
+    int store_node = c->backend == MTRUN_RDZV_STATIC ? 0 : -1;
+    void *v = NULL;
+    size_t len = 0;
+    bool found = false;
+    if (store_node < 0 &&
+        mt_store_try_get(c->main_conn, "mtrun/store_node", &v, &len, &found) == MT_OK && found) {
+        char text[32];
+        copy_value(v, len, text, sizeof text);
+        int n = atoi(text);
+        if (n >= 0 && n < c->nnodes) store_node = n;
+    }
+    free(v);
+    if (store_node >= 0) {
+        snprintf(c->host_label_buf, sizeof c->host_label_buf, "node %d on host %s", store_node,
+                 c->hosts[store_node]);
         c->host_label = c->host_label_buf;
     }
+}
+
+/* The hosting node records its node rank, so that the others can name it when it is lost. */
+static void announce_store_host(mtrun_cluster *c) {
+    char value[16];
+    int n = snprintf(value, sizeof value, "%d", c->node);
+    (void)mt_store_set(c->main_conn, "mtrun/store_node", value, (size_t)n);
 }
 
 static int wait_for_nodes(mtrun_cluster *c, double deadline, int sigfd) {
@@ -571,6 +592,8 @@ int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout
         if (code < 0) o->node_rank = c->node;
     }
     if (code < 0) code = check_config(c);
+    /* Before the claim: whoever sees every claim can then name the store's node too. */
+    if (code < 0 && o->hosts_store) announce_store_host(c);
     if (code < 0) code = claim_node(c);
     if (code < 0) code = wait_for_nodes(c, deadline, sigfd);
     if (code < 0) learn_hosts(c);
