@@ -103,20 +103,20 @@ static void test_silent_server(void) {
     mt_status st = mt_store_set(a, "k", "w", 1);
     CHECK_MSG(st == MT_ERR_TIMEOUT, "%s", mt_last_error());
     double took = mt_clock_now_s() - t0;
-    CHECK_MSG(took >= 0.35 && took < 1.2, "answer limit 0.4 s: waited %.2f s", took);
+    CHECK_MSG(took >= 0.35 && took < 2.0, "answer limit 0.4 s: waited %.2f s", took);
     CHECK(strstr(mt_last_error(), "did not answer within 0.4 s") != NULL);
     /* Without a limit: MT_TIMEOUT_S, no more. */
     t0 = mt_clock_now_s();
     int64_t ignored;
     CHECK(mt_store_add(b, "n", 1, &ignored) == MT_ERR_TIMEOUT);
     took = mt_clock_now_s() - t0;
-    CHECK_MSG(took >= 1.4 && took < 2.5, "MT_TIMEOUT_S 1.5: waited %.2f s", took);
+    CHECK_MSG(took >= 1.4 && took < 3.5, "MT_TIMEOUT_S 1.5: waited %.2f s", took);
     /* A blocking get: the server's wait, plus at most MT_TIMEOUT_S (not 10 s) for the answer. */
     t0 = mt_clock_now_s();
     void *v = NULL;
     CHECK(mt_store_get(c, "never", 0.3, &v, NULL) == MT_ERR_TIMEOUT);
     took = mt_clock_now_s() - t0;
-    CHECK_MSG(took >= 1.7 && took < 3.0, "get 0.3 s, MT_TIMEOUT_S 1.5: waited %.2f s", took);
+    CHECK_MSG(took >= 1.7 && took < 4.5, "get 0.3 s, MT_TIMEOUT_S 1.5: waited %.2f s", took);
     free(v);
 out:
     mt_store_close(a);
