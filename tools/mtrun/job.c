@@ -1,7 +1,7 @@
-/* One event loop, no busy waiting: poll() on the signalfd (SIGCHLD, SIGINT, SIGTERM), the
- * cluster's notification pipe and the ranks' output pipes. Timeouts only tick while stopping
- * (to escalate SIGTERM to SIGKILL, then to give up after a bounded wait) and, for multi-node jobs, once a second to notice a store that
- * stopped answering.
+/* One event loop, no busy waiting: poll() on the signalfd (SIGCHLD, SIGHUP, SIGINT, SIGTERM),
+ * the cluster's notification pipe and the ranks' output pipes. Timeouts only tick while stopping
+ * (to escalate SIGTERM to SIGKILL, then to give up after a bounded wait) and, for multi-node
+ * jobs, once a second to notice a store that stopped answering.
  *
  * mtrun is a child subreaper: the children a rank leaves behind are re-parented to mtrun, so
  * their deaths wake the loop and a rank's process group is known to be empty without polling. */
