@@ -4,6 +4,7 @@
  * thread and the compute thread may both call in. */
 #include "core/cuda/cuda_internal.h"
 #include "core/device_internal.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -211,14 +212,9 @@ void mt_cuda_device_count(int *count, char *why, size_t why_cap) {
  * the cache is emptied before an allocation fails anyway; 0 turns caching off (e.g. for
  * compute-sanitizer, which sees reused blocks as valid). */
 static mt_status cache_limit_from_env(const mt_device *dev, size_t *limit) {
-    const char *env = getenv("MT_CUDA_CACHE_BYTES");
-    *limit = SIZE_MAX;
-    if (!env || !*env) return MT_OK;
-    mt_status st = mt_parse_bytes(env, limit);
-    if (st != MT_OK)
-        return mt_error_wrap(st, "cannot open %s: MT_CUDA_CACHE_BYTES=\"%s\" is malformed",
-                             dev->name, env);
-    return MT_OK;
+    mt_status st = mt_env_bytes("MT_CUDA_CACHE_BYTES", 0, SIZE_MAX, SIZE_MAX,
+                                "bytes the caching allocator keeps; 0 turns caching off", limit);
+    return st == MT_OK ? MT_OK : mt_error_wrap(st, "cannot open %s", dev->name);
 }
 
 mt_status mt_cuda_device_init(mt_device *dev, int index) {
