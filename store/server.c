@@ -8,11 +8,13 @@
  * deadline passes; clients never poll. Any malformed input drops that client with a warning.
  * The keys and values themselves live in the map of store/kv.c.
  */
+#include "store/keepalive.h"
 #include "store/kv.h"
 #include "store/store_internal.h"
 #include "store/wire.h"
 
 #include "core/clock.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -469,6 +471,9 @@ static void accept_clients(mt_store_server *s, double now) {
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        /* A client whose host vanished without a reset is dropped (and its waits with it) rather
+         * than kept for the kernel's default of hours; a failure only costs that. */
+        (void)mt_store_keepalive_apply(fd, mt_default_timeout());
         c->fd = fd;
         char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
         getnameinfo((struct sockaddr *)&addr, alen, host, sizeof host, serv, sizeof serv,
@@ -592,19 +597,6 @@ static void *server_main(void *arg) {
 
 /* ---- public API ---------------------------------------------------------------------------- */
 
-static double handshake_timeout_from_env(void) {
-    const char *env = getenv("MT_STORE_HANDSHAKE_TIMEOUT_S");
-    if (!env || !*env) return HANDSHAKE_TIMEOUT_DEFAULT_S;
-    char *end;
-    double v = strtod(env, &end);
-    if (*end || !(v > 0) || !isfinite(v)) {
-        mt_log(MT_LOG_WARN, "MT_STORE_HANDSHAKE_TIMEOUT_S=%s is not a positive number of seconds; "
-               "using %g", env, HANDSHAKE_TIMEOUT_DEFAULT_S);
-        return HANDSHAKE_TIMEOUT_DEFAULT_S;
-    }
-    return v;
-}
-
 /* Binds and listens on one address family; returns the socket or -1 with *err set. */
 static int listen_on(const char *bind_addr, const char *serv, int family, int *err) {
     struct addrinfo hints = {.ai_family = family, .ai_socktype = SOCK_STREAM,
@@ -685,8 +677,15 @@ mt_status mt_store_server_start_err(const char *bind_addr, int port, const char 
     if (!s) return mt_error(MT_ERR_OUT_OF_MEMORY, "store server: out of memory");
     s->listen_fd = s->wake[0] = s->wake[1] = -1;
     snprintf(s->job_id, sizeof s->job_id, "%s", job_id);
-    s->handshake_timeout = handshake_timeout_from_env();
-    mt_status st = open_listener(bind_addr, port, &s->listen_fd, &s->port, listen_err);
+    mt_status st = mt_env_seconds("MT_STORE_HANDSHAKE_TIMEOUT_S", 0.001, 1e6,
+                                  HANDSHAKE_TIMEOUT_DEFAULT_S,
+                                  "how long a new client may take to introduce itself",
+                                  &s->handshake_timeout);
+    if (st != MT_OK) {
+        st = mt_error_wrap(st, "store server");
+        goto fail;
+    }
+    st = open_listener(bind_addr, port, &s->listen_fd, &s->port, listen_err);
     if (st != MT_OK) goto fail;
     if (pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
         st = mt_error_errno(MT_ERR_SYSTEM, errno, "store server: cannot create its wake-up pipe");

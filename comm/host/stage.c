@@ -1,5 +1,21 @@
 /* Staging copies over UCX (include/meshtrain/stage.h, comm/host/stage.h).
  *
+ * Which path a stager takes, decided once in mt_stager_create (mt_stager_path tells):
+ *   - CPU device: UCX (MT_STAGE_PATH_UCX), host memory on both sides, whatever UCX it runs with.
+ *   - CUDA device, and the UCX loaded at run time reports CUDA among its memory types
+ *     (ucp_context_query, UCP_ATTR_FIELD_MEMORY_TYPES: a UCX built with CUDA whose cuda_copy
+ *     module loaded, e.g. PyPI's libucx-cu13 through MT_UCX_ROOT): UCX too. Device buffers are
+ *     registered with ucp_mem_map as UCS_MEMORY_TYPE_CUDA, host-tier blocks as
+ *     UCS_MEMORY_TYPE_HOST, and each ucp_get_nbx names its local buffer's memory type
+ *     (UCP_OP_ATTR_FIELD_MEMORY_TYPE); UCX moves the bytes with cuda_copy (or gdr_copy). The
+ *     staging thread and the registering thread make the device current first, as cuda_copy
+ *     works in the calling thread's CUDA context.
+ *   - CUDA device and a UCX without CUDA (Debian's 1.13): MT_STAGE_PATH_DEVICE_COPY,
+ *     cudaMemcpyAsync on a stream of the stager's own, with one warning per process naming the
+ *     UCX. No UCX context is kept then.
+ * The decision is the run-time UCX's, not the headers': the same binary takes the UCX path when
+ * it loads a CUDA-enabled libucp and the fallback when it loads another.
+ *
  * Why ucp_get_nbx: a get completes when the bytes are in the local (destination) buffer, so its
  * callback is the copy's completion; a put's callback only says that the source may be reused,
  * and remote completion would need a flush per copy. The endpoint goes to the stager's own
@@ -75,11 +91,14 @@ static void post(mt_stager *st, mt_stage_copy *c) {
     }
     ucp_request_param_t param;
     memset(&param, 0, sizeof param);
+    /* The memory type saves UCX a lookup of the local buffer (its memtype cache or a driver
+     * call) per copy; the memh already says where the buffer lies. */
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FIELD_MEMH;
+                         UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     param.cb.send = get_done;
     param.user_data = c;
     param.memh = c->dst_memh;
+    param.memory_type = c->dst_mem_type;
     void *req = ucp_get_nbx(st->self_ep, c->dst, c->bytes, (uint64_t)(uintptr_t)c->src,
                             c->src_rkey, &param);
     if (req == NULL) {
@@ -93,7 +112,17 @@ static void post(mt_stager *st, mt_stage_copy *c) {
 
 static void *stage_thread(void *arg) {
     mt_stager *st = arg;
+    /* UCX's cuda_copy copies in the posting thread's current CUDA context. */
+    mt_status bound = mt_device_bind_thread(st->dev);
     pthread_mutex_lock(&st->mu);
+    st->thread_status = bound;
+    if (bound != MT_OK) snprintf(st->thread_error, sizeof st->thread_error, "%s", mt_last_error());
+    st->thread_ready = true;
+    pthread_cond_broadcast(&st->done_cv);
+    if (bound != MT_OK) {
+        pthread_mutex_unlock(&st->mu);
+        return NULL;
+    }
     for (;;) {
         mt_stage_copy *batch = st->queue_head;
         st->queue_head = st->queue_tail = NULL;
@@ -194,6 +223,14 @@ mt_status mt_stager_create(mt_device *dev, mt_stager **out) {
         int rc = pthread_create(&st->thread, NULL, stage_thread, st);
         if (rc) s = mt_error_errno(MT_ERR_SYSTEM, rc, "cannot start the offload staging thread");
         st->thread_started = rc == 0;
+    }
+    if (st->thread_started) {
+        pthread_mutex_lock(&st->mu);
+        while (!st->thread_ready) pthread_cond_wait(&st->done_cv, &st->mu);
+        pthread_mutex_unlock(&st->mu);
+        if (st->thread_status != MT_OK)
+            s = mt_error(st->thread_status, "cannot set up offload staging on %s: the staging "
+                         "thread cannot use the device: %s", dev->name, st->thread_error);
     }
     if (s != MT_OK) {
         mt_stager_destroy(st);
@@ -309,7 +346,10 @@ static mt_status map_region(mt_stager *st, mt_stage_region *r, void *ptr, size_t
                     UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
     mp.address = ptr;
     mp.length = bytes;
-    mp.memory_type = on_device ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+    r->mem_type = on_device ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+    mp.memory_type = r->mem_type;
+    /* UCX registers CUDA memory in the calling thread's current context. */
+    if (on_device) MT_TRY(mt_device_bind_thread(st->dev));
     ucs_status_t s = ucp_mem_map(st->ctx, &mp, &r->memh);
     if (s != UCS_OK) return mem_map_failed(st, s, ptr, bytes, false);
     void *packed;
@@ -497,6 +537,7 @@ mt_status mt_stage_copy_async(mt_stager *st, void *dst, const void *src, size_t 
     c->regions[0] = rd;
     c->regions[1] = rs;
     c->dst_memh = rd->memh;
+    c->dst_mem_type = rd->mem_type;
     c->src_rkey = rs->rkey;
     st->stats.copies++;
     if (st->path == MT_STAGE_PATH_UCX) {

@@ -21,6 +21,7 @@ typedef struct mt_stage_region {
     size_t bytes;
     ucp_mem_h memh;      /* NULL on the device-copy path */
     ucp_rkey_h rkey;     /* unpacked on the stager's self endpoint */
+    ucs_memory_type_t mem_type; /* what ucp_mem_map was told: host, or cuda for device memory */
     int inflight;        /* copies using it (under mu) */
 } mt_stage_region;
 
@@ -30,6 +31,7 @@ struct mt_stage_copy {
     const void *src;
     size_t bytes;
     ucp_mem_h dst_memh;
+    ucs_memory_type_t dst_mem_type; /* the local buffer's, for ucp_get_nbx */
     ucp_rkey_h src_rkey;
     mt_stage_region *regions[2]; /* dst, src: their inflight counts drop when done */
     mt_event *event;             /* device-copy path */
@@ -65,6 +67,9 @@ struct mt_stager {
     bool stop;
     pthread_t thread;
     bool thread_started;
+    bool thread_ready;       /* the staging thread's setup (binding the device) is done, under mu */
+    mt_status thread_status; /* and its outcome, with thread_error */
+    char thread_error[256];
 
     mt_stream *stream; /* device-copy path */
 };

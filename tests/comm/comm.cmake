@@ -45,3 +45,8 @@ foreach(np 1 3)
   mt_add_mp_test(comm_counters_np${np} TIMEOUT 60 LABELS comm ENV ${MT_COMM_ENV}
     COMMAND ${MT_COMM_MTRUN} --standalone --nproc_per_node ${np} ${MT_COMM_PROG} --counters)
 endforeach()
+
+# The shared-memory path's fallback to UCX where the kernel refuses pidfd_getfd, and a tuning
+# variable out of range refused at start (tests/comm/comm_env_fallback.sh).
+mt_add_mp_test(comm_env_fallback TIMEOUT 200 LABELS comm
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/comm_env_fallback.sh ${MT_COMM_MTRUN} ${MT_COMM_PROG})
