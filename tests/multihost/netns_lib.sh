@@ -180,20 +180,25 @@ netns_setup() {
 }
 
 # host_exec I CMD...: runs CMD on host I (its network namespace, a UTS namespace named mthost<I>;
-# the same pid namespace and files as this shell). CMD's pid is the one started: ip netns exec,
-# unshare and sh each exec the next.
+# the same pid namespace and files as this shell). ip netns exec, unshare and sh each exec the
+# next: started in the background, the pid is CMD's own.
+host_cmd() {
+    HOST_CMD=(ip netns exec "${NETNS_HOSTS[$1]}" unshare --uts sh -c 'hostname "$0" && exec "$@"'
+              "mthost$1")
+}
 host_exec() {
-    local i=$1
+    host_cmd "$1"
     shift
-    ip netns exec "${NETNS_HOSTS[$i]}" unshare --uts sh -c 'hostname "$0" && exec "$@"' \
-        "mthost$i" "$@"
+    "${HOST_CMD[@]}" "$@"
 }
 
-# host_bg NAME I CMD...: start_bg NAME of CMD on host I (PID_<NAME> is CMD's pid)
+# host_bg NAME I CMD...: start_bg NAME of CMD on host I; PID_<NAME> is CMD's pid (so a signal
+# sent to it reaches CMD itself)
 host_bg() {
-    local name=$1 i=$2
+    local name=$1
+    host_cmd "$2"
     shift 2
-    start_bg "$name" host_exec "$i" "$@"
+    start_bg "$name" "${HOST_CMD[@]}" "$@"
 }
 
 # host_reaches I ADDR: host I reaches ADDR now: a TCP connection to a closed port (9) is refused

@@ -88,6 +88,8 @@ fi
 host_bg sleeper 1 sleep 600
 sleep 0.3
 check "a process on host 1 is listed" test -n "$(host_pids 1)"
+check "host_bg's pid is the command's own (a signal reaches it)" \
+    test "$(cat "/proc/$PID_sleeper/comm" 2>/dev/null)" = sleep
 id=$NETNS_ID
 netns_teardown
 check "teardown: no namespace of the run is left" bash -c "! ip netns list | grep -q '^$id-'"
