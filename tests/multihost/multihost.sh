@@ -43,6 +43,9 @@ ABUSE_CONNECTIONS=500
 # under 1 MiB; a store that buffers the oversized frames holds 250 x 256 KiB = 62.5 MiB.
 ABUSE_RSS_LIMIT_MIB=16
 ABUSE_LOG_LINES=20
+# how long the abusive client waits for the store to close its connections: a store that bounds
+# pre-handshake frames closes each within milliseconds of its first bytes
+ABUSE_WAIT_S=8
 
 # seconds_since T0: seconds (2 decimals) since the `date +%s.%N` value T0
 seconds_since() { awk -v t0="$1" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.2f", t1 - t0 }'; }
@@ -228,7 +231,9 @@ failure() {
 vm_kib() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status" 2>/dev/null; }
 
 abuse() {
-    local steps=3000 s0 hwm0 hwm1 rss_peak=0 rss
+    # 6000 steps of the tiny model take about 30 s here: well beyond the abuse (ABUSE_WAIT_S at
+    # most), which must end while the job still trains (checked)
+    local steps=6000 s0 hwm0 hwm1 rss_peak=0 rss
     netns_setup 3 || return
     local mesh=(--dp 2 --tp 2 --batch 2 --steps "$steps")
     job run 2 2 "${TINY[@]}" "${mesh[@]}"
@@ -243,7 +248,7 @@ abuse() {
     local lines0
     lines0=$(wc -l <"$TMP/run_node0.err")
     host_bg abuser 2 python3 "$HERE/store_abuse.py" "${NETNS_ADDR[0]}" "$PORT" \
-        "$ABUSE_CONNECTIONS" 20
+        "$ABUSE_CONNECTIONS" "$ABUSE_WAIT_S"
     # the store's resident memory while the abuse goes on (its peak also shows in VmHWM)
     while kill -0 "$PID_abuser" 2>/dev/null; do
         rss=$(vm_kib "$PID_run_node0" VmRSS)
