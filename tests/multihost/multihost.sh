@@ -30,6 +30,9 @@ HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 case $VARIANT in cut_nft_*) netns_require nft ;; *) netns_require ;; esac
 
 # Short, so that a failure case takes seconds; long enough for 2 busy cores to start 6 ranks.
+# multihost.cmake runs the failure cases with 10: below UCX's endpoint timeout (~16-18 s on
+# tcp), so that mtrun's heartbeat notices a cut host before a rank's transport error does (with
+# 20, a rank on a healthy host may fail first, blaming another healthy host).
 export MT_TIMEOUT_S=${MT_TIMEOUT_S:-20} MT_DEVICE=cpu
 # Between hosts UCX may use tcp only (and self); no UCX_NET_DEVICES: UCX finds eth0 itself.
 export UCX_TLS=tcp,self
