@@ -41,6 +41,12 @@ netns_require() {
     if ! err=$(ip netns add "$probe" 2>&1); then
         netns_skip "cannot create a network namespace: $err"
     fi
+    # links and addresses need CAP_NET_ADMIN, which making the namespace does not
+    if ! err=$({ ip -n "$probe" link add mthp0 type veth peer name mthp1 &&
+                 ip -n "$probe" addr add 10.77.255.1/24 dev mthp0; } 2>&1); then
+        ip netns del "$probe" 2>/dev/null
+        netns_skip "cannot make a link in a network namespace: $err"
+    fi
     if ! err=$(ip netns exec "$probe" unshare --uts sh -c 'hostname mthost-probe' 2>&1); then
         ip netns del "$probe" 2>/dev/null
         netns_skip "cannot create a UTS namespace: $err"
@@ -137,6 +143,15 @@ trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# netns_do CMD...: runs a setup step; a failure fails the test (and says which step)
+netns_do() {
+    local err
+    if ! err=$("$@" 2>&1); then
+        fail "netns: '$*' failed: $err"
+        return 1
+    fi
+}
+
 # netns_setup N: makes hosts 0..N-1 (see the top of this file); sets NETNS_HOSTS and NETNS_ADDR
 netns_setup() {
     local n=$1 i
@@ -145,21 +160,21 @@ netns_setup() {
     mkdir -p "$NETNS_RUN_DIR/$NETNS_ID"
     echo "$$ $(pid_start $$)" >"$NETNS_RUN_DIR/$NETNS_ID/owner"
     NETNS_SWITCH="$NETNS_ID-sw"
-    ip netns add "$NETNS_SWITCH" || { fail "netns: cannot create $NETNS_SWITCH"; return 1; }
-    ip -n "$NETNS_SWITCH" link add br0 type bridge || return 1
-    ip -n "$NETNS_SWITCH" link set br0 up || return 1
+    netns_do ip netns add "$NETNS_SWITCH" || return 1
+    netns_do ip -n "$NETNS_SWITCH" link add br0 type bridge || return 1
+    netns_do ip -n "$NETNS_SWITCH" link set br0 up || return 1
     NETNS_HOSTS=()
     NETNS_ADDR=()
     for ((i = 0; i < n; i++)); do
         local ns="$NETNS_ID-h$i" addr="$NETNS_NET.$((i + 1))"
-        ip netns add "$ns" || { fail "netns: cannot create $ns"; return 1; }
+        netns_do ip netns add "$ns" || return 1
         # Made inside the switch namespace, the pair never appears in the machine's own: its
         # host end moves straight into the host's namespace as eth0.
-        ip -n "$NETNS_SWITCH" link add "p$i" type veth peer name eth0 netns "$ns" || return 1
-        ip -n "$NETNS_SWITCH" link set "p$i" master br0 up || return 1
-        ip -n "$ns" link set lo up || return 1
-        ip -n "$ns" addr add "$addr/24" dev eth0 || return 1
-        ip -n "$ns" link set eth0 up || return 1
+        netns_do ip -n "$NETNS_SWITCH" link add "p$i" type veth peer name eth0 netns "$ns" || return 1
+        netns_do ip -n "$NETNS_SWITCH" link set "p$i" master br0 up || return 1
+        netns_do ip -n "$ns" link set lo up || return 1
+        netns_do ip -n "$ns" addr add "$addr/24" dev eth0 || return 1
+        netns_do ip -n "$ns" link set eth0 up || return 1
         NETNS_HOSTS+=("$ns")
         NETNS_ADDR+=("$addr")
     done
