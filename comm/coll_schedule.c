@@ -3,6 +3,7 @@
  * dependencies are done, keeping at most `window` sends and `window` receives of an operation in
  * flight, and runs reductions and copies inline. Algorithms (coll_build.c) only describe the
  * list. */
+#include "comm/flight_rec.h"
 #include "comm/group.h"
 #include "comm/host/shm.h"
 #include "comm/host/ucx.h"
@@ -238,6 +239,7 @@ bool mt_schedule_advance(mt_work *w) {
         }
         int peer = waiting_recv >= 0 ? waiting_recv : waiting_send;
         atomic_store(&w->waiting_peer, peer);
+        mt_fr_waiting(w, peer);
         if (!again || w->failing) break;
     }
     while (w->first_undone < w->ntasks && w->tasks[w->first_undone].state == MT_TASK_DONE)

@@ -26,6 +26,7 @@ struct mt_group {
     uint32_t id;   /* 16-bit tag space */
     bool is_world;
     uint32_t next_seq;        /* collectives issued (user threads, under tr->mu) */
+    _Atomic uint32_t nccl_seq; /* collectives issued on the NCCL backend (flight recorder) */
     uint32_t *p2p_send_seq;   /* per peer, under tr->mu */
     uint32_t *p2p_recv_seq;
     /* progress thread only */

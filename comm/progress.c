@@ -8,6 +8,7 @@
  * fd. The poll timeout only bounds how late a stop or abort request is seen; it is not a polling
  * loop.
  */
+#include "comm/flight_rec.h"
 #include "comm/group.h"
 #include "comm/host/ucx.h"
 #include "comm/progress.h"
@@ -34,6 +35,7 @@ static void activate(mt_transport *tr, mt_work *w) {
     w->next_active = tr->active;
     tr->active = w;
     w->started = true;
+    mt_fr_started(w);
     if (atomic_load(&w->group->failed)) {
         mt_work_fail(w, MT_ERR_COMM, "the group is unusable after an earlier failure: %s",
                      w->group->fail_msg);
@@ -124,6 +126,7 @@ static void publish(mt_transport *tr, mt_work *w) {
         }
     }
     w->done = true;
+    mt_fr_completed(w, w->status);
     g->pending--;
     pthread_cond_broadcast(&tr->done_cv);
     pthread_mutex_unlock(&tr->mu);

@@ -2,6 +2,7 @@
  * mt_work_wait/test/free entry points (which dispatch through w->backend, comm/backend.h) and the
  * operation's name and prefix in error messages. */
 #include "comm/backend.h"
+#include "comm/flight_rec.h"
 #include "comm/group.h"
 
 #include "core/error.h"
@@ -83,6 +84,12 @@ mt_status mt_work_submit_or_wait(mt_work *w, mt_work **out) {
     }
     /* Counted only now: a collective that did not launch moved no bytes. */
     mt_group_count(w->group, (int)w->kind, w->payload);
+    /* The host backend records it in its submit, under the lock that orders it with the progress
+     * thread; any other is only seen again by this thread's wait or test. */
+    if (w->backend != &mt_host_backend) {
+        w->seq = atomic_fetch_add(&w->group->nccl_seq, 1);
+        mt_fr_queued(w);
+    }
     if (out) {
         *out = w;
         return MT_OK;
@@ -95,6 +102,8 @@ mt_status mt_work_submit_or_wait(mt_work *w, mt_work **out) {
 mt_status mt_work_wait(mt_work *w, double timeout_s) {
     if (!w) return mt_error(MT_ERR_INVALID_ARG, "mt_work_wait: work is NULL");
     mt_status st = w->backend->wait(w, timeout_s);
+    /* The NCCL backend learns of completion only here; the host one recorded it already. */
+    mt_fr_completed(w, st);
     if (st == MT_ERR_TIMEOUT) w->backend->cancel(w);
     return st;
 }
@@ -102,7 +111,9 @@ mt_status mt_work_wait(mt_work *w, double timeout_s) {
 mt_status mt_work_test(mt_work *w, bool *done) {
     *done = false;
     if (!w) return mt_error(MT_ERR_INVALID_ARG, "mt_work_test: work is NULL");
-    return w->backend->test(w, done);
+    mt_status st = w->backend->test(w, done);
+    if (*done) mt_fr_completed(w, st);
+    return st;
 }
 
 void mt_work_free(mt_work *w) {

@@ -45,6 +45,7 @@ struct mt_work {
     mt_reduce_op rop;
     int root; /* broadcast root, or send/recv peer (group ranks) */
     uint64_t payload; /* bytes counted on the group's traffic counters once launched */
+    uint64_t fr_id;   /* its flight recorder record's id + 1; 0: not recorded (comm/flight_rec.h) */
     /* The backend that carries it (mt_comm_select_backend), and that backend's own state (the
      * NCCL backend's operation; unused by the host backend). */
     const struct mt_comm_backend *backend;

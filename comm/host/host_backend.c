@@ -3,6 +3,7 @@
  * until the thread publishes the result under tr->mu. */
 #include "comm/abort_probe.h"
 #include "comm/backend.h"
+#include "comm/flight_rec.h"
 #include "comm/group.h"
 #include "comm/host/ucx.h"
 
@@ -30,6 +31,7 @@ static mt_status host_submit(mt_work *w) {
     if (w->kind == MT_OP_SEND) w->seq = g->p2p_send_seq[w->root]++;
     else if (w->kind == MT_OP_RECV) w->seq = g->p2p_recv_seq[w->root]++;
     else w->seq = g->next_seq++;
+    mt_fr_queued(w); /* before the progress thread can see it start */
     atomic_fetch_add(&w->refs, 1);
     w->next = NULL;
     if (tr->queue_tail) tr->queue_tail->next = w;

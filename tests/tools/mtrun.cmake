@@ -13,3 +13,8 @@ foreach(t env failure crossnode signal node_lost rdzv_errors sigterm options c10
 endforeach()
 # Where no user and network namespace can be made, the link-cut test says so and is skipped.
 set_tests_properties(mtrun_link_cut PROPERTIES SKIP_RETURN_CODE 77)
+
+# The flight recorder's hang analysis (tools/mtrun/diagnose.c) on synthetic rings.
+mt_add_unit_test(test_diagnose SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_diagnose.c
+                 ${CMAKE_SOURCE_DIR}/tools/mtrun/diagnose.c TIMEOUT 30)
+target_include_directories(test_diagnose PRIVATE ${CMAKE_SOURCE_DIR}/tools/mtrun)
