@@ -36,7 +36,7 @@ typedef struct mt_fr_header {
     uint32_t capacity;           /* records in the ring */
     int32_t rank;                /* the job rank the file was made for */
     _Atomic int32_t pid;         /* the rank's pid once it attached; 0 before */
-    int32_t reserved0;
+    int32_t node;                /* the node rank of the mtrun that made it */
     _Atomic uint64_t anchor_mono_ns; /* set (with the wall anchor) before pid */
     _Atomic uint64_t anchor_wall_ns;
     _Atomic uint64_t next;       /* ids claimed so far: records ever written */

@@ -1,6 +1,7 @@
 # mtrun (tools/mtrun): launcher tests, bash drivers that start mtrun as a user would.
 mt_add_test_program(prog_mtrun_worker ${CMAKE_CURRENT_LIST_DIR}/prog_mtrun_worker.c)
 mt_add_test_program(prog_mtrun_freeport ${CMAKE_CURRENT_LIST_DIR}/prog_mtrun_freeport.c)
+mt_add_test_program(prog_fr_loop ${CMAKE_CURRENT_LIST_DIR}/prog_fr_loop.c)
 
 foreach(t env failure crossnode signal node_lost rdzv_errors sigterm options c10d logs restart
         host_stopped link_cut)

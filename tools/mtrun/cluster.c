@@ -805,3 +805,7 @@ void mtrun_cluster_close(mtrun_cluster *c) {
     pthread_cond_destroy(&c->cv);
     free(c);
 }
+
+mt_store *mtrun_cluster_store(mtrun_cluster *c) { return c && store_usable(c) ? c->main_conn : NULL; }
+
+int mtrun_cluster_nnodes(const mtrun_cluster *c) { return c->nnodes; }

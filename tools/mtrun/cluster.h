@@ -15,6 +15,10 @@
  *   mtrun/rK/exit/R    node R's exit code, set when its ranks are all gone (whether or not it
  *                      goes on to round K+1)
  *   mtrun/rK/wake/R    wakes node R's failure watcher when the round ends
+ *   mtrun/diag/requests  diagnoses asked for (SIGUSR1 to any node's mtrun): a counter each node
+ *                      looks at once a second (fr_report.c)
+ *   mtrun/diag/ID/R    node R's flight recorder summary for diagnosis ID ("u3": the third asked
+ *                      for; "fK": round K's failure), gathered by node 0
  */
 #ifndef MTRUN_CLUSTER_H
 #define MTRUN_CLUSTER_H
@@ -69,6 +73,12 @@ void mtrun_cluster_leave(mtrun_cluster *c, int code);
  * SIGTERM", ...): a node entering the next round stops at once, naming it, instead of waiting the
  * join timeout for it. Set as the next round's failure (compare_set: the first one wins). */
 void mtrun_cluster_decline_next_round(mtrun_cluster *c, int code, const char *why);
+
+/* The main thread's store connection, for the flight recorder's diagnosis (fr_report.c); NULL
+ * once the store stopped answering. Main thread only. */
+struct mt_store *mtrun_cluster_store(mtrun_cluster *c);
+
+int mtrun_cluster_nnodes(const mtrun_cluster *c);
 
 /* Stops the heartbeat and closes the connections it can close. */
 void mtrun_cluster_close(mtrun_cluster *c);

@@ -7,6 +7,8 @@
  * their deaths wake the loop and a rank's process group is known to be empty without polling. */
 #include "job.h"
 
+#include "flightrec.h"
+#include "fr_report.h"
 #include "logfiles.h"
 #include "msg.h"
 #include "output.h"
@@ -89,12 +91,22 @@ static void decline_next_round(job *j) {
     mtrun_cluster_decline_next_round(j->cluster, j->code ? j->code : 1, why);
 }
 
+static void rank_pids(const job *j, pid_t *pids) {
+    for (int i = 0; i < j->n; i++) pids[i] = j->ranks[i].alive ? j->ranks[i].pid : 0;
+}
+
 /* Records the round's first failure (later ones are ignored), stops the ranks with sig, agrees
  * on it with the other nodes when publish is set and prints the line. The local ranks come first:
  * the store may be slow or gone (its host lost), and waiting for it must not delay them. */
 static void fail(job *j, int code, const char *text, bool publish, bool restartable, int sig) {
     if (j->failed) return;
     j->failed = true;
+    /* A rank's failure, not a signal to mtrun or a launch error: worth a diagnosis. The local
+     * rings are read before the ranks are stopped (pids and states as the failure left them);
+     * gathering the other nodes' waits until the failure is published. */
+    bool diagnose = restartable && j->ph == RUNNING && j->o->fr;
+    pid_t *pids = diagnose ? calloc((size_t)j->n, sizeof *pids) : NULL;
+    if (pids) rank_pids(j, pids);
     if (j->ph == RUNNING) stop_ranks(j, sig);
     else if (j->ph == DRAINING) j->ph = FINISHED; /* nothing left to stop here */
     char line[1024];
@@ -105,6 +117,12 @@ static void fail(job *j, int code, const char *text, bool publish, bool restarta
     j->restartable = restartable;
     snprintf(j->failure, sizeof j->failure, "%s", line);
     mtrun_msg("%s; stopping the job", line);
+    if (pids) {
+        char id[32];
+        snprintf(id, sizeof id, "f%d", j->round);
+        mtrun_fr_report(j->o, j->cluster, pids, id, line);
+        free(pids);
+    }
 }
 
 static void describe_exit(const job *j, const rank_slot *r, int status, char *text, size_t cap,
@@ -149,6 +167,16 @@ static void reap(job *j) {
 
 static void on_signal(job *j, int sig) {
     char buf[32];
+    if (sig == SIGUSR1) {
+        /* a diagnosis of the running job; it goes on */
+        pid_t *pids = calloc((size_t)j->n, sizeof *pids);
+        if (pids) rank_pids(j, pids);
+        if (!j->o->fr) mtrun_msg("received SIGUSR1, but the flight recorder is off "
+                                 "(MT_FLIGHT_RECORDER=0): no diagnosis");
+        else if (pids) mtrun_fr_request(j->o, j->cluster, pids);
+        free(pids);
+        return;
+    }
     if (j->ph == STOPPING) {
         /* Asked while already stopping: do not make the user wait for the grace period. */
         mtrun_msg("received %s while stopping the job; killing the ranks now",
@@ -255,6 +283,14 @@ static void on_timer(job *j) {
 }
 
 static void on_cluster(job *j) {
+    if (j->ph == RUNNING && j->o->fr) {
+        pid_t *pids = calloc((size_t)j->n, sizeof *pids);
+        if (pids) {
+            rank_pids(j, pids);
+            mtrun_fr_poll_requests(j->o, j->cluster, pids);
+            free(pids);
+        }
+    }
     mtrun_cluster_event ev;
     if (mtrun_cluster_check(j->cluster, &ev)) {
         if (j->ph == RUNNING || (j->ph == DRAINING && !j->failed))
@@ -281,9 +317,11 @@ static void start_ranks(job *j) {
                       .master_addr = o->master_addr, .master_port = j->port,
                       .job_id = o->rdzv_id, .role = o->role, .restart_count = j->round,
                       .max_restarts = o->max_restarts};
+    mtrun_fr_prepare(o->fr, o->node_rank);
     for (int i = 0; i < j->n && j->ph == RUNNING; i++) {
         rank_slot *r = &j->ranks[i];
         int out_fd, err_fd;
+        l.flight_recorder = mtrun_fr_file(o->fr, i);
         char why_bind[512];
         if (mtrun_binding_enter(j->binding, i, why_bind, sizeof why_bind) != 0) {
             mtrun_binding_leave(j->binding);

@@ -3,6 +3,8 @@
 #include "binding.h"
 #include "cluster.h"
 #include "endpoint.h"
+#include "flightrec.h"
+#include "fr_report.h"
 #include "logfiles.h"
 #include "msg.h"
 #include "options.h"
@@ -76,6 +78,8 @@ static int run(mtrun_options *o, mtrun_binding *binding) {
     /* A dropped ssh session: stop the job and tell the other nodes, as for SIGTERM, rather than
      * die by the default action with the ranks orphaned and nobody told. */
     sigaddset(&set, SIGHUP);
+    /* A diagnosis of the running job from the flight recorder (fr_report.h). */
+    sigaddset(&set, SIGUSR1);
     sigprocmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
     int sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -134,7 +138,21 @@ static int run(mtrun_options *o, mtrun_binding *binding) {
     return code;
 }
 
+/* mtrun --diagnose[=PID] */
+static int diagnose_command(const char *arg) {
+    const char *v = arg + strlen("--diagnose");
+    if (*v == '\0') return mtrun_fr_diagnose_local(0);
+    char *end;
+    long pid = *v == '=' ? strtol(v + 1, &end, 10) : -1;
+    if (*v != '=' || end == v + 1 || *end || pid <= 0) {
+        mtrun_msg("invalid %s: expected --diagnose or --diagnose=PID (an mtrun's pid)", arg);
+        return 2;
+    }
+    return mtrun_fr_diagnose_local(pid);
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && strncmp(argv[1], "--diagnose", 10) == 0) return diagnose_command(argv[1]);
     mtrun_options o;
     int r = mtrun_parse_options(argc, argv, &o);
     if (r != MTRUN_PARSE_RUN) return r;
@@ -151,7 +169,9 @@ int main(int argc, char **argv) {
     mtrun_binding *binding = NULL;
     r = mtrun_binding_prepare(&o, &binding);
     if (r != 0) return r;
-    r = run(&o, binding);
+    r = mtrun_fr_create(o.nproc_per_node, &o.fr);
+    if (r == 0) r = run(&o, binding);
+    mtrun_fr_destroy(o.fr);
     mtrun_binding_close(binding);
     mtrun_logs_free(o.logs);
     return r;

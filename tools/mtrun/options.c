@@ -53,13 +53,17 @@ static const char usage_text[] =
     "  --bind MODE           bind each rank's CPUs and memory: none, numa (the NUMA node of its\n"
     "                        GPU) or core (a disjoint set of that node's cores); default MT_BIND,\n"
     "                        else numa when the machine has GPUs and none otherwise\n"
+    "  --diagnose[=PID]      print the flight recorder's diagnosis of the ranks that the running\n"
+    "                        mtrun PID (default: the only one) started on this machine, and\n"
+    "                        exit; `kill -USR1 PID` prints the whole job's instead (node 0)\n"
     "  -h, --help            print this help\n"
     "  --                    end of options\n"
     "\n"
     "environment: MT_TIMEOUT_S (rendezvous and heartbeat timeout, default 300),\n"
     "MT_KILL_GRACE_S (seconds between SIGTERM and SIGKILL when stopping ranks, default 3),\n"
     "MT_BIND (default --bind), MT_TOPO_FILE (plan the binding for the machine that file\n"
-    "describes, and report it without applying it).\n"
+    "describes, and report it without applying it), MT_FLIGHT_RECORDER (collectives each\n"
+    "rank's flight recorder keeps, default 2048, 0 off; docs/flight-recorder.md).\n"
     "See docs/mtrun.md.\n";
 
 typedef enum { OPT_NNODES, OPT_NPROC, OPT_NODE_RANK, OPT_ADDR, OPT_PORT, OPT_RDZV_ID,

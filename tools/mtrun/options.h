@@ -29,6 +29,7 @@ typedef struct mtrun_options {
     const char *log_dir;  /* NULL: no log files unless --redirects/--tee (a temporary dir) */
     const char *redirects, *tee; /* --redirects/--tee as given (checked); NULL when absent */
     struct mtrun_logs *logs;     /* set in main by mtrun_logs_prepare; NULL: no log files */
+    struct mtrun_fr *fr;         /* set in main: the ranks' flight recorder rings; NULL: off */
     bool standalone;
     /* --bind, else MT_BIND; bind_from says which ("--bind" or "MT_BIND"), NULL when neither
      * was given: then the default, numa when the topology has GPUs and none otherwise. */

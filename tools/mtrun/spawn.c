@@ -88,9 +88,11 @@ static char **build_env(const mtrun_launch *l, int local_rank, char ***owned, in
         "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
         "MASTER_PORT", "MT_RDZV_ID", "TORCHELASTIC_RUN_ID", "MT_NNODES", "MT_STORE_HOSTED",
         "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
-        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "MT_STORE_PREFIX"};
+        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "MT_STORE_PREFIX",
+        /* never inherited: another mtrun's ring, or one the recorder being off must not use */
+        "MT_FLIGHT_RECORDER_FILE"};
     enum { NSET = sizeof set_names / sizeof set_names[0] };
-    char *mine[NSET + 3];
+    char *mine[NSET + 4];
     int n = 0;
     long rank = (long)l->node_rank * l->nproc_per_node + local_rank;
     mine[n++] = env_entry("RANK", "%ld", rank);
@@ -114,6 +116,8 @@ static char **build_env(const mtrun_launch *l, int local_rank, char ***owned, in
     /* Each round's ranks keep to their own keys in the store that outlives the round. */
     mine[n++] = env_entry("MT_STORE_PREFIX", "round/%d/", l->restart_count);
     if (l->cpu_sharers > 0) mine[n++] = env_entry("MT_CPU_SHARERS", "%d", l->cpu_sharers);
+    if (l->flight_recorder)
+        mine[n++] = env_entry("MT_FLIGHT_RECORDER_FILE", "%s", l->flight_recorder);
     if (l->nproc_per_node > 1) {
         if (!getenv("OMP_NUM_THREADS")) mine[n++] = env_entry("OMP_NUM_THREADS", "1");
         if (!getenv("OPENBLAS_NUM_THREADS")) mine[n++] = env_entry("OPENBLAS_NUM_THREADS", "1");

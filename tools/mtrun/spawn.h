@@ -17,6 +17,8 @@ typedef struct mtrun_launch {
     /* MT_CPU_SHARERS of the rank spawned next: how many local ranks mtrun bound to its cpus, so
      * that its thread pool takes its share (core/thread_pool.h); 0 when mtrun did not bind it. */
     int cpu_sharers;
+    /* MT_FLIGHT_RECORDER_FILE of the rank spawned next (comm/flight_rec.h), NULL: none. */
+    const char *flight_recorder;
 } mtrun_launch;
 
 /* Finds the executable the way execvp would (PATH search when name has no '/'). On success

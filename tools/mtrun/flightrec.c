@@ -1,0 +1,234 @@
+/* The flight recorder's files, on mtrun's side (flightrec.h). */
+#include "flightrec.h"
+
+#include "msg.h"
+
+#include "comm/flight_rec_format.h"
+#include "core/env.h"
+
+#include <meshtrain/status.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct mtrun_fr {
+    int node, nproc;
+    uint32_t capacity;
+    bool off;           /* a file could not be made: no rank gets one */
+    char (*paths)[PATH_MAX];
+};
+
+int mtrun_fr_create(int nproc, mtrun_fr **out) {
+    *out = NULL;
+    long long n;
+    if (mt_env_int("MT_FLIGHT_RECORDER", 0, MT_FR_MAX_CAPACITY, MT_FR_DEFAULT_CAPACITY,
+                   "collectives each rank's flight recorder keeps (0: off)", &n) != MT_OK) {
+        mtrun_msg("%s", mt_last_error());
+        return 2;
+    }
+    if (n == 0) return 0;
+    mtrun_fr *f = calloc(1, sizeof *f);
+    if (f) f->paths = calloc((size_t)nproc, sizeof *f->paths);
+    if (!f || !f->paths) {
+        free(f);
+        mtrun_msg("out of memory for the flight recorder; it is off");
+        return 0;
+    }
+    f->nproc = nproc;
+    f->capacity = (uint32_t)n;
+    for (int i = 0; i < nproc; i++)
+        snprintf(f->paths[i], sizeof f->paths[i], "/dev/shm/mt-fr-%ld-%d", (long)getpid(), i);
+    *out = f;
+    return 0;
+}
+
+/* One ring file, empty (zero records), header written. */
+static int make_ring(const mtrun_fr *f, int i) {
+    int fd = open(f->paths[i], O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    size_t bytes = sizeof(mt_fr_header) + (size_t)f->capacity * sizeof(mt_fr_record);
+    mt_fr_header h = {.magic = MT_FR_MAGIC, .version = MT_FR_VERSION,
+                      .record_size = sizeof(mt_fr_record), .capacity = f->capacity,
+                      .rank = f->node * f->nproc + i, .node = f->node};
+    /* The truncation zeroed every record: lock 0 means never written. */
+    int ok = ftruncate(fd, (off_t)bytes) == 0 && pwrite(fd, &h, sizeof h, 0) == (ssize_t)sizeof h;
+    int e = errno;
+    close(fd);
+    errno = e;
+    return ok ? 0 : -1;
+}
+
+void mtrun_fr_prepare(mtrun_fr *f, int node) {
+    if (!f || f->off) return;
+    f->node = node;
+    for (int i = 0; i < f->nproc; i++)
+        if (make_ring(f, i) != 0) {
+            mtrun_msg("cannot make the flight recorder file %s: %s; the flight recorder is off "
+                      "(MT_FLIGHT_RECORDER=0 says so without this message)", f->paths[i],
+                      strerror(errno));
+            f->off = true;
+            for (int k = 0; k <= i; k++) unlink(f->paths[k]);
+            return;
+        }
+}
+
+const char *mtrun_fr_file(const mtrun_fr *f, int local) {
+    if (!f || f->off || local < 0 || local >= f->nproc) return NULL;
+    return f->paths[local];
+}
+
+void mtrun_fr_destroy(mtrun_fr *f) {
+    if (!f) return;
+    if (!f->off)
+        for (int i = 0; i < f->nproc; i++) unlink(f->paths[i]);
+    free(f->paths);
+    free(f);
+}
+
+double mtrun_fr_wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The state letter of /proc/PID/stat ('R', 'S', 'D', 'T' stopped, 'Z'), '-' when gone. */
+static char process_state(pid_t pid) {
+    if (pid <= 0) return '-';
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    FILE *fp = fopen(path, "r");
+    if (!fp) return '-';
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    buf[n] = '\0';
+    const char *close_paren = strrchr(buf, ')'); /* the command name may hold anything */
+    if (!close_paren || close_paren[1] != ' ' || !close_paren[2]) return '-';
+    return close_paren[2] == 'Z' || close_paren[2] == 'X' ? '-' : close_paren[2];
+}
+
+/* Copies slot s if it holds a whole record (the protocol of flight_rec_format.h). */
+static bool read_slot(const mt_fr_record *s, mt_fr_record *copy) {
+    for (int attempt = 0; attempt < 100; attempt++) {
+        uint64_t v1 = atomic_load_explicit(&s->lock, memory_order_acquire);
+        if (v1 == 0) return false;
+        if (v1 & 1) continue; /* being written: try again; a stopped writer never finishes */
+        memcpy(copy->group, s->group, sizeof copy->group);
+        copy->seq = s->seq;
+        copy->group_size = s->group_size;
+        copy->group_rank = s->group_rank;
+        copy->op = s->op;
+        copy->dtype = s->dtype;
+        copy->bytes = s->bytes;
+        atomic_store(&copy->queued_ns, atomic_load_explicit(&s->queued_ns, memory_order_relaxed));
+        atomic_store(&copy->started_ns,
+                     atomic_load_explicit(&s->started_ns, memory_order_relaxed));
+        atomic_store(&copy->completed_ns,
+                     atomic_load_explicit(&s->completed_ns, memory_order_relaxed));
+        atomic_store(&copy->status, atomic_load_explicit(&s->status, memory_order_relaxed));
+        atomic_store(&copy->waiting_peer,
+                     atomic_load_explicit(&s->waiting_peer, memory_order_relaxed));
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&s->lock, memory_order_relaxed) == v1) {
+            atomic_store(&copy->lock, v1);
+            copy->group[sizeof copy->group - 1] = '\0';
+            return true;
+        }
+    }
+    return false;
+}
+
+int mtrun_fr_read(const char *path, int rank, int node, pid_t pid, mtrun_fr_rank *r, char *why,
+                  size_t cap) {
+    *r = (mtrun_fr_rank){.rank = rank, .node = node, .state = '-'};
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, cap, "cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    void *base = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(mt_fr_header))
+        base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        snprintf(why, cap, "cannot map %s", path);
+        return -1;
+    }
+    const mt_fr_header *h = base;
+    if (h->magic != MT_FR_MAGIC || h->version != MT_FR_VERSION ||
+        h->record_size != sizeof(mt_fr_record) || h->capacity == 0 ||
+        sizeof *h + (size_t)h->capacity * sizeof(mt_fr_record) > (size_t)st.st_size) {
+        snprintf(why, cap, "%s is not a flight recorder ring of this version", path);
+        munmap(base, (size_t)st.st_size);
+        return -1;
+    }
+    r->pid = atomic_load(&((mt_fr_header *)base)->pid);
+    if (node < 0) r->node = h->node;
+    if (rank < 0) r->rank = h->rank;
+    r->state = process_state(pid < 0 ? r->pid : pid);
+    uint64_t next = atomic_load(&((mt_fr_header *)base)->next);
+    double mono0 = (double)atomic_load(&((mt_fr_header *)base)->anchor_mono_ns) * 1e-9;
+    double wall0 = (double)atomic_load(&((mt_fr_header *)base)->anchor_wall_ns) * 1e-9;
+    uint64_t first = next > h->capacity ? next - h->capacity : 0;
+    r->total = next;
+    r->e = calloc((size_t)(next - first) + 1, sizeof *r->e);
+    if (!r->e) {
+        munmap(base, (size_t)st.st_size);
+        snprintf(why, cap, "out of memory reading %s", path);
+        return -1;
+    }
+    const mt_fr_record *slots = (const mt_fr_record *)(h + 1);
+    for (uint64_t id = first; id < next; id++) {
+        mt_fr_record c;
+        if (!read_slot(&slots[id % h->capacity], &c)) continue;
+        if (atomic_load(&c.lock) != 2 * id + 2) continue; /* overwritten meanwhile */
+        mtrun_fr_entry *e = &r->e[r->n++];
+        snprintf(e->group, sizeof e->group, "%s", c.group);
+        e->seq = c.seq;
+        e->group_size = c.group_size;
+        e->group_rank = c.group_rank;
+        e->op = c.op;
+        e->dtype = c.dtype;
+        e->bytes = c.bytes;
+        uint64_t t[3] = {atomic_load(&c.queued_ns), atomic_load(&c.started_ns),
+                         atomic_load(&c.completed_ns)};
+        double *w[3] = {&e->queued, &e->started, &e->completed};
+        for (int k = 0; k < 3; k++) *w[k] = t[k] ? wall0 + ((double)t[k] * 1e-9 - mono0) : 0;
+        e->status = atomic_load(&c.status);
+        e->waiting_peer = atomic_load(&c.waiting_peer);
+    }
+    munmap(base, (size_t)st.st_size);
+    return 0;
+}
+
+void mtrun_fr_rank_free(mtrun_fr_rank *r) {
+    free(r->e);
+    r->e = NULL;
+    r->n = 0;
+}
+
+int mtrun_fr_collect(const mtrun_fr *f, const pid_t *pids, mtrun_fr_rank **out) {
+    *out = NULL;
+    if (!f || f->off) return 0;
+    mtrun_fr_rank *all = calloc((size_t)f->nproc, sizeof *all);
+    if (!all) return 0;
+    int n = 0;
+    for (int i = 0; i < f->nproc; i++) {
+        char why[PATH_MAX + 128];
+        if (mtrun_fr_read(f->paths[i], f->node * f->nproc + i, f->node, pids ? pids[i] : 0,
+                          &all[n], why, sizeof why) == 0)
+            n++;
+        else
+            mtrun_msg("flight recorder of rank %d: %s", f->node * f->nproc + i, why);
+    }
+    *out = all;
+    return n;
+}

@@ -1,0 +1,297 @@
+/* Gathering and printing the flight recorder's diagnosis (fr_report.h). The summaries travel as
+ * JSON (jansson), the same objects as the JSON lines of the log directory. */
+#include "fr_report.h"
+
+#include "diagnose.h"
+#include "flightrec.h"
+#include "logfiles.h"
+#include "msg.h"
+
+#include <meshtrain/store.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define GATHER_S 10.0 /* how long node 0 waits for another node's summary */
+
+static json_t *entry_json(const mtrun_fr_rank *r, const mtrun_fr_entry *e) {
+    return json_pack("{s:i, s:i, s:s, s:I, s:s, s:i, s:I, s:i, s:i, s:f, s:f, s:f, s:i, s:i}",
+                     "rank", r->rank, "node", r->node, "group", e->group, "seq",
+                     (json_int_t)e->seq, "op", mtrun_fr_op_name(e->op), "op_kind", e->op,
+                     "bytes", (json_int_t)e->bytes, "dtype", e->dtype, "group_rank",
+                     e->group_rank, "queued", e->queued, "started", e->started, "completed",
+                     e->completed, "status", e->status, "waiting_peer", e->waiting_peer);
+}
+
+static json_t *rank_json(const mtrun_fr_rank *r, int last) {
+    char state[2] = {r->state, '\0'};
+    json_t *records = json_array();
+    int from = last > 0 && r->n > last ? r->n - last : 0;
+    for (int i = from; records && i < r->n; i++) {
+        json_t *e = entry_json(r, &r->e[i]);
+        /* group_size rides along only in summaries, where the analysis needs it */
+        if (e) json_object_set_new(e, "group_size", json_integer(r->e[i].group_size));
+        if (e) json_array_append_new(records, e);
+    }
+    return json_pack("{s:i, s:i, s:i, s:s, s:I, s:o}", "rank", r->rank, "node", r->node, "pid",
+                     r->pid, "state", state, "recorded", (json_int_t)r->total, "records",
+                     records ? records : json_array());
+}
+
+static int rank_from_json(json_t *j, mtrun_fr_rank *r) {
+    memset(r, 0, sizeof *r);
+    json_t *records;
+    const char *state;
+    json_int_t total;
+    if (json_unpack(j, "{s:i, s:i, s:i, s:s, s:I, s:o}", "rank", &r->rank, "node", &r->node,
+                    "pid", &r->pid, "state", &state, "recorded", &total, "records", &records) ||
+        !json_is_array(records))
+        return -1;
+    r->state = state[0] ? state[0] : '-';
+    r->total = (uint64_t)total;
+    r->e = calloc(json_array_size(records) + 1, sizeof *r->e);
+    if (!r->e) return -1;
+    size_t i;
+    json_t *x;
+    json_array_foreach(records, i, x) {
+        mtrun_fr_entry *e = &r->e[r->n];
+        const char *group;
+        json_int_t seq, bytes;
+        if (json_unpack(x, "{s:s, s:I, s:i, s:I, s:i, s:i, s:i, s:F, s:F, s:F, s:i, s:i}",
+                        "group", &group, "seq", &seq, "op_kind", &e->op, "bytes", &bytes, "dtype",
+                        &e->dtype, "group_rank", &e->group_rank, "group_size", &e->group_size,
+                        "queued", &e->queued, "started", &e->started, "completed",
+                        &e->completed, "status", &e->status, "waiting_peer", &e->waiting_peer))
+            continue;
+        snprintf(e->group, sizeof e->group, "%s", group);
+        e->seq = (uint32_t)seq;
+        e->bytes = (uint64_t)bytes;
+        r->n++;
+    }
+    return 0;
+}
+
+/* <job dir>/flight_recorder/<id>-node<N>.jsonl: per rank one line of what it is, then one line
+ * per recorded collective, oldest first. */
+static void write_lines(const mtrun_options *o, const mtrun_fr_rank *ranks, int n, const char *id) {
+    if (!o->logs) return;
+    char dir[PATH_MAX], path[PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s/flight_recorder", o->logs->job_dir);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        mtrun_msg("cannot create %s: %s", dir, strerror(errno));
+        return;
+    }
+    snprintf(path, sizeof path, "%s/%s-node%d.jsonl", dir, id, o->node_rank);
+    int fd = mtrun_logs_open_file(path);
+    FILE *fp = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!fp) {
+        mtrun_msg("cannot write the flight recorder's lines to %s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return;
+    }
+    for (int k = 0; k < n; k++) {
+        json_t *head = rank_json(&ranks[k], -1);
+        if (head) {
+            json_object_del(head, "records");
+            json_dumpf(head, fp, JSON_COMPACT);
+            fputc('\n', fp);
+            json_decref(head);
+        }
+        for (int i = 0; i < ranks[k].n; i++) {
+            json_t *e = entry_json(&ranks[k], &ranks[k].e[i]);
+            if (!e) continue;
+            json_dumpf(e, fp, JSON_COMPACT | JSON_REAL_PRECISION(17));
+            fputc('\n', fp);
+            json_decref(e);
+        }
+    }
+    if (fclose(fp) != 0) mtrun_msg("writing %s: %s", path, strerror(errno));
+}
+
+static int by_rank(const void *a, const void *b) {
+    int x = ((const mtrun_fr_rank *)a)->rank, y = ((const mtrun_fr_rank *)b)->rank;
+    return (x > y) - (x < y);
+}
+
+/* Ranks in order, so that the lines name them alike whatever order the rings came in. */
+static void print_diagnosis(mtrun_fr_rank *ranks, int n, const char *why, const char *missing) {
+    qsort(ranks, (size_t)n, sizeof *ranks, by_rank);
+    size_t cap = 1 << 16;
+    char *text = malloc(cap);
+    if (!text) return;
+    mtrun_diagnose(ranks, n, mtrun_fr_wall_now(), text, cap);
+    mtrun_msg("flight recorder diagnosis (%s)%s:", why, missing);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        mtrun_msg("  %s", line);
+    free(text);
+}
+
+static void free_ranks(mtrun_fr_rank *r, int n) {
+    for (int i = 0; i < n; i++) mtrun_fr_rank_free(&r[i]);
+    free(r);
+}
+
+/* Appends the ranks of a summary (a JSON array) to *all. */
+static void add_summary(const void *v, size_t len, mtrun_fr_rank **all, int *n) {
+    json_error_t err;
+    json_t *j = json_loadb(v, len, 0, &err);
+    if (!json_is_array(j)) {
+        mtrun_msg("a flight recorder summary is not valid JSON: %s", err.text);
+        json_decref(j);
+        return;
+    }
+    size_t i;
+    json_t *x;
+    json_array_foreach(j, i, x) {
+        mtrun_fr_rank *grown = realloc(*all, (size_t)(*n + 1) * sizeof **all);
+        if (!grown) break;
+        *all = grown;
+        if (rank_from_json(x, &grown[*n]) == 0) (*n)++;
+    }
+    json_decref(j);
+}
+
+void mtrun_fr_report(const mtrun_options *o, mtrun_cluster *cluster, const pid_t *pids,
+                     const char *id, const char *why) {
+    if (!o->fr || !mtrun_fr_file(o->fr, 0)) return;
+    mtrun_fr_rank *mine = NULL;
+    int n = mtrun_fr_collect(o->fr, pids, &mine);
+    write_lines(o, mine, n, id);
+    if (!cluster) {
+        print_diagnosis(mine, n, why, "");
+        free_ranks(mine, n);
+        return;
+    }
+    mt_store *store = mtrun_cluster_store(cluster);
+    char key[128];
+    json_t *summary = json_array();
+    for (int k = 0; summary && k < n; k++)
+        json_array_append_new(summary, rank_json(&mine[k], MTRUN_FR_SUMMARY));
+    char *text = summary ? json_dumps(summary, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(summary);
+    if (store && text && o->node_rank != 0) {
+        snprintf(key, sizeof key, "mtrun/diag/%s/%d", id, o->node_rank);
+        if (mt_store_set(store, key, text, strlen(text)) != MT_OK)
+            mtrun_msg("cannot publish this node's flight recorder summary: %s", mt_last_error());
+    }
+    free(text);
+    if (o->node_rank != 0) {
+        free_ranks(mine, n);
+        return;
+    }
+    /* node 0: every other node's summary, as long as each comes within GATHER_S */
+    char missing[512] = "";
+    size_t used = 0;
+    int nnodes = mtrun_cluster_nnodes(cluster);
+    for (int node = 1; node < nnodes; node++) {
+        void *v = NULL;
+        size_t len = 0;
+        snprintf(key, sizeof key, "mtrun/diag/%s/%d", id, node);
+        if (store && mt_store_get(store, key, GATHER_S, &v, &len) == MT_OK) {
+            add_summary(v, len, &mine, &n);
+            free(v);
+        } else if (used + 16 < sizeof missing) {
+            int w = snprintf(missing + used, sizeof missing - used, "%s%d",
+                             used ? ", " : " without node ", node);
+            if (w > 0) used += (size_t)w;
+        }
+    }
+    print_diagnosis(mine, n, why, missing);
+    free_ranks(mine, n);
+}
+
+static int requests_seen;
+
+void mtrun_fr_request(const mtrun_options *o, mtrun_cluster *cluster, const pid_t *pids) {
+    char id[32];
+    mt_store *store = cluster ? mtrun_cluster_store(cluster) : NULL;
+    int64_t count = requests_seen + 1;
+    if (store && mt_store_add(store, "mtrun/diag/requests", 1, &count) != MT_OK)
+        mtrun_msg("cannot ask the other nodes for their flight recorders: %s", mt_last_error());
+    requests_seen = (int)count;
+    snprintf(id, sizeof id, "u%lld", (long long)count);
+    char why[64];
+    snprintf(why, sizeof why, "asked for on node %d", o->node_rank);
+    mtrun_fr_report(o, cluster, pids, id, why);
+}
+
+void mtrun_fr_poll_requests(const mtrun_options *o, mtrun_cluster *cluster, const pid_t *pids) {
+    mt_store *store = mtrun_cluster_store(cluster);
+    int64_t count;
+    if (!o->fr || !store || mt_store_add(store, "mtrun/diag/requests", 0, &count) != MT_OK) return;
+    while (requests_seen < count) {
+        char id[32];
+        snprintf(id, sizeof id, "u%d", ++requests_seen);
+        mtrun_fr_report(o, cluster, pids, id, "asked for on another node");
+    }
+}
+
+/* The rings of mtrun PID on this machine: /dev/shm/mt-fr-PID-LOCALRANK. */
+int mtrun_fr_diagnose_local(long pid) {
+    DIR *d = opendir("/dev/shm");
+    if (!d) {
+        mtrun_msg("--diagnose: cannot list /dev/shm: %s", strerror(errno));
+        return 1;
+    }
+    long found = 0;
+    bool several = false;
+    mtrun_fr_rank *all = NULL;
+    int n = 0;
+    struct dirent *de;
+    /* first pass: which mtrun, when none was named */
+    while (pid == 0 && (de = readdir(d))) {
+        long p;
+        int local;
+        if (sscanf(de->d_name, "mt-fr-%ld-%d", &p, &local) != 2 || kill((pid_t)p, 0) != 0)
+            continue;
+        if (found && p != found) several = true;
+        found = p;
+    }
+    if (pid == 0 && several) {
+        closedir(d);
+        mtrun_msg("--diagnose: several jobs run on this machine; name one: mtrun --diagnose=PID "
+                  "(the pids are in the names of /dev/shm/mt-fr-PID-LOCALRANK)");
+        return 2;
+    }
+    if (pid == 0) pid = found;
+    if (pid == 0) {
+        closedir(d);
+        mtrun_msg("--diagnose: no job with a flight recorder runs on this machine (no "
+                  "/dev/shm/mt-fr-* of a live mtrun)");
+        return 1;
+    }
+    rewinddir(d);
+    while ((de = readdir(d))) {
+        long p;
+        int local;
+        if (sscanf(de->d_name, "mt-fr-%ld-%d", &p, &local) != 2 || p != pid) continue;
+        char path[PATH_MAX], why[PATH_MAX + 128];
+        snprintf(path, sizeof path, "/dev/shm/%s", de->d_name);
+        mtrun_fr_rank *grown = realloc(all, (size_t)(n + 1) * sizeof *all);
+        if (!grown) break;
+        all = grown;
+        /* the rank's own pid (from its ring) tells its process state */
+        if (mtrun_fr_read(path, -1, -1, -1, &all[n], why, sizeof why) == 0) n++;
+        else mtrun_msg("--diagnose: %s", why);
+    }
+    closedir(d);
+    if (n == 0) {
+        mtrun_msg("--diagnose: no flight recorder of mtrun %ld could be read", pid);
+        free(all);
+        return 1;
+    }
+    char why[96];
+    snprintf(why, sizeof why, "%d rank%s of mtrun %ld on this machine", n, n == 1 ? "" : "s",
+             pid);
+    print_diagnosis(all, n, why, "");
+    free_ranks(all, n);
+    return 0;
+}
