@@ -4,7 +4,7 @@ mt_add_test_program(prog_mtrun_freeport ${CMAKE_CURRENT_LIST_DIR}/prog_mtrun_fre
 mt_add_test_program(prog_fr_loop ${CMAKE_CURRENT_LIST_DIR}/prog_fr_loop.c)
 
 foreach(t env failure crossnode signal node_lost rdzv_errors sigterm options c10d logs restart
-        host_stopped link_cut)
+        host_stopped link_cut flightrec)
   if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/mtrun_${t}.sh)
     mt_add_mp_test(mtrun_${t}
       COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mtrun_${t}.sh $<TARGET_FILE:mtrun>

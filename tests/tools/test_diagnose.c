@@ -43,7 +43,7 @@ static void add(int r, const char *group, int size, int grank, uint32_t seq, int
 static char out_[8192];
 
 static int diagnose(int n) {
-    int p = mtrun_diagnose(ranks_, n, NOW, out_, sizeof out_);
+    int p = mtrun_diagnose(ranks_, n, NOW, 0, out_, sizeof out_);
     printf("---\n%s", out_);
     return p;
 }
@@ -78,6 +78,24 @@ static void test_mismatch(void) {
     CHECK(diagnose(2) >= 1);
     CHECK(strstr(out_, "ranks disagree at group dp#1 seq 3: rank 0 issued all_reduce of 1 KiB, "
                        "rank 1 all_reduce of 2 KiB") != NULL);
+}
+
+/* A live job's snapshot: rank 1's ring was read (on its node) before rank 0 issued seq 5, and
+ * rank 2 is only 0.2 s late: nobody is behind with a 1 s threshold. */
+static void test_live_skew(void) {
+    reset(3, 1);
+    for (int r = 0; r < 3; r++) add(r, "dp#0", 3, r, 4, AR, 64, 990, 990.1);
+    add(0, "dp#0", 3, 0, 5, AR, 64, 999.8, 0);
+    ranks_[1].read_at = 999.0;
+    ranks_[2].read_at = 999.9;
+    CHECK(mtrun_diagnose(ranks_, 3, NOW, 1.0, out_, sizeof out_) == 0);
+    printf("---\n%s", out_);
+    CHECK(strstr(out_, "no rank is behind") != NULL);
+    /* waited long enough, rank 2 (read after seq 5 was issued) is behind; rank 1 unknown */
+    CHECK(mtrun_diagnose(ranks_, 3, NOW + 5, 1.0, out_, sizeof out_) == 1);
+    printf("---\n%s", out_);
+    CHECK(strncmp(out_, "rank 2 (node 2) is behind", 25) == 0);
+    CHECK(strstr(out_, "rank 1 ") == NULL);
 }
 
 static void test_all_fine(void) {
@@ -160,6 +178,7 @@ int main(void) {
     test_behind();
     test_mismatch();
     test_all_fine();
+    test_live_skew();
     test_several_groups();
     test_wrapped();
     test_awaited_peer();

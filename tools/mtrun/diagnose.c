@@ -217,7 +217,7 @@ static void describe_behind(const mtrun_fr_rank *b, const char *group, text *t, 
 
 /* Findings of group: ranks behind its front while others wait there. */
 static int behind_in(const mtrun_fr_rank *ranks, int nranks, const char *group, double now,
-                     finding *out, int max) {
+                     double min_wait_s, finding *out, int max) {
     /* the front: the highest seq issued, with its collective */
     const mtrun_fr_entry *front = NULL;
     int size = 0;
@@ -251,6 +251,13 @@ static int behind_in(const mtrun_fr_rank *ranks, int nranks, const char *group, 
         }
     }
     int found = 0;
+    /* read before the others issued the front: it may have issued it since */
+    int kept = 0;
+    for (int k = 0; k < nb; k++)
+        if (ranks[behind[k]].read_at <= 0 || ranks[behind[k]].read_at >= oldest)
+            behind[kept++] = behind[k];
+    nb = kept;
+    if (now - oldest < min_wait_s) nw = 0; /* nobody has waited long: no finding */
     if (nw > 0 && nb == 0 && nw == members && members == size) {
         /* All issued the front and wait: the most awaited member is the one behind, when
          * the schedules say whom they wait on. */
@@ -317,7 +324,8 @@ static void all_fine(const mtrun_fr_rank *ranks, int nranks, int ngroups, double
 #define MAX_FINDINGS 64
 #define MAX_LINES 8
 
-int mtrun_diagnose(const mtrun_fr_rank *ranks, int nranks, double now, char *out, size_t cap) {
+int mtrun_diagnose(const mtrun_fr_rank *ranks, int nranks, double now, double min_wait_s,
+                   char *out, size_t cap) {
     text t = {out, cap, 0};
     if (cap) out[0] = '\0';
     char(*groups)[MTRUN_FR_GROUP_CAP] = malloc(MAX_GROUPS * sizeof *groups);
@@ -334,7 +342,7 @@ int mtrun_diagnose(const mtrun_fr_rank *ranks, int nranks, double now, char *out
         if (disagreement(ranks, nranks, groups[g], &t)) problems++;
     int nf = 0;
     for (int g = 0; g < ng && nf < MAX_FINDINGS; g++)
-        nf += behind_in(ranks, nranks, groups[g], now, f + nf, MAX_FINDINGS - nf);
+        nf += behind_in(ranks, nranks, groups[g], now, min_wait_s, f + nf, MAX_FINDINGS - nf);
     lines = problems;
     /* Causes first, one line per rank; then what follows from them. */
     bool any_cause = false;

@@ -29,14 +29,19 @@ typedef struct mtrun_fr_rank {
     int pid;           /* 0: the rank never attached its ring */
     char state;        /* its process's state letter in /proc ('T': stopped), '-' gone/unknown */
     uint64_t total;    /* collectives it ever recorded (more than n once the ring wrapped) */
+    double read_at;    /* wall-clock time its ring was read (0: unknown): nodes read theirs
+                        * at different times, and a ring read before the others issued a
+                        * collective cannot be said to lag behind it */
     mtrun_fr_entry *e;
     int n;
 } mtrun_fr_rank;
 
 /* Writes the diagnosis of nranks rings, seen at wall-clock time now, into out (lines ending in
- * '\n'). Returns how many problems it names (ranks behind, disagreements); 0 when all is in step
- * (then the text says what is in flight, if anything). */
-int mtrun_diagnose(const mtrun_fr_rank *ranks, int nranks, double now, char *out, size_t cap);
+ * '\n'). A rank is only called behind once others have waited for it min_wait_s (a live job's
+ * ranks are always a little apart). Returns how many problems it names (ranks behind,
+ * disagreements); 0 when all is in step (then the text says what is in flight, if anything). */
+int mtrun_diagnose(const mtrun_fr_rank *ranks, int nranks, double now, double min_wait_s,
+                   char *out, size_t cap);
 
 /* "all_gather", "reduce_scatter", ... for an mt_op_kind. */
 const char *mtrun_fr_op_name(int op);

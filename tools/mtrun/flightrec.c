@@ -206,6 +206,7 @@ int mtrun_fr_read(const char *path, int rank, int node, pid_t pid, mtrun_fr_rank
         e->waiting_peer = atomic_load(&c.waiting_peer);
     }
     munmap(base, (size_t)st.st_size);
+    r->read_at = mtrun_fr_wall_now();
     return 0;
 }
 

@@ -41,9 +41,9 @@ static json_t *rank_json(const mtrun_fr_rank *r, int last) {
         if (e) json_object_set_new(e, "group_size", json_integer(r->e[i].group_size));
         if (e) json_array_append_new(records, e);
     }
-    return json_pack("{s:i, s:i, s:i, s:s, s:I, s:o}", "rank", r->rank, "node", r->node, "pid",
-                     r->pid, "state", state, "recorded", (json_int_t)r->total, "records",
-                     records ? records : json_array());
+    return json_pack("{s:i, s:i, s:i, s:s, s:I, s:f, s:o}", "rank", r->rank, "node", r->node,
+                     "pid", r->pid, "state", state, "recorded", (json_int_t)r->total, "read_at",
+                     r->read_at, "records", records ? records : json_array());
 }
 
 static int rank_from_json(json_t *j, mtrun_fr_rank *r) {
@@ -51,8 +51,9 @@ static int rank_from_json(json_t *j, mtrun_fr_rank *r) {
     json_t *records;
     const char *state;
     json_int_t total;
-    if (json_unpack(j, "{s:i, s:i, s:i, s:s, s:I, s:o}", "rank", &r->rank, "node", &r->node,
-                    "pid", &r->pid, "state", &state, "recorded", &total, "records", &records) ||
+    if (json_unpack(j, "{s:i, s:i, s:i, s:s, s:I, s:F, s:o}", "rank", &r->rank, "node",
+                    &r->node, "pid", &r->pid, "state", &state, "recorded", &total, "read_at",
+                    &r->read_at, "records", &records) ||
         !json_is_array(records))
         return -1;
     r->state = state[0] ? state[0] : '-';
@@ -122,12 +123,13 @@ static int by_rank(const void *a, const void *b) {
 }
 
 /* Ranks in order, so that the lines name them alike whatever order the rings came in. */
-static void print_diagnosis(mtrun_fr_rank *ranks, int n, const char *why, const char *missing) {
+static void print_diagnosis(mtrun_fr_rank *ranks, int n, const char *why, const char *missing,
+                            double min_wait_s) {
     qsort(ranks, (size_t)n, sizeof *ranks, by_rank);
     size_t cap = 1 << 16;
     char *text = malloc(cap);
     if (!text) return;
-    mtrun_diagnose(ranks, n, mtrun_fr_wall_now(), text, cap);
+    mtrun_diagnose(ranks, n, mtrun_fr_wall_now(), min_wait_s, text, cap);
     mtrun_msg("flight recorder diagnosis (%s)%s:", why, missing);
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
         mtrun_msg("  %s", line);
@@ -161,12 +163,14 @@ static void add_summary(const void *v, size_t len, mtrun_fr_rank **all, int *n) 
 
 void mtrun_fr_report(const mtrun_options *o, mtrun_cluster *cluster, const pid_t *pids,
                      const char *id, const char *why) {
+    /* a failure stopped the job: every wait counts; a live job's ranks are always a bit apart */
+    double min_wait_s = id[0] == 'f' ? 0 : MTRUN_FR_LIVE_WAIT_S;
     if (!o->fr || !mtrun_fr_file(o->fr, 0)) return;
     mtrun_fr_rank *mine = NULL;
     int n = mtrun_fr_collect(o->fr, pids, &mine);
     write_lines(o, mine, n, id);
     if (!cluster) {
-        print_diagnosis(mine, n, why, "");
+        print_diagnosis(mine, n, why, "", min_wait_s);
         free_ranks(mine, n);
         return;
     }
@@ -204,7 +208,7 @@ void mtrun_fr_report(const mtrun_options *o, mtrun_cluster *cluster, const pid_t
             if (w > 0) used += (size_t)w;
         }
     }
-    print_diagnosis(mine, n, why, missing);
+    print_diagnosis(mine, n, why, missing, min_wait_s);
     free_ranks(mine, n);
 }
 
@@ -218,8 +222,14 @@ void mtrun_fr_request(const mtrun_options *o, mtrun_cluster *cluster, const pid_
         mtrun_msg("cannot ask the other nodes for their flight recorders: %s", mt_last_error());
     requests_seen = (int)count;
     snprintf(id, sizeof id, "u%lld", (long long)count);
+    if (store) {
+        char key[64], node[16];
+        snprintf(key, sizeof key, "mtrun/diag/%s/from", id);
+        int len = snprintf(node, sizeof node, "%d", o->node_rank);
+        (void)mt_store_set(store, key, node, (size_t)len); /* only words the message */
+    }
     char why[64];
-    snprintf(why, sizeof why, "asked for on node %d", o->node_rank);
+    snprintf(why, sizeof why, "asked for with SIGUSR1 on node %d", o->node_rank);
     mtrun_fr_report(o, cluster, pids, id, why);
 }
 
@@ -230,7 +240,16 @@ void mtrun_fr_poll_requests(const mtrun_options *o, mtrun_cluster *cluster, cons
     while (requests_seen < count) {
         char id[32];
         snprintf(id, sizeof id, "u%d", ++requests_seen);
-        mtrun_fr_report(o, cluster, pids, id, "asked for on another node");
+        char key[64], why[64] = "asked for with SIGUSR1 on another node";
+        void *v = NULL;
+        size_t len = 0;
+        bool found = false;
+        snprintf(key, sizeof key, "mtrun/diag/%s/from", id);
+        if (mt_store_try_get(store, key, &v, &len, &found) == MT_OK && found && len < 16)
+            snprintf(why, sizeof why, "asked for with SIGUSR1 on node %.*s", (int)len,
+                     (const char *)v);
+        free(v);
+        mtrun_fr_report(o, cluster, pids, id, why);
     }
 }
 
@@ -291,7 +310,7 @@ int mtrun_fr_diagnose_local(long pid) {
     char why[96];
     snprintf(why, sizeof why, "%d rank%s of mtrun %ld on this machine", n, n == 1 ? "" : "s",
              pid);
-    print_diagnosis(all, n, why, "");
+    print_diagnosis(all, n, why, "", MTRUN_FR_LIVE_WAIT_S);
     free_ranks(all, n);
     return 0;
 }

@@ -12,6 +12,8 @@
 #include <sys/types.h>
 
 #define MTRUN_FR_SUMMARY 64
+/* A diagnosis of a live job calls a rank behind only once others waited this long for it. */
+#define MTRUN_FR_LIVE_WAIT_S 1.0
 
 /* One diagnosis named id ("f0": round 0's failure, "u2": the second one asked for) because of
  * why ("rank 3 exited with code 1"). pids[i]: local rank i's process (0 if none). */

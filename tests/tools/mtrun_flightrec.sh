@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# mtrun test: the flight recorder's diagnosis (docs/flight-recorder.md), with prog_fr_loop (a
+# {"dp","tp"} loop of all_gathers and all_reduces):
+#   A. one rank of four SIGSTOPped, MT_TIMEOUT_S=5: the others time out and mtrun's diagnosis
+#      names the stopped rank first, as stopped; the rings are written as JSON lines into
+#      --log_dir; the ring files are removed when mtrun ends;
+#   B. a rank issues a reduce_scatter where its dp peer issues an all_gather (same sizes: it
+#      completes, silently wrong): `mtrun --diagnose=PID` and SIGUSR1 both name the disagreement,
+#      and the job goes on to exit 0;
+#   C. SIGUSR1 to a healthy job: "no rank is behind", and the job finishes with 0;
+#   D. MT_FLIGHT_RECORDER=0: no ring files, SIGUSR1 says the recorder is off; out of range: exit 2;
+#   E. two nodes: SIGUSR1 to node 1 makes node 0 print the diagnosis of all 4 ranks; then a rank
+#      of node 1 stopped: node 0's diagnosis names it, with its node.
+# The diagnosis lines are printed ("diagnosis: ...") for the record.
+. "$(dirname "$0")/mtrun_lib.sh"
+LOOP="$(dirname "$WORKER")/prog_fr_loop"
+export MT_KILL_GRACE_S=1
+
+print_diagnosis() { grep -h -A4 "flight recorder diagnosis" "$@" | sed 's/^/diagnosis: /'; }
+rings_of() { ls /dev/shm 2>/dev/null | grep -c "^mt-fr-$1-"; }
+
+# A
+mkdir -p "$TMP/pids_a" "$TMP/logs_a"
+FR_PID_DIR=$TMP/pids_a MT_TIMEOUT_S=5 start_bg stop "$MTRUN" --standalone --nproc_per_node 4 \
+    --log_dir "$TMP/logs_a" "$LOOP" loop 100000 10 "$MARKER"
+check "A: the loop runs" wait_for_text "$TMP/stop.out" "[rank0]:iteration 20" 60
+check "A: four ring files while it runs" test "$(rings_of "$PID_stop")" = 4
+kill -STOP "$(cat "$TMP/pids_a/rank1.pid")"
+wait_rc "$PID_stop" 60
+check "A: the job fails (rc $RC)" bash -c "[ '$RC' != timeout ] && [ '$RC' != 0 ]"
+print_diagnosis "$TMP/stop.err"
+check "A: the diagnosis names the stopped rank first" \
+    grep -qE "^mtrun:   rank 1 \(node 0\) is behind: [0-9]+ ranks? of group (tp|dp)#[0-9]+ waits? in (all_gather|all_reduce) seq [0-9]+ \([0-9.]+ KiB, for [0-9.]+ s\); rank 1's last completed is seq [0-9]+, [0-9.]+ s ago.*; its process is stopped$" \
+    "$TMP/stop.err"
+check "A: no other rank is named as a cause" \
+    bash -c "! grep -E '^mtrun:   rank [023] ' '$TMP/stop.err'"
+lines=$(ls "$TMP"/logs_a/*/flight_recorder/f0-node0.jsonl 2>/dev/null)
+check "A: the rings as JSON lines in --log_dir" test -n "$lines"
+check "A: every line is a JSON object, rank 1's records among them" python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert all(isinstance(r, dict) for r in rows)
+heads = [r for r in rows if "recorded" in r]
+assert sorted(r["rank"] for r in heads) == [0, 1, 2, 3], heads
+assert [r["state"] for r in heads if r["rank"] == 1] == ["T"], heads
+assert any(r.get("rank") == 1 and r.get("op") == "all_reduce" for r in rows)
+' "${lines:-/nonexistent}"
+check "A: the ring files are removed" test "$(rings_of "$PID_stop")" = 0
+
+# B
+MT_TIMEOUT_S=30 start_bg mm "$MTRUN" --standalone --nproc_per_node 4 "$LOOP" mismatch 0 8000 \
+    "$MARKER"
+check "B: the mismatched collective was issued" wait_for_text "$TMP/mm.out" \
+    "[rank0]:mismatch issued" 60
+"$MTRUN" --diagnose="$PID_mm" >"$TMP/diag_b.out" 2>&1
+print_diagnosis "$TMP/diag_b.out"
+WANT="ranks disagree at group dp#"
+check "B: mtrun --diagnose names the disagreement" grep -qE \
+    "^mtrun:   ranks disagree at group dp#[0-9]+ seq 10: rank 1 issued all_gather, rank 3 reduce_scatter$" \
+    "$TMP/diag_b.out"
+kill -USR1 "$PID_mm"
+check "B: SIGUSR1 prints it too" wait_for_text "$TMP/mm.err" "$WANT" 10
+print_diagnosis "$TMP/mm.err"
+check "B: seq 10: rank 1 issued all_gather, rank 3 reduce_scatter" grep -qE \
+    "seq 10: rank 1 issued all_gather, rank 3 reduce_scatter$" "$TMP/mm.err"
+expect_rc mm 0 60
+
+# C
+MT_TIMEOUT_S=30 start_bg ok "$MTRUN" --standalone --nproc_per_node 4 "$LOOP" loop 400 10 "$MARKER"
+check "C: the loop runs" wait_for_text "$TMP/ok.out" "[rank0]:iteration 10" 60
+kill -USR1 "$PID_ok"
+check "C: SIGUSR1 prints a diagnosis" wait_for_text "$TMP/ok.err" "no rank is behind" 10
+print_diagnosis "$TMP/ok.err"
+check "C: of the 4 ranks, 4 groups" grep -qE \
+    "^mtrun:   no rank is behind and no ranks disagree: 4 ranks, 4 groups, [0-9]+ collectives recorded" \
+    "$TMP/ok.err"
+expect_rc ok 0 90
+
+# D
+MT_FLIGHT_RECORDER=0 MT_TIMEOUT_S=30 start_bg off "$MTRUN" --standalone --nproc_per_node 2 \
+    "$LOOP" loop 300 10 "$MARKER"
+check "D: the loop runs" wait_for_text "$TMP/off.out" "[rank0]:iteration 10" 60
+check "D: no ring files" test "$(rings_of "$PID_off")" = 0
+kill -USR1 "$PID_off"
+check "D: SIGUSR1 says the recorder is off" wait_for_text "$TMP/off.err" \
+    "mtrun: received SIGUSR1, but the flight recorder is off (MT_FLIGHT_RECORDER=0): no diagnosis" 10
+expect_rc off 0 90
+MT_FLIGHT_RECORDER=-1 "$MTRUN" --standalone "$LOOP" loop 1 1 "$MARKER" >"$TMP/bad.out" 2>&1
+rc=$?
+check "D: MT_FLIGHT_RECORDER=-1 is refused with 2 (got $rc)" test "$rc" = 2
+check "D: ... saying what is wrong" grep -qF \
+    "MT_FLIGHT_RECORDER=-1 is not an integer in 0..1048576" "$TMP/bad.out"
+
+# E
+mkdir -p "$TMP/pids_e"
+port=$(free_port)
+export FR_PID_DIR=$TMP/pids_e MT_TIMEOUT_S=6
+start_node e0 0 "$port" "$LOOP" loop 100000 10 "$MARKER"
+start_node e1 1 "$port" "$LOOP" loop 100000 10 "$MARKER"
+unset FR_PID_DIR
+check "E: the loop runs" wait_for_text "$TMP/e0.out" "[rank0]:iteration 20" 60
+kill -USR1 "$PID_e1"
+check "E: node 0 prints the diagnosis asked for on node 1" wait_for_text "$TMP/e0.err" \
+    "flight recorder diagnosis (asked for with SIGUSR1 on" 15
+check "E: ... of all 4 ranks" wait_for_text "$TMP/e0.err" \
+    "no rank is behind and no ranks disagree: 4 ranks" 5
+print_diagnosis "$TMP/e0.err"
+kill -STOP "$(cat "$TMP/pids_e/rank3.pid")"
+wait_rc "$PID_e0" 60
+check "E: the job fails (rc $RC)" bash -c "[ '$RC' != timeout ] && [ '$RC' != 0 ]"
+grep -A4 "diagnosis (rank" "$TMP/e0.err" | sed 's/^/diagnosis: /'
+check "E: node 0 names the stopped rank of node 1" grep -qE \
+    "^mtrun:   rank 3 \(node 1\) is behind: .*; its process is stopped$" "$TMP/e0.err"
+wait_rc "$PID_e1" 30
+
+check "no leftovers" no_leftovers 15
+[ "$FAILURES" = 0 ] || { show stop; show mm; show ok; show e0; show e1; }
+finish
