@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+_Static_assert(sizeof(((mt_group *)0)->fr_name) == MT_FR_GROUP_CAP, "group name in a record");
+
 static pthread_once_t attach_once = PTHREAD_ONCE_INIT;
 static mt_fr_header *ring_header; /* NULL: off */
 static mt_fr_record *ring_records;
@@ -84,7 +86,7 @@ void mt_fr_queued(mt_work *w) {
     mt_fr_record *r = &ring_records[id % ring_header->capacity];
     atomic_store_explicit(&r->lock, 2 * id + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    snprintf(r->group, sizeof r->group, "%.30s#%u", g->name, (unsigned)g->id);
+    memcpy(r->group, g->fr_name, sizeof r->group);
     r->seq = w->seq;
     r->group_size = g->size;
     r->group_rank = g->rank;

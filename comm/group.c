@@ -148,7 +148,7 @@ mt_status mt_group_create(mt_runtime *rt, const int *ranks, int nranks, const ch
     mt_group *g = mt_group_alloc(tr, ranks, nranks, name);
     if (!g) return mt_error(MT_ERR_OUT_OF_MEMORY, "mt_group_create('%s')", name);
     /* 0 is the world group's. */
-    g->id = (uint32_t)(1 + (id - 1) % 0xffff);
+    mt_group_set_id(g, (uint32_t)(1 + (id - 1) % 0xffff));
     *out = g;
     return MT_OK;
 }
@@ -203,4 +203,9 @@ void mt_group_mark_failed(mt_group *g, const char *msg) {
         atomic_store(&g->failed, true);
     }
     pthread_mutex_unlock(&g->tr->mu);
+}
+
+void mt_group_set_id(mt_group *g, uint32_t id) {
+    g->id = id;
+    snprintf(g->fr_name, sizeof g->fr_name, "%.30s#%u", g->name, (unsigned)id);
 }

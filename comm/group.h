@@ -23,7 +23,8 @@ struct mt_group {
     int size;
     int rank;      /* this process's group rank */
     int *ranks;    /* global ranks */
-    uint32_t id;   /* 16-bit tag space */
+    uint32_t id;   /* 16-bit tag space; set with mt_group_set_id */
+    char fr_name[40]; /* "dp#2": name#id, as the flight recorder names it (comm/flight_rec.h) */
     bool is_world;
     uint32_t next_seq;        /* collectives issued (user threads, under tr->mu) */
     _Atomic uint32_t nccl_seq; /* collectives issued on the NCCL backend (flight recorder) */
@@ -60,5 +61,7 @@ void mt_group_mark_failed(mt_group *group, const char *msg);
 /* Allocates a group of nranks global ranks on tr (its id is set by the caller). */
 mt_group *mt_group_alloc(mt_transport *tr, const int *ranks, int nranks, const char *name);
 void mt_group_free(mt_group *group);
+/* Sets the group's job-wide id and the name the flight recorder gives it. */
+void mt_group_set_id(mt_group *group, uint32_t id);
 
 #endif

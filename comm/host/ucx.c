@@ -370,7 +370,7 @@ mt_status mt_transport_world_group(mt_runtime *rt, mt_transport *tr, mt_group **
         tr->world_group = mt_group_alloc(tr, ranks, tr->world, "world");
         free(ranks);
         if (!tr->world_group) return mt_error(MT_ERR_OUT_OF_MEMORY, "allocating the world group");
-        tr->world_group->id = 0;
+        mt_group_set_id(tr->world_group, 0);
         tr->world_group->is_world = true;
     }
     *out = tr->world_group;
