@@ -1,6 +1,8 @@
-/* MT_SOCKET_IFNAME: the store listens on the chosen interface only, so that a host with several
- * networks does not offer the rendezvous on one the other nodes cannot reach. (UCX is pointed at
- * the same interface through UCX_NET_DEVICES by runtime.c.) */
+/* Where a job listens (docs/security.md): a single-host job on loopback only; otherwise on
+ * MT_SOCKET_IFNAME's address, or on the address this host uses to reach the store's address, so
+ * that a host with several networks does not offer the rendezvous (or UCX) on one the other
+ * nodes cannot reach, and never on every interface. runtime.c points UCX at the same interface
+ * through UCX_NET_DEVICES. */
 #include "mesh/netif.h"
 
 #include "core/error.h"
@@ -8,7 +10,10 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,11 +66,63 @@ mt_status mt_netif_address(const char *ifname, char *out, size_t cap) {
     return MT_OK;
 }
 
-mt_status mt_netif_store_bind(char *buf, size_t cap, const char **bind_addr) {
-    const char *ifname = getenv("MT_SOCKET_IFNAME");
-    *bind_addr = NULL;
-    if (!ifname || !*ifname) return MT_OK;
-    MT_TRY(mt_netif_address(ifname, buf, cap));
-    *bind_addr = buf;
+mt_status mt_netif_route_source(const char *host, char *out, size_t cap) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM}, *res = NULL;
+    int rc = getaddrinfo(host, "9", &hints, &res);
+    if (rc != 0)
+        return mt_error(MT_ERR_NOT_FOUND, "cannot resolve the store address '%s' to choose the "
+                        "interface to listen on: %s (or set MT_SOCKET_IFNAME)", host,
+                        gai_strerror(rc));
+    int err = ENETUNREACH;
+    bool found = false;
+    for (struct addrinfo *ai = res; ai && !found; ai = ai->ai_next) {
+        /* A UDP connect sends nothing: it only asks the kernel for the route and its source. */
+        int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        struct sockaddr_storage src;
+        socklen_t slen = sizeof src;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+            getsockname(fd, (struct sockaddr *)&src, &slen) == 0)
+            found = format_address((struct sockaddr *)&src, out, cap);
+        else
+            err = errno;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    if (!found)
+        return mt_error_errno(MT_ERR_NOT_FOUND, err, "no route from this host to the store "
+                              "address '%s' (or set MT_SOCKET_IFNAME)", host);
     return MT_OK;
+}
+
+mt_status mt_netif_name_of(const char *addr, char *name, size_t cap) {
+    struct ifaddrs *all = NULL;
+    if (getifaddrs(&all) != 0)
+        return mt_error_errno(MT_ERR_SYSTEM, errno, "listing network interfaces");
+    bool found = false;
+    for (struct ifaddrs *ifa = all; ifa && !found; ifa = ifa->ifa_next) {
+        char text[64];
+        if (!ifa->ifa_addr || !format_address(ifa->ifa_addr, text, sizeof text)) continue;
+        if (strcmp(text, addr) != 0) continue;
+        snprintf(name, cap, "%s", ifa->ifa_name);
+        found = true;
+    }
+    freeifaddrs(all);
+    if (!found)
+        return mt_error(MT_ERR_NOT_FOUND, "no network interface of this host has the address %s",
+                        addr);
+    return MT_OK;
+}
+
+mt_status mt_netif_store_bind(const char *store_host, bool single_host, char *buf, size_t cap) {
+    const char *ifname = getenv("MT_SOCKET_IFNAME");
+    if (ifname && *ifname) return mt_netif_address(ifname, buf, cap);
+    if (single_host) {
+        snprintf(buf, cap, "127.0.0.1");
+        return MT_OK;
+    }
+    return mt_netif_route_source(store_host, buf, cap);
 }

@@ -4,6 +4,7 @@
 
 #include <meshtrain/status.h>
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Writes the first IPv4 address of interface ifname (its first IPv6 one when it has no IPv4)
@@ -11,8 +12,17 @@
  * interfaces that do have one. */
 mt_status mt_netif_address(const char *ifname, char *out, size_t cap);
 
-/* Where a rendezvous store should listen: with MT_SOCKET_IFNAME set, that interface's address
- * (written into buf, *bind_addr = buf); otherwise *bind_addr = NULL, every interface. */
-mt_status mt_netif_store_bind(char *buf, size_t cap, const char **bind_addr);
+/* The source address of this host's route to host (which local address other nodes reach it
+ * by, when host is this host's own address), as text. */
+mt_status mt_netif_route_source(const char *host, char *out, size_t cap);
+
+/* The name of the interface that holds address addr (text, as mt_netif_address writes it). */
+mt_status mt_netif_name_of(const char *addr, char *name, size_t cap);
+
+/* Where a rendezvous store hosted here listens, written into buf, which is also the address its
+ * own host connects to: MT_SOCKET_IFNAME's address when set; else 127.0.0.1 for a single-host
+ * job; else the address this host uses to reach store_host (the store's address as the other
+ * nodes know it). Never every interface. */
+mt_status mt_netif_store_bind(const char *store_host, bool single_host, char *buf, size_t cap);
 
 #endif
