@@ -7,6 +7,8 @@
 
 #include "core/error.h"
 
+#include <meshtrain/log.h>
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -117,12 +119,34 @@ mt_status mt_netif_name_of(const char *addr, char *name, size_t cap) {
     return MT_OK;
 }
 
-mt_status mt_netif_store_bind(const char *store_host, bool single_host, char *buf, size_t cap) {
+bool mt_netif_is_loopback(const char *addr) {
+    struct in_addr v4;
+    struct in6_addr v6;
+    if (inet_pton(AF_INET, addr, &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, addr, &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+    return strcmp(addr, "localhost") == 0;
+}
+
+mt_status mt_netif_store_bind(const char *store_host, bool single_host, char *listen_at,
+                              char *connect_to, size_t cap) {
     const char *ifname = getenv("MT_SOCKET_IFNAME");
-    if (ifname && *ifname) return mt_netif_address(ifname, buf, cap);
-    if (single_host) {
-        snprintf(buf, cap, "127.0.0.1");
-        return MT_OK;
+    if (ifname && *ifname) {
+        MT_TRY(mt_netif_address(ifname, listen_at, cap));
+    } else if (single_host) {
+        snprintf(listen_at, cap, "127.0.0.1");
+    } else {
+        MT_TRY(mt_netif_route_source(store_host, listen_at, cap));
+        if (mt_netif_is_loopback(listen_at) && !mt_netif_is_loopback(store_host)) {
+            /* A host name that /etc/hosts maps to 127.0.1.1 on its own host (Debian's habit):
+             * the other nodes reach it elsewhere, at an address this host cannot tell. */
+            mt_log(MT_LOG_WARN, "the store address '%s' is a loopback address (%s) on this host, "
+                   "but other nodes reach it elsewhere: the store listens on every interface; set "
+                   "MT_SOCKET_IFNAME to listen on one (docs/security.md)", store_host, listen_at);
+            snprintf(connect_to, cap, "%s", listen_at);
+            listen_at[0] = '\0';
+            return MT_OK;
+        }
     }
-    return mt_netif_route_source(store_host, buf, cap);
+    snprintf(connect_to, cap, "%s", listen_at);
+    return MT_OK;
 }

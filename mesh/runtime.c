@@ -128,7 +128,9 @@ static mt_status host_store(mt_runtime *rt, char *host, size_t cap, const char *
                             char fresh[MT_STORE_TOKEN_HEX_LEN]) {
     const mt_runtime_env *env = &rt->env;
     bool single = single_host(env);
-    MT_TRY(mt_netif_store_bind(env->master_addr, single, host, cap));
+    char listen_at[64];
+    MT_TRY(mt_netif_store_bind(env->master_addr, single, listen_at, host,
+                               cap < sizeof listen_at ? cap : sizeof listen_at));
     const char *given = getenv("MT_STORE_TOKEN");
     *token = NULL; /* MT_STORE_TOKEN */
     if ((!given || !*given) && rt->world == 1) {
@@ -144,7 +146,8 @@ static mt_status host_store(mt_runtime *rt, char *host, size_t cap, const char *
     char what[96];
     snprintf(what, sizeof what, "rank 0's rendezvous store for %d ranks", rt->world);
     MT_TRY(mt_fd_limit_raise((uint64_t)max_clients + 64, what, NULL));
-    mt_store_server_opts o = {.bind_addr = host, .port = env->master_port, .job_id = env->job_id,
+    mt_store_server_opts o = {.bind_addr = listen_at, .port = env->master_port,
+                              .job_id = env->job_id,
                               .token = *token, .max_clients = max_clients};
     int listen_err;
     mt_status st = mt_store_server_start_opts(&o, &rt->server, &listen_err);
@@ -347,6 +350,10 @@ static void apply_ucx_devices(const mt_runtime *rt) {
         snprintf(name, sizeof name, "%s", ifname);
     } else if (!single_host(&rt->env)) {
         mt_status st = mt_netif_route_source(rt->env.master_addr, addr, sizeof addr);
+        if (st == MT_OK && mt_netif_is_loopback(addr) && !mt_netif_is_loopback(rt->env.master_addr))
+            /* MASTER_ADDR is a name of this host mapped to loopback: which interface the other
+             * nodes come in by is unknown here (mt_netif_store_bind warned). */
+            return;
         if (st == MT_OK) st = mt_netif_name_of(addr, name, sizeof name);
         if (st != MT_OK) {
             mt_log(MT_LOG_WARN, "UCX may listen on every interface: %s", mt_last_error());

@@ -14,6 +14,7 @@
 #include <meshtrain/version.h>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +185,45 @@ static void test_stranger_learns_nothing(void) {
     free(v);
     mt_store_close(good);
     mt_store_server_stop(server);
+}
+
+/* A stranger listening on the store's port answers like a store but cannot prove it knows the
+ * token: the client believes nothing it says. */
+static void *fake_store(void *arg) {
+    int lfd = *(int *)arg;
+    int fd = accept(lfd, NULL, NULL);
+    if (fd < 0) return NULL;
+    unsigned char in[1024];
+    ssize_t n = recv(fd, in, sizeof in, 0); /* HELLO */
+    unsigned char challenge[4 + 1 + 4 + MT_STORE_NONCE_LEN] = {0, 0, 0, 37, MT_STORE_R_OK, 0, 0, 0,
+                                                               MT_STORE_NONCE_LEN};
+    if (n > 0) raw_send(fd, challenge, sizeof challenge);
+    n = recv(fd, in, sizeof in, 0); /* AUTH */
+    unsigned char ok[4 + 1 + 4 + MT_STORE_MAC_LEN] = {0, 0, 0, 37, MT_STORE_R_OK, 0, 0, 0,
+                                                      MT_STORE_MAC_LEN};
+    if (n > 0) raw_send(fd, ok, sizeof ok);
+    unsigned char sink[64];
+    while (recv(fd, sink, sizeof sink, 0) > 0) {
+    }
+    close(fd);
+    return NULL;
+}
+
+static void test_fake_store(void) {
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    CHECK(bind(lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(lfd, 4) == 0 &&
+          getsockname(lfd, (struct sockaddr *)&a, &len) == 0);
+    pthread_t t;
+    pthread_create(&t, NULL, fake_store, &lfd);
+    mt_store *c = NULL;
+    CHECK_ERR(join(ntohs(a.sin_port), TOKEN, 5, &c), MT_ERR_MISMATCH,
+              "did not prove that it knows this job's store token");
+    CHECK(c == NULL);
+    pthread_join(t, NULL);
+    close(lfd);
 }
 
 /* ---- bounds -------------------------------------------------------------------------------- */
@@ -374,6 +414,7 @@ int main(void) {
     setenv("MT_STORE_HANDSHAKE_TIMEOUT_S", "1", 1);
     test_tokens();
     test_stranger_learns_nothing();
+    test_fake_store();
     test_preauth_frame_limit();
     test_client_limit();
     test_byte_limit();

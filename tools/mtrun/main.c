@@ -104,7 +104,7 @@ static int run(mtrun_options *o, mtrun_binding *binding) {
     if (o->hosts_store) {
         int bad = mtrun_security_store_bind(o);
         if (bad >= 0) return bad;
-        mt_store_server_opts so = {.bind_addr = o->store_bind, .port = o->master_port,
+        mt_store_server_opts so = {.bind_addr = o->store_listen, .port = o->master_port,
                                    .job_id = o->rdzv_id,
                                    .max_clients = mtrun_security_max_clients(o)};
         int listen_err = 0;

@@ -26,7 +26,8 @@ typedef struct mtrun_options {
     int max_restarts;           /* --max_restarts: rounds after the first one (restart.c) */
     double monitor_interval;    /* accepted; mtrun is woken by SIGCHLD rather than polling */
     bool hosts_store;           /* decided in main: this mtrun hosts the rendezvous store */
-    char store_bind[64];        /* the hosted store's address, where this mtrun connects too */
+    char store_listen[64];      /* where the hosted store listens ("": every interface) */
+    char store_bind[64];        /* where this node's mtrun and ranks reach the hosted store */
     char endpoint_host[256];    /* --rdzv_endpoint's host (master_addr points here) */
     const char *log_dir;  /* NULL: no log files unless --redirects/--tee (a temporary dir) */
     const char *redirects, *tee; /* --redirects/--tee as given (checked); NULL when absent */

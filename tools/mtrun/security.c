@@ -66,7 +66,7 @@ int mtrun_security_prepare(const mtrun_options *o) {
 }
 
 int mtrun_security_store_bind(mtrun_options *o) {
-    if (mt_netif_store_bind(o->master_addr, o->nnodes == 1, o->store_bind,
+    if (mt_netif_store_bind(o->master_addr, o->nnodes == 1, o->store_listen, o->store_bind,
                             sizeof o->store_bind) != MT_OK) {
         mtrun_msg("cannot choose where the rendezvous store listens: %s", mt_last_error());
         return 2;

@@ -13,9 +13,9 @@
  * exit code after saying why. */
 int mtrun_security_prepare(const mtrun_options *o);
 
-/* The address the hosted store listens on, written into o->store_bind: 127.0.0.1 for a single
- * node, MT_SOCKET_IFNAME's address, or the address that reaches the rendezvous endpoint. This
- * node's mtrun connects there too. Returns -1, or 2 after saying why. */
+/* Where the hosted store listens (o->store_listen) and this node's mtrun and ranks reach it
+ * (o->store_bind): 127.0.0.1 for a single node, MT_SOCKET_IFNAME's address, or the address that
+ * reaches the rendezvous endpoint (mt_netif_store_bind). Returns -1, or 2 after saying why. */
 int mtrun_security_store_bind(mtrun_options *o);
 
 /* The client limit of a store hosted for this job. */
