@@ -34,6 +34,11 @@ has_token() {
     tr '\0' '\n' <"/proc/$1/environ" | grep -qE '^MT_STORE_TOKEN=[0-9a-f]{64}$'
 }
 
+# nofile_raised PID: the process's soft open-file limit is its hard one (and above 256)
+nofile_raised() {
+    awk '/^Max open files/ { exit !($4 == $5 && ($4 == "unlimited" || $4 > 256)) }' "/proc/$1/limits"
+}
+
 # wait_ranks NAME N: waits until N ranks of start_bg's NAME finished their all_reduce
 wait_ranks() {
     local t=0
@@ -48,7 +53,9 @@ wait_ranks() {
 if ! command -v ss >/dev/null; then
     echo "skip: no ss (iproute2) to list listening sockets"
 else
-    start_bg sa "$MTRUN" --standalone --nproc_per_node 2 "$PROG" --hold 8 --marker "$MARKER"
+    # A soft open-file limit below the hard one: mtrun and the ranks raise it.
+    start_bg sa bash -c 'ulimit -Sn 256; exec "$@"' sa "$MTRUN" --standalone --nproc_per_node 2 \
+        "$PROG" --hold 8 --marker "$MARKER"
     check "standalone: both ranks ran their all_reduce" wait_ranks sa 2
     ranks=$(pgrep -P "$PID_sa" | tr '\n' ' ')
     listeners "$PID_sa" $ranks >"$TMP/sa.listen"
@@ -56,6 +63,9 @@ else
         only_loopback "$TMP/sa.listen"
     check "standalone: the store and both ranks' UCX listen (3 sockets or more)" \
         test "$(wc -l <"$TMP/sa.listen")" -ge 3
+    for r in $PID_sa $ranks; do
+        check "standalone: process $r raised its open-file limit to the hard one" nofile_raised "$r"
+    done
     for r in $ranks; do
         check "standalone: rank $r's environment is its user's alone (mode 400)" \
             test "$(stat -c %a "/proc/$r/environ")" = 400
