@@ -74,6 +74,12 @@ else
     expect_rc sa 0 40
 fi
 
+# --- a store limit out of range stops mtrun before any rank starts ------------------------------
+MT_STORE_MAX_CLIENTS=0 start_bg cap "$MTRUN" --standalone "$WORKER" --marker "$MARKER"
+expect_rc cap nonzero 20
+check "MT_STORE_MAX_CLIENTS=0 is refused, naming the variable and its range" \
+    has_text "$TMP/cap.err" "MT_STORE_MAX_CLIENTS=0: expected an integer in 1..1000000"
+
 # --- token files ---------------------------------------------------------------------------------
 printf '%s\n' "$TOKEN_A" >"$TMP/token"
 chmod 644 "$TMP/token"
