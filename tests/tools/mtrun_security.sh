@@ -3,8 +3,9 @@
 # (store and the ranks' UCX, seen with ss) and hands its ranks a fresh token in an environment
 # only their user can read; a token file others may read is refused; two nodes with the same
 # token (variable or file) train, with different tokens fail fast and say why, without one warn;
-# with MT_SOCKET_IFNAME set to a real interface two nodes start (node 0 reaches its own store
-# where it listens).
+# a store limit out of range is refused; on a real interface, named by MT_SOCKET_IFNAME or reached
+# by --master_addr, two nodes start (node 0 reaches its own store where it listens) and the store
+# and the ranks' UCX listen on that interface's address only.
 #   mtrun_security.sh MTRUN WORKER FREEPORT PROG_INIT
 . "$(dirname "$0")/mtrun_lib.sh"
 PROG=$4
@@ -138,26 +139,33 @@ check "no token: node 0 warns that the store is open" \
     has_text "$TMP/w0.err" "mtrun: warning: no store token (MT_STORE_TOKEN or --rdzv_conf token_file=PATH): the rendezvous store on port $port is open to anyone who can reach it"
 check "no token: it warns once" test "$(grep -c 'no store token' "$TMP/w0.err")" = 1
 
-# --- MT_SOCKET_IFNAME naming a real interface: two nodes start ------------------------------------
+# --- a real interface, named by MT_SOCKET_IFNAME or reached by --master_addr: two nodes start, and
+# the store and UCX listen there only --------------------------------------------------------------
 read -r ifname ifaddr < <(ip -4 -o addr show 2>/dev/null |
     awk '$2 != "lo" { split($4, a, "/"); print $2, a[1]; exit }')
 if [ -z "${ifname:-}" ]; then
     echo "skip: no interface besides lo with an IPv4 address for MT_SOCKET_IFNAME"
 else
-    port=$(free_port)
-    NODES=(--nnodes 2 --nproc_per_node 1 --master_addr "$ifaddr" --master_port "$port" --rdzv_id if)
-    MT_SOCKET_IFNAME=$ifname MT_STORE_TOKEN=$TOKEN_A MT_TIMEOUT_S=30 start_bg i0 "$MTRUN" \
-        "${NODES[@]}" --node_rank 0 "$PROG" --hold 4 --marker "$MARKER"
-    MT_SOCKET_IFNAME=$ifname MT_STORE_TOKEN=$TOKEN_A MT_TIMEOUT_S=30 start_bg i1 "$MTRUN" \
-        "${NODES[@]}" --node_rank 1 "$PROG" --hold 4 --marker "$MARKER"
-    if wait_ranks i0 1 && wait_ranks i1 1; then
-        listeners "$PID_i0" >"$TMP/i0.listen"
-        check "MT_SOCKET_IFNAME=$ifname: node 0's store listens on $ifaddr only" \
-            only_addr "$ifaddr" "$TMP/i0.listen"
-    fi
-    expect_rc i0 0 40
-    expect_rc i1 0 40
-    [ "$FAILURES" = 0 ] || { show i0; show i1; }
+    # With MT_SOCKET_IFNAME, and without it: then the address that reaches --master_addr.
+    for ifvar in "MT_SOCKET_IFNAME=$ifname" "MT_SOCKET_IFNAME="; do
+        port=$(free_port)
+        NODES=(--nnodes 2 --nproc_per_node 1 --master_addr "$ifaddr" --master_port "$port" --rdzv_id if)
+        start_bg i0 env "$ifvar" MT_STORE_TOKEN=$TOKEN_A MT_TIMEOUT_S=30 "$MTRUN" \
+            "${NODES[@]}" --node_rank 0 "$PROG" --hold 4 --marker "$MARKER"
+        start_bg i1 env "$ifvar" MT_STORE_TOKEN=$TOKEN_A MT_TIMEOUT_S=30 "$MTRUN" \
+            "${NODES[@]}" --node_rank 1 "$PROG" --hold 4 --marker "$MARKER"
+        if wait_ranks i0 1 && wait_ranks i1 1; then
+            listeners "$PID_i0" >"$TMP/i0.listen"
+            check "$ifvar: node 0's store listens on $ifaddr only" only_addr "$ifaddr" "$TMP/i0.listen"
+            # shellcheck disable=SC2046 # one pid per word
+            listeners $(pgrep -P "$PID_i0") $(pgrep -P "$PID_i1") >"$TMP/i.ranks.listen"
+            check "$ifvar: the ranks' UCX listens on $ifaddr only ($(tr '\n' ' ' <"$TMP/i.ranks.listen"))" \
+                only_addr "$ifaddr" "$TMP/i.ranks.listen"
+        fi
+        expect_rc i0 0 40
+        expect_rc i1 0 40
+        [ "$FAILURES" = 0 ] || { show i0; show i1; }
+    done
 fi
 
 check "no leftovers" no_leftovers 10
