@@ -58,16 +58,16 @@ else
     start_bg sa bash -c 'ulimit -Sn 256; exec "$@"' sa "$MTRUN" --standalone --nproc_per_node 2 \
         "$PROG" --hold 8 --marker "$MARKER"
     check "standalone: both ranks ran their all_reduce" wait_ranks sa 2
-    ranks=$(pgrep -P "$PID_sa" | tr '\n' ' ')
-    listeners "$PID_sa" $ranks >"$TMP/sa.listen"
+    mapfile -t ranks < <(pgrep -P "$PID_sa")
+    listeners "$PID_sa" "${ranks[@]}" >"$TMP/sa.listen"
     check "standalone: mtrun and its ranks listen on loopback only ($(tr '\n' ' ' <"$TMP/sa.listen"))" \
         only_loopback "$TMP/sa.listen"
     check "standalone: the store and both ranks' UCX listen (3 sockets or more)" \
         test "$(wc -l <"$TMP/sa.listen")" -ge 3
-    for r in $PID_sa $ranks; do
+    for r in "$PID_sa" "${ranks[@]}"; do
         check "standalone: process $r raised its open-file limit to the hard one" nofile_raised "$r"
     done
-    for r in $ranks; do
+    for r in "${ranks[@]}"; do
         check "standalone: rank $r's environment is its user's alone (mode 400)" \
             test "$(stat -c %a "/proc/$r/environ")" = 400
         check "standalone: rank $r has a 64-hex-digit MT_STORE_TOKEN" has_token "$r"
