@@ -10,7 +10,8 @@
  *   embedding output; ln_f with its mean and rstd): 1 / tp of them when re-gathering (keeping
  *   the column-parallel inputs gathered holds ln_1, ln_2 and ln_f's outputs whole). This row is
  *   arithmetic; what is measured is the activations the forward leaves for the backward
- *   (MT_MEM_ACTIVATIONS when the root's forward ends): their saving against the replicated run
+ *   (MT_MEM_ACTIVATIONS when the root's forward ends, less what was there before it: the tp
+ *   context's kept scratch): their saving against the replicated run
  *   must be the split set's, to the byte, in both modes;
  *   the device's activation peak (MT_MEM_ACTIVATIONS) of a forward and of a forward-backward,
  *   measured;
@@ -76,11 +77,15 @@ static int measure(mt_mesh *mesh, mt_gpt_config cfg, int batch, const int *token
     mt_mem_stats ms;
     TRY(mt_gpt_forward_backward(gpt, tokens, batch, 1.0f, &loss)); /* warm-up */
     TRY(mt_zero_grad(mt_gpt_root(gpt)));
+    /* What exists before the forward (the tp context's kept sequence-parallel scratch, since
+     * the warm-up) is not what the forward leaves for the backward. */
+    mt_device_mem_stats(dev, &ms);
+    size_t before = ms.current[MT_MEM_ACTIVATIONS];
     mt_device_reset_peaks(dev);
     TRY(mt_gpt_forward(gpt, tokens, batch, &loss));
     mt_device_mem_stats(dev, &ms);
     r->fwd_peak = ms.peak[MT_MEM_ACTIVATIONS];
-    r->held = h.bytes;
+    r->held = h.bytes - before;
     mt_device_reset_peaks(dev);
     mt_group_counters_reset(tp);
     TRY(mt_gpt_forward_backward(gpt, tokens, batch, 1.0f, &loss));

@@ -30,9 +30,9 @@ static mt_status make(mt_group *g, mt_op_kind kind, const void *send, void *recv
     /* The payload: the gathered output or the scattered input is size x count elements. */
     uint64_t payload = (uint64_t)count * mt_dtype_size(dtype);
     if (kind == MT_OP_ALL_GATHER || kind == MT_OP_REDUCE_SCATTER) payload *= (uint64_t)g->size;
-    mt_group_count(g, (int)kind, payload);
     mt_work *w = mt_work_new(g, kind, backend);
     if (!w) return mt_error(MT_ERR_OUT_OF_MEMORY, "%s: allocating the work", mt_op_name(kind));
+    w->payload = payload; /* counted by mt_work_submit_or_wait once the backend took the work */
     w->send = send;
     w->recv = recv;
     w->count = count;

@@ -1,5 +1,6 @@
 /* Per-group traffic counters (include/meshtrain/comm.h, mt_group_counters): every collective
- * issued through comm/coll_api.c is counted on its group, so that a model's communication can be
+ * issued through comm/coll_api.c is counted on its group once its backend has taken it
+ * (mt_work_submit_or_wait; one that fails to launch is not), so that a model's communication can be
  * measured rather than derived from the calls its code makes. */
 #include "comm/group.h"
 #include "comm/work.h"

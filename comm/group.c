@@ -6,8 +6,11 @@
 #include "comm/host/ucx.h"
 #include "comm/schedule.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 
+#include <meshtrain/log.h>
+#include <meshtrain/runtime.h>
 #include <meshtrain/store.h>
 
 #include <stdio.h>
@@ -153,9 +156,23 @@ mt_status mt_group_create(mt_runtime *rt, const int *ranks, int nranks, const ch
 void mt_group_destroy(mt_group *g) {
     if (!g || g->is_world) return;
     mt_transport *tr = g->tr;
+    /* Works end by their own deadlines (an abandoned one once its receives are cancelled):
+     * MT_TIMEOUT_S more is generous. A group still in use then is left allocated rather than
+     * freed under the progress thread. */
+    double timeout = mt_runtime_timeout(tr->rt), end_s = mt_clock_now_s() + timeout;
     pthread_mutex_lock(&tr->mu);
-    while (g->pending > 0) pthread_cond_wait(&tr->done_cv, &tr->mu);
+    while (g->pending > 0 && mt_clock_now_s() < end_s) {
+        struct timespec until = mt_clock_deadline(end_s - mt_clock_now_s());
+        pthread_cond_timedwait(&tr->done_cv, &tr->mu, &until);
+    }
+    int pending = g->pending;
     pthread_mutex_unlock(&tr->mu);
+    if (pending > 0) {
+        mt_log(MT_LOG_ERROR, "destroying group '%s': %d operation%s still unfinished after %g s "
+               "(MT_TIMEOUT_S); the group is left allocated", g->name, pending,
+               pending == 1 ? "" : "s", timeout);
+        return;
+    }
     mt_group_free(g);
 }
 

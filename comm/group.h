@@ -48,7 +48,8 @@ struct mt_group {
     _Atomic uint64_t coll_calls[MT_COLL_KINDS], coll_bytes[MT_COLL_KINDS];
 };
 
-/* Counts one collective of kind (an mt_op_kind) moving bytes of payload (comm/counters.c). */
+/* Counts one launched collective of kind (an mt_op_kind) moving bytes of payload
+ * (comm/counters.c; called by mt_work_submit_or_wait after a successful launch). */
 void mt_group_count(mt_group *group, int kind, uint64_t bytes);
 
 /* Fails with the group's first failure (or a NULL group), naming op; MT_OK if it can be used. */

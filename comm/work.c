@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 const char *mt_op_name(mt_op_kind kind) {
     switch (kind) {
@@ -62,13 +63,26 @@ void mt_work_unref(mt_work *w) {
     }
 }
 
+/* MT_TEST_COLL_LAUNCH_FAIL=1: the launch fails as a backend's refusal would. */
+static mt_status injected_launch_failure(const mt_work *w) {
+    const char *fail = getenv("MT_TEST_COLL_LAUNCH_FAIL");
+    if (!fail || strcmp(fail, "1") != 0) return MT_OK;
+    char what[160];
+    mt_work_describe(w, what, sizeof what);
+    return mt_error(MT_ERR_COMM, "%s: cannot launch it on the %s backend (injected by "
+                    "MT_TEST_COLL_LAUNCH_FAIL=1)", what, w->backend->name);
+}
+
 mt_status mt_work_submit_or_wait(mt_work *w, mt_work **out) {
     if (out) *out = NULL;
-    mt_status st = w->backend->submit(w);
+    mt_status st = injected_launch_failure(w);
+    if (st == MT_OK) st = w->backend->submit(w);
     if (st != MT_OK) {
         mt_work_unref(w);
         return st;
     }
+    /* Counted only now: a collective that did not launch moved no bytes. */
+    mt_group_count(w->group, (int)w->kind, w->payload);
     if (out) {
         *out = w;
         return MT_OK;

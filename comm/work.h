@@ -44,6 +44,7 @@ struct mt_work {
     mt_dtype dtype;
     mt_reduce_op rop;
     int root; /* broadcast root, or send/recv peer (group ranks) */
+    uint64_t payload; /* bytes counted on the group's traffic counters once launched */
     /* The backend that carries it (mt_comm_select_backend), and that backend's own state (the
      * NCCL backend's operation; unused by the host backend). */
     const struct mt_comm_backend *backend;
@@ -78,8 +79,11 @@ mt_work *mt_work_new(mt_group *group, mt_op_kind kind, const struct mt_comm_back
 /* Drops one reference; the last one frees the work (and its schedule). Thread-safe. */
 void mt_work_unref(mt_work *work);
 
-/* Hands the work to its backend, then returns the handle in *out, or waits for it and frees it
- * when out is NULL. When the backend refuses it the work is freed and the error returned. */
+/* Hands the work to its backend and, once the backend took it, counts it (kind, payload) on its
+ * group's traffic counters (comm/counters.c); then returns the handle in *out, or waits for it
+ * and frees it when out is NULL. When the backend refuses it the work is freed, nothing is
+ * counted and the error returned. MT_TEST_COLL_LAUNCH_FAIL=1 makes every launch fail so, before
+ * the backend sees it (for tests of the callers' error paths and of the counters). */
 mt_status mt_work_submit_or_wait(mt_work *work, mt_work **out);
 
 /* "all_reduce", "send", ...: the operation's name in messages. */

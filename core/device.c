@@ -6,6 +6,7 @@
  * both squeeze into the last free bytes.
  */
 #include "core/device_internal.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -214,14 +215,9 @@ static mt_status open_cpu(size_t capacity, mt_device **out) {
 
 /* MT_CPU_DEVICE_MEMORY: unset or empty means unlimited. */
 static mt_status capacity_from_env(size_t *capacity) {
-    const char *env = getenv("MT_CPU_DEVICE_MEMORY");
-    *capacity = 0;
-    if (!env || !*env) return MT_OK;
-    mt_status st = mt_parse_bytes(env, capacity);
-    if (st != MT_OK)
-        return mt_error_wrap(st, "cannot open the cpu device: MT_CPU_DEVICE_MEMORY=\"%s\" is "
-                                 "malformed", env);
-    return MT_OK;
+    mt_status st = mt_env_bytes("MT_CPU_DEVICE_MEMORY", 0, SIZE_MAX, 0,
+                                "the CPU device's capacity; 0 or unset: unlimited", capacity);
+    return st == MT_OK ? MT_OK : mt_error_wrap(st, "cannot open the cpu device");
 }
 
 mt_status mt_device_open_cpu(size_t capacity, mt_device **out) {
@@ -487,6 +483,10 @@ mt_status mt_device_memset(mt_device *dev, void *dst, int value, size_t bytes, m
 mt_status mt_device_synchronize(mt_device *dev) {
     if (!dev) return mt_error(MT_ERR_INVALID_ARG, "mt_device_synchronize: dev must not be NULL");
     return dev->ops->synchronize(dev);
+}
+
+mt_status mt_device_bind_thread(mt_device *dev) {
+    return dev->ops->bind_thread ? dev->ops->bind_thread(dev) : MT_OK;
 }
 
 /* ---- streams and events ---------------------------------------------------------------------- */

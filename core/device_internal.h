@@ -44,6 +44,10 @@ typedef struct mt_device_ops {
      * NULL: ordinary host memory (mt_host_alloc). */
     mt_status (*staging_alloc)(size_t bytes, void **out);
     void (*staging_free)(void *ptr);
+    /* Makes dev the calling thread's current device, for threads that hand device memory to
+     * another library (the offload stager's UCX thread: cuda_copy works in the thread's current
+     * context). NULL: nothing to do (the CPU device). */
+    mt_status (*bind_thread)(mt_device *dev);
 } mt_device_ops;
 
 /* One live allocation in the accounting table. ptr == NULL marks an empty slot. */
@@ -82,6 +86,9 @@ struct mt_event {
     void *handle; /* native event (cudaEvent_t), NULL on CPU */
     bool recorded;
 };
+
+/* dev->ops->bind_thread where the backend has one, else MT_OK. */
+mt_status mt_device_bind_thread(mt_device *dev);
 
 /* CPU backend: sets up dev->ops and dev->backend. */
 mt_status mt_cpu_device_init(mt_device *dev);

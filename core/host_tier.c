@@ -2,6 +2,7 @@
 #include "core/host_tier.h"
 
 #include "core/device_internal.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/host_alloc.h"
 
@@ -24,13 +25,9 @@
 
 mt_status mt_host_tier_init(mt_host_tier *tier) {
     memset(tier, 0, sizeof *tier);
-    const char *cap = getenv("MT_HOST_MEMORY");
-    if (cap && *cap) {
-        mt_status st = mt_parse_bytes(cap, &tier->stats.capacity);
-        if (st != MT_OK)
-            return mt_error_wrap(st, "cannot open the device: MT_HOST_MEMORY=\"%s\" (the host "
-                                 "memory tier's capacity) is not a byte count", cap);
-    }
+    mt_status st = mt_env_bytes("MT_HOST_MEMORY", 0, SIZE_MAX, 0,
+                                "the host memory tier's capacity", &tier->stats.capacity);
+    if (st != MT_OK) return mt_error_wrap(st, "cannot open the device");
     const char *lock = getenv("MT_HOST_MLOCK");
     if (lock && *lock && strcmp(lock, "0") != 0) {
         if (strcmp(lock, "1") != 0)

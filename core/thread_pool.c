@@ -5,6 +5,8 @@
  * time finds the job closed and sleeps on, instead of holding the caller up. */
 #include "core/thread_pool.h"
 
+#include "core/env.h"
+
 #include "core/error.h"
 
 #include <cblas.h>
@@ -147,24 +149,10 @@ mt_status mt_parallel_for(mt_thread_pool *p, size_t n, size_t grain, mt_parallel
     return MT_OK;
 }
 
-/* A positive integer environment variable; 0 when unset. */
-static mt_status env_count(const char *name, long max, long *out) {
-    *out = 0;
-    const char *v = getenv(name);
-    if (!v || !*v) return MT_OK;
-    char *end = NULL;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < 1 || x > max)
-        return mt_error(MT_ERR_INVALID_ARG, "%s='%s': expected an integer in 1..%ld", name, v,
-                        max);
-    *out = x;
-    return MT_OK;
-}
-
 mt_status mt_thread_pool_default_threads(int *threads) {
-    long chosen;
-    MT_TRY(env_count("MT_NUM_THREADS", MT_THREAD_POOL_MAX, &chosen));
+    long long chosen;
+    MT_TRY(mt_env_int("MT_NUM_THREADS", 1, MT_THREAD_POOL_MAX, 0,
+                      "threads of the rank's pool", &chosen));
     if (chosen) {
         *threads = (int)chosen;
         return MT_OK;
@@ -179,11 +167,13 @@ mt_status mt_thread_pool_default_threads(int *threads) {
     if (e) return mt_error_errno(MT_ERR_SYSTEM, e, "thread pool: reading the CPU affinity");
     /* Without a launcher's word, every local rank is assumed to share this mask (an unbound
      * launch): oversubscribing costs more than an idle core. */
-    long sharers;
-    MT_TRY(env_count("MT_CPU_SHARERS", INT_MAX, &sharers));
-    if (!sharers) MT_TRY(env_count("LOCAL_WORLD_SIZE", INT_MAX, &sharers));
+    long long sharers;
+    MT_TRY(mt_env_int("MT_CPU_SHARERS", 1, INT_MAX, 0, "ranks sharing this rank's CPUs",
+                      &sharers));
+    if (!sharers)
+        MT_TRY(mt_env_int("LOCAL_WORLD_SIZE", 1, INT_MAX, 0, "ranks on this node", &sharers));
     if (!sharers) sharers = 1;
-    long t = cores / sharers;
+    long t = (long)(cores / sharers);
     if (t < 1) t = 1;
     if (t > MT_THREAD_POOL_MAX) t = MT_THREAD_POOL_MAX;
     *threads = (int)t;

@@ -742,11 +742,12 @@ static void fill_memory_plan(const trainer *t, mt_gpt_memory_plan *plan) {
     plan->offload = o->offload;
     plan->offload_ratio = o->offload_ratio;
     plan->cpu_device = mt_device_get_kind(mt_runtime_device(t->rt)) == MT_DEVICE_CPU;
-    /* The transport reads this (comm/host/ucx.c); a value it ignores is ignored here too. */
+    /* The transport reads this the same way (comm/host/ucx.c), and a value out of its range
+     * has stopped mt_init already. */
     const char *small = getenv("MT_COMM_SMALL_BYTES");
-    char *end;
-    unsigned long long v = small && *small ? strtoull(small, &end, 10) : 0;
-    if (v > 0 && *end == '\0') plan->comm_small_bytes = (size_t)v;
+    size_t v = 0;
+    if (small && *small && mt_parse_bytes(small, &v) == MT_OK && v > 0)
+        plan->comm_small_bytes = v;
 }
 
 /* Predicts the per-rank peaks of a step before step 0; rank 0 prints them with the device's

@@ -40,6 +40,8 @@ typedef struct mt_fsdp_debug {
     long reduce_scatters; /* reduce-scatters issued */
     int max_outstanding_rs; /* outermost unit: most reduce-scatters in flight at once (its
                                root's; 0 on the other units) */
+    long quiesces; /* offloaded unit: waits for its parameter copy asked from outside its own
+                      gather (mt_fsdp_offload_quiesce: optimizer views, landings, loads) */
 } mt_fsdp_debug;
 
 /* What one pass over a model shares: held by the outermost unit, pointed to by every unit of
@@ -57,7 +59,13 @@ struct mt_fsdp_root {
     /* Called when an offloaded unit's reduced gradient shard has been added into its host
      * gradient (mt_fsdp_set_grad_landed): the overlapped optimizer step starts from here. */
     mt_fsdp_grad_landed_fn grad_landed;
+    mt_fsdp_pass_begin_fn pass_begin; /* and before a forward pass reads the shards */
     void *grad_landed_arg;
+    /* The shard views of the model's units (mt_fsdp_units_below order of the outermost unit),
+     * built at the first landing and kept, so that a landing allocates nothing; freed (NULL)
+     * whenever the model's units change (a unit sharded into it or destroyed). */
+    mt_fsdp_shard_view *views;
+    size_t n_views;
 };
 
 struct mt_fsdp_unit {
@@ -118,6 +126,8 @@ struct mt_fsdp_unit {
     long forward_pass, backward_pass;
     bool warned_no_backward;
 
+    size_t view_index; /* this unit's entry in root->views, while they exist */
+
     mt_fsdp_debug debug;
 };
 
@@ -159,6 +169,11 @@ extern const mt_module_hooks mt_fsdp_hooks;
 /* Releases a unit: waits for its work and frees its buffers (mt_module_destroy calls it through
  * the hook registration's release). */
 void mt_fsdp_unit_destroy(mt_module *module, void *unit);
+
+/* The view of u among its model's units (built once per layout into u->root->views): *view
+ * stays valid until the model's units change; *index is u's position among the *count units. */
+mt_status mt_fsdp_unit_view(mt_fsdp_unit *u, const mt_fsdp_shard_view **view, size_t *index,
+                            size_t *count);
 
 /* Where param (the i-th of u) starts in u's flat buffer. */
 size_t mt_fsdp_param_offset(const mt_fsdp_unit *u, size_t i);

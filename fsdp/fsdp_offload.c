@@ -21,6 +21,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,33 @@ static struct mt_fsdp_offload_ctx *g_ctxs;
 
 static const char *policy_name(mt_offload p) {
     return p == MT_OFFLOAD_FULL ? "full" : p == MT_OFFLOAD_OPTIMIZER ? "optimizer" : "none";
+}
+
+/* What fails in a teardown (leave, release) or in the undo on an error path cannot be returned:
+ * it is logged once, at error level, naming what failed and where, and the calling thread's last
+ * error is put back as it was (release also runs when mt_fsdp_shard fails, which returns its own
+ * error). A broken stager is thus reported when the model goes, not only at its next use. */
+typedef struct lost_errors {
+    char saved[2048];
+    bool logged;
+} lost_errors;
+
+static void lost_begin(lost_errors *l) {
+    snprintf(l->saved, sizeof l->saved, "%s", mt_last_error());
+    l->logged = false;
+}
+
+static void lost_note(lost_errors *l, mt_status s, const char *what, const char *where) {
+    if (s == MT_OK) return;
+    mt_log(MT_LOG_ERROR, "fsdp offload: %s (%s) failed, and nothing is left to return the error "
+           "to: %s", what, where, mt_last_error());
+    l->logged = true;
+}
+
+static void lost_end(lost_errors *l) {
+    if (!l->logged) return;
+    if (l->saved[0]) mt_error_restore(MT_OK, l->saved);
+    else mt_error_clear_message();
 }
 
 /* Finds or adds the device's context and takes a reference; *k gets u's index in its model. */
@@ -94,8 +122,16 @@ static void leave(struct mt_fsdp_offload_ctx *c) {
     }
     pthread_mutex_unlock(&g_lock);
     if (!last) return;
-    land(c, false, false);
-    if (c->landing && c->landing_bytes) mt_stager_unregister(c->stager, c->landing);
+    lost_errors l;
+    lost_begin(&l);
+    char where[160];
+    snprintf(where, sizeof where, "the offload stager of %s, released with its last unit",
+             mt_device_name(c->dev));
+    lost_note(&l, land(c, false, false), "waiting for the last reduced-gradient copy", where);
+    if (c->landing && c->landing_bytes)
+        lost_note(&l, mt_stager_unregister(c->stager, c->landing),
+                  "unregistering the gradient landing block", where);
+    lost_end(&l);
     mt_host_tier_free(c->dev, c->landing);
     mt_stager_destroy(c->stager);
     free(c);
@@ -182,7 +218,9 @@ static mt_status wait_param_copy(mt_fsdp_unit *u) {
 }
 
 mt_status mt_fsdp_offload_quiesce(mt_fsdp_unit *u) {
-    return u->offload == MT_OFFLOAD_NONE ? MT_OK : wait_param_copy(u);
+    if (u->offload == MT_OFFLOAD_NONE) return MT_OK;
+    u->debug.quiesces++;
+    return wait_param_copy(u);
 }
 
 mt_status mt_fsdp_offload_refresh(mt_fsdp_unit *u) {
@@ -223,10 +261,7 @@ mt_status mt_fsdp_offload_stage_in(mt_fsdp_unit *u, const void **send) {
     }
     mt_status st = mt_fsdp_offload_stage_start(u);
     if (st == MT_OK) st = wait_param_copy(u);
-    if (st != MT_OK) {
-        mt_fsdp_offload_gathered(u);
-        return st;
-    }
+    if (st != MT_OK) return mt_fsdp_offload_gathered_after(u, st);
     *send = u->dev_shard;
     return MT_OK;
 }
@@ -245,18 +280,33 @@ mt_status mt_fsdp_offload_stage_start(mt_fsdp_unit *u) {
     }
     st = mt_stage_copy_async(u->off->stager, u->dev_shard, host_send(u), bytes,
                              MT_COPY_HOST_TO_DEVICE, &u->param_copy);
-    if (st != MT_OK) mt_fsdp_offload_gathered(u);
+    return st == MT_OK ? MT_OK : mt_fsdp_offload_gathered_after(u, st);
+}
+
+mt_status mt_fsdp_offload_gathered(mt_fsdp_unit *u) {
+    if (u->offload != MT_OFFLOAD_FULL || !u->dev_shard) return MT_OK;
+    /* A staging copy that was never waited for (a pass ended before its gather) ends first; its
+     * failure is this unit's, even though no gather used the shard. */
+    mt_status st = wait_param_copy(u);
+    if (st != MT_OK)
+        st = mt_error_wrap(st, "unit '%s': the staging copy of its shard", u->module->name);
+    mt_status un = mt_stager_unregister(u->off->stager, u->dev_shard);
+    if (st == MT_OK && un != MT_OK)
+        st = mt_error_wrap(un, "unit '%s': releasing its staged shard", u->module->name);
+    mt_device_free(u->dev, u->dev_shard);
+    u->dev_shard = NULL;
     return st;
 }
 
-void mt_fsdp_offload_gathered(mt_fsdp_unit *u) {
-    if (u->offload != MT_OFFLOAD_FULL || !u->dev_shard) return;
-    /* A staging copy that was never waited for (a pass ended before its gather) ends first. */
-    if (u->param_copy) mt_stage_wait(u->param_copy);
-    u->param_copy = NULL;
-    mt_stager_unregister(u->off->stager, u->dev_shard);
-    mt_device_free(u->dev, u->dev_shard);
-    u->dev_shard = NULL;
+mt_status mt_fsdp_offload_gathered_after(mt_fsdp_unit *u, mt_status st) {
+    lost_errors l;
+    lost_begin(&l);
+    char where[160];
+    snprintf(where, sizeof where, "unit '%s' on %s", u->module->name, mt_device_name(u->dev));
+    lost_note(&l, mt_fsdp_offload_gathered(u), "releasing the staged shard after an earlier "
+              "failure", where);
+    lost_end(&l);
+    return st;
 }
 
 /* The landing block, at least bytes long. */
@@ -279,6 +329,18 @@ static mt_status landing(struct mt_fsdp_offload_ctx *c, size_t bytes) {
     return MT_OK;
 }
 
+/* Tells the root's grad_landed hook that u's gradient is complete: with u's own kept view, after
+ * waiting for u's parameter copy only (the hook's optimizer step writes u's master, which that
+ * copy reads); the other units' copies, staged ahead of the backward, keep running. */
+static mt_status tell_landed(mt_fsdp_unit *u, bool continues) {
+    if (!u->root || !u->root->grad_landed) return MT_OK;
+    const mt_fsdp_shard_view *view;
+    size_t index, count;
+    MT_TRY(mt_fsdp_offload_quiesce(u));
+    MT_TRY(mt_fsdp_unit_view(u, &view, &index, &count));
+    return u->root->grad_landed(u->root->grad_landed_arg, view, index, count, continues);
+}
+
 /* Lands the pending gradient copy: waits for it, releases its device buffer and, when add,
  * adds it into its unit's host gradient and tells the root's grad_landed hook (continues: the
  * backward goes on; false at its end). */
@@ -294,8 +356,7 @@ static mt_status land(struct mt_fsdp_offload_ctx *c, bool add, bool continues) {
     c->pending_copy = NULL;
     if (st == MT_OK && add)
         st = mt_cpu_op_accumulate(u->grad_shard, c->landing, u->reduce_dtype, u->S);
-    if (st == MT_OK && add && u->root && u->root->grad_landed)
-        st = u->root->grad_landed(u->root->grad_landed_arg, u->master, continues);
+    if (st == MT_OK && add) st = tell_landed(u, continues);
     return st;
 }
 
@@ -316,7 +377,13 @@ mt_status mt_fsdp_offload_grad_in(mt_fsdp_unit *u, void *rs_recv) {
     st = mt_stage_copy_async(c->stager, c->landing, rs_recv, bytes, MT_COPY_DEVICE_TO_HOST,
                              &c->pending_copy);
     if (st != MT_OK) {
-        mt_stager_unregister(c->stager, rs_recv);
+        lost_errors l;
+        lost_begin(&l);
+        char where[160];
+        snprintf(where, sizeof where, "unit '%s' on %s", u->module->name, mt_device_name(u->dev));
+        lost_note(&l, mt_stager_unregister(c->stager, rs_recv), "unregistering the reduced "
+                  "gradient after its copy failed to start", where);
+        lost_end(&l);
         mt_device_free(u->dev, rs_recv);
         return st;
     }
@@ -338,9 +405,11 @@ mt_status mt_fsdp_offload_grads_landed(mt_fsdp_unit *u) {
     return c ? land(c, true, false) : MT_OK;
 }
 
-static void free_host(mt_fsdp_unit *u, void *p, bool registered) {
+static void free_host(mt_fsdp_unit *u, void *p, bool registered, lost_errors *l,
+                      const char *what, const char *where) {
     if (!p) return;
-    if (registered && u->S > 0) mt_stager_unregister(u->off->stager, p);
+    if (registered && u->S > 0)
+        lost_note(l, mt_stager_unregister(u->off->stager, p), what, where);
     mt_host_tier_free(u->dev, p);
 }
 
@@ -355,21 +424,29 @@ void mt_fsdp_offload_release(mt_fsdp_unit *u) {
         }
         pthread_mutex_unlock(&g_lock);
     }
+    lost_errors l;
+    lost_begin(&l);
+    char name[160];
+    snprintf(name, sizeof name, "unit '%s' on %s, released", u->module->name, mt_device_name(u->dev));
     /* A copy of this unit's gradient still in flight: it lands nowhere (the unit goes). */
-    if (u->off && u->off->pending == u) land(u->off, false, false);
+    if (u->off && u->off->pending == u)
+        lost_note(&l, land(u->off, false, false), "waiting for its reduced-gradient copy", name);
     if (u->offload != MT_OFFLOAD_NONE) {
-        if (u->param_copy) mt_stage_wait(u->param_copy);
-        u->param_copy = NULL;
-        if (u->dev_shard) mt_stager_unregister(u->off->stager, u->dev_shard);
+        lost_note(&l, wait_param_copy(u), "waiting for its parameter staging copy", name);
+        if (u->dev_shard)
+            lost_note(&l, mt_stager_unregister(u->off->stager, u->dev_shard),
+                      "unregistering its device shard", name);
         mt_device_free(u->dev, u->dev_shard);
-        free_host(u, u->master, u->param_dtype != MT_BF16);
-        free_host(u, u->shard_lp, true);
-        free_host(u, u->grad_shard, false);
+        free_host(u, u->master, u->param_dtype != MT_BF16, &l, "unregistering its master shard",
+                  name);
+        free_host(u, u->shard_lp, true, &l, "unregistering its bf16 shard", name);
+        free_host(u, u->grad_shard, false, &l, "", name);
         u->dev_shard = NULL;
         u->master = NULL;
         u->shard_lp = NULL;
         u->grad_shard = NULL;
     }
+    lost_end(&l);
     leave(u->off);
     u->off = NULL;
 }

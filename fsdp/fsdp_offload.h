@@ -41,8 +41,13 @@ mt_status mt_fsdp_offload_stage_start(mt_fsdp_unit *u);
 mt_status mt_fsdp_offload_stage_in(mt_fsdp_unit *u, const void **send);
 
 /* The all-gather no longer reads the device shard (done or failed), or a pass ended with a
- * shard staged ahead that no gather used: with FULL it goes. */
-void mt_fsdp_offload_gathered(mt_fsdp_unit *u);
+ * shard staged ahead that no gather used: with FULL it goes, after its staging copy, if never
+ * waited for, finished. Returns that copy's failure, or the unregistration's. */
+mt_status mt_fsdp_offload_gathered(mt_fsdp_unit *u);
+
+/* The same on an error path that returns st: a failure of the release is logged (what, which
+ * unit) instead of replacing st's message; returns st. */
+mt_status mt_fsdp_offload_gathered_after(mt_fsdp_unit *u, mt_status st);
 
 /* The reduced gradient shard rs_recv (device, S elements of reduce_dtype, taken over and freed
  * here) starts its copy to the host; it is added into the host gradient shard when the next

@@ -132,8 +132,8 @@ static mt_status reshard_all(mt_fsdp_root *r, bool keep_non_resharding, bool che
     for (size_t i = 0; i < n; i++) {
         mt_fsdp_unit *u = units[i];
         if (check_backward) warn_if_no_backward(r, u);
-        if (u->state == MT_UNIT_SHARDED) {
-            mt_fsdp_offload_gathered(u); /* a shard staged ahead for a gather that never came */
+        if (u->state == MT_UNIT_SHARDED) { /* a shard staged ahead for a gather that never came */
+            st = st == MT_OK ? mt_fsdp_offload_gathered(u) : mt_fsdp_offload_gathered_after(u, st);
             continue;
         }
         if (keep_non_resharding && !reshards_after_forward(u)) continue;
@@ -172,7 +172,12 @@ static mt_status pre_recompute(mt_fsdp_unit *u) {
 static mt_status pre_forward(mt_module *module, void *unit) {
     mt_fsdp_unit *u = unit;
     if (mt_module_recomputing(module)) return pre_recompute(u);
-    if (u == u->root->unit) u->root->pass++;
+    if (u == u->root->unit) {
+        mt_fsdp_root *r = u->root;
+        /* An overlapped optimizer step still running writes masters this pass stages. */
+        if (r->pass_begin) MT_TRY(r->pass_begin(r->grad_landed_arg));
+        r->pass++;
+    }
     u->forward_pass = u->root->pass;
     return pre_hook(u, false);
 }

@@ -58,15 +58,27 @@ mt_status mt_fsdp_mark_loaded(mt_module *root);
 mt_device *mt_fsdp_device(mt_module *root);
 
 /* Called on the thread running the backward once an offloaded unit's reduced gradient shard is
- * complete in its host gradient (master: the unit's f32 master shard, the view's param, names
- * the unit). backward_continues: false for the landing at the end of the backward. Only a
- * synchronising backward lands gradients. An error fails the backward. */
-typedef mt_status (*mt_fsdp_grad_landed_fn)(void *arg, const float *master,
+ * complete in its host gradient. view is that unit's own view (kept by the engine, valid until
+ * the next call; the hook copies what it keeps), index its position among the count units that
+ * mt_fsdp_collect_shards lists for the model's outermost unit. Only that unit's parameter copy
+ * was quiesced (mt_fsdp_collect_shards quiesces every unit, which would wait for the staging that
+ * runs ahead of the backward). backward_continues: false for the landing at the end of the
+ * backward. Only a synchronising backward lands gradients. An error fails the backward. */
+typedef mt_status (*mt_fsdp_grad_landed_fn)(void *arg, const mt_fsdp_shard_view *view,
+                                            size_t index, size_t count,
                                             bool backward_continues);
 
-/* Installs (fn non-NULL) or removes the hook of root's model. While installed,
- * mt_clip_grad_norm with max_norm > 0 is refused: the hook may have used the gradients. */
-mt_status mt_fsdp_set_grad_landed(mt_module *root, mt_fsdp_grad_landed_fn fn, void *arg);
+/* Called on the thread starting a forward pass at the model's outermost unit (not a recompute),
+ * before anything of the pass is gathered or staged, while the grad_landed hook is installed:
+ * work the hook started on the units' shards must end here (an overlapped optimizer step writes
+ * its unit's master, which the pass stages and gathers). An error fails the forward. */
+typedef mt_status (*mt_fsdp_pass_begin_fn)(void *arg);
+
+/* Installs (fn non-NULL; begin may be NULL) or removes the hooks of root's model. While
+ * installed, mt_clip_grad_norm with max_norm > 0 is refused: the hook may have used the
+ * gradients. */
+mt_status mt_fsdp_set_grad_landed(mt_module *root, mt_fsdp_grad_landed_fn fn,
+                                  mt_fsdp_pass_begin_fn begin, void *arg);
 
 /* Whether root's model has the hook installed (false when root is not an FSDP unit). */
 bool mt_fsdp_grad_landed_installed(mt_module *root);

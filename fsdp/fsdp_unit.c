@@ -202,8 +202,17 @@ static mt_fsdp_root *root_new(mt_fsdp_unit *u) {
     return r;
 }
 
+/* The model's units changed: the kept views (mt_fsdp_unit_view) are rebuilt when next asked. */
+static void views_drop(mt_fsdp_root *r) {
+    if (!r) return;
+    free(r->views);
+    r->views = NULL;
+    r->n_views = 0;
+}
+
 /* Drops one unit's reference to its root; the last one frees it. */
 static void root_release(mt_fsdp_root *r) {
+    views_drop(r); /* the unit that lets go leaves the model */
     if (!r || --r->refs > 0) return;
     free(r->order[0].units);
     free(r->order[1].units);
@@ -414,7 +423,7 @@ mt_status mt_fsdp_unshard_issue(mt_fsdp_unit *u) {
         if (st == MT_OK)
             st = mt_all_gather(u->shard, send, u->full, u->S, u->param_dtype, &u->ag_work);
         if (st != MT_OK) {
-            mt_fsdp_offload_gathered(u);
+            st = mt_fsdp_offload_gathered_after(u, st);
             mt_device_free(u->dev, u->full);
             u->full = NULL;
             u->ag_work = NULL;
@@ -434,7 +443,7 @@ static mt_status finish_gather(mt_fsdp_unit *u) {
         mt_work_free(u->ag_work);
         u->ag_work = NULL;
     }
-    mt_fsdp_offload_gathered(u);
+    st = st == MT_OK ? mt_fsdp_offload_gathered(u) : mt_fsdp_offload_gathered_after(u, st);
     if (st != MT_OK) {
         char desc[256];
         mt_error_wrap(st, "all-gather of %s over '%s'", mt_fsdp_unit_desc(u, desc, sizeof desc),
@@ -514,6 +523,47 @@ static mt_status root_units(mt_module *root, const char *what, mt_fsdp_unit ***u
     return mt_fsdp_units_below(root, units, count);
 }
 
+static void fill_view(const mt_fsdp_unit *u, mt_fsdp_shard_view *v) {
+    v->unit_name = u->module->name;
+    v->param = u->master;
+    v->grad = u->grad_shard;
+    v->n = u->S;
+    v->ranges = u->ranges;
+    v->n_ranges = u->n_ranges;
+    v->host = u->offload != MT_OFFLOAD_NONE;
+}
+
+mt_status mt_fsdp_unit_view(mt_fsdp_unit *u, const mt_fsdp_shard_view **view, size_t *index,
+                            size_t *count) {
+    mt_fsdp_root *r = u->root;
+    if (!r->views) {
+        mt_fsdp_unit **units;
+        size_t n;
+        MT_TRY(mt_fsdp_units_below(r->unit->module, &units, &n));
+        mt_fsdp_shard_view *v = calloc(n ? n : 1, sizeof *v);
+        if (!v) {
+            free(units);
+            return mt_error(MT_ERR_OUT_OF_MEMORY, "fsdp: out of host memory for the shard views "
+                            "of the %zu units of '%s'", n, r->unit->module->name);
+        }
+        for (size_t i = 0; i < n; i++) {
+            fill_view(units[i], &v[i]);
+            units[i]->view_index = i;
+        }
+        free(units);
+        r->views = v;
+        r->n_views = n;
+    }
+    if (u->view_index >= r->n_views || r->views[u->view_index].unit_name != u->module->name)
+        return mt_error(MT_ERR_INTERNAL, "fsdp: unit '%s' is not among the %zu units below '%s' "
+                        "(the kept shard views were not rebuilt after the model changed)",
+                        u->module->name, r->n_views, r->unit->module->name);
+    *view = &r->views[u->view_index];
+    *index = u->view_index;
+    *count = r->n_views;
+    return MT_OK;
+}
+
 mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, size_t *n) {
     if (!views || !n) return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_collect_shards: NULL output");
     mt_fsdp_unit **units;
@@ -540,13 +590,7 @@ mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, si
             return mt_error_wrap(q, "mt_fsdp_collect_shards: the parameter copy of unit '%s'",
                                  units[i]->module->name);
         }
-        v[i].unit_name = units[i]->module->name;
-        v[i].param = units[i]->master;
-        v[i].grad = units[i]->grad_shard;
-        v[i].n = units[i]->S;
-        v[i].ranges = units[i]->ranges;
-        v[i].n_ranges = units[i]->n_ranges;
-        v[i].host = units[i]->offload != MT_OFFLOAD_NONE;
+        fill_view(units[i], &v[i]);
     }
     free(units);
     *views = v;
@@ -612,10 +656,12 @@ mt_status mt_fsdp_mark_loaded(mt_module *root) {
 
 mt_device *mt_fsdp_device(mt_module *root) { return root ? root->dev : NULL; }
 
-mt_status mt_fsdp_set_grad_landed(mt_module *root, mt_fsdp_grad_landed_fn fn, void *arg) {
+mt_status mt_fsdp_set_grad_landed(mt_module *root, mt_fsdp_grad_landed_fn fn,
+                                  mt_fsdp_pass_begin_fn begin, void *arg) {
     mt_fsdp_unit *u;
     MT_TRY(root_unit(root, "mt_fsdp_set_grad_landed", &u));
     u->root->grad_landed = fn;
+    u->root->pass_begin = fn ? begin : NULL;
     u->root->grad_landed_arg = fn ? arg : NULL;
     return MT_OK;
 }

@@ -206,38 +206,47 @@ static mt_status drain(mt_adamw *opt) {
     return MT_OK;
 }
 
-/* FSDP's grad_landed hook (fsdp/fsdp_shards.h), on the thread running the backward. */
-static mt_status grad_landed(void *arg, const float *master, bool backward_continues) {
+/* FSDP's grad_landed hook (fsdp/fsdp_shards.h), on the thread running the backward: it gets the
+ * landed unit's own view and index, so a landing allocates nothing and waits for nothing but
+ * that unit's parameter copy (FSDP quiesced it); the other units' staging runs on. */
+static mt_status grad_landed(void *arg, const mt_fsdp_shard_view *view, size_t u, size_t n,
+                             bool backward_continues) {
     mt_adamw *opt = arg;
     if (opt->steps_taken == 0)
         MT_TRY(mt_fsdp_check_initialised(opt->root, "the optimizer's overlapped step"));
-    mt_fsdp_shard_view *views = NULL;
-    size_t n = 0;
-    MT_TRY(mt_fsdp_collect_shards(opt->root, &views, &n));
-    size_t u = 0;
-    while (u < n && views[u].param != master) u++;
-    mt_status st = MT_OK;
-    if (n != opt->n_units || u == n)
-        st = mt_error(MT_ERR_INTERNAL, "adamw: overlapped step: a unit of '%s' whose gradient "
-                      "landed is not among the optimizer's %zu units", mt_module_name(opt->root),
-                      opt->n_units);
-    else if (opt->queued[u])
-        st = mt_error(MT_ERR_INVALID_ARG,
-                      "adamw: overlapped step: unit '%s' got a second synchronised gradient "
-                      "before mt_adamw_step; the overlap steps each unit on its first, so it "
-                      "needs one synchronising backward per step (turn off gradient sync on "
-                      "earlier micro-batches, or the overlap)", views[u].unit_name);
-    if (st == MT_OK) {
-        pthread_mutex_lock(&opt->lock);
-        opt->queued[u] = true;
-        opt->queue[opt->q_tail] = views[u];
-        opt->queue_unit[opt->q_tail++] = u;
-        if (backward_continues) opt->overlapped++;
-        pthread_cond_signal(&opt->wake);
-        pthread_mutex_unlock(&opt->lock);
-    }
-    free(views);
-    return st;
+    if (n != opt->n_units || u >= n)
+        return mt_error(MT_ERR_INTERNAL, "adamw: overlapped step: unit '%s' whose gradient "
+                        "landed is unit %zu of %zu, but the optimizer of '%s' has %zu units",
+                        view->unit_name, u, n, mt_module_name(opt->root), opt->n_units);
+    if (opt->queued[u])
+        return mt_error(MT_ERR_INVALID_ARG,
+                        "adamw: overlapped step: unit '%s' got a second synchronised gradient "
+                        "before mt_adamw_step; the overlap steps each unit on its first, so it "
+                        "needs one synchronising backward per step (turn off gradient sync on "
+                        "earlier micro-batches, or the overlap)", view->unit_name);
+    pthread_mutex_lock(&opt->lock);
+    opt->queued[u] = true;
+    opt->queue[opt->q_tail] = *view;
+    opt->queue_unit[opt->q_tail++] = u;
+    if (backward_continues) opt->overlapped++;
+    pthread_cond_signal(&opt->wake);
+    pthread_mutex_unlock(&opt->lock);
+    return MT_OK;
+}
+
+/* Waits until the thread has stepped every queued unit, leaving a failure for mt_adamw_step. */
+static void wait_idle(mt_adamw *opt) {
+    pthread_mutex_lock(&opt->lock);
+    while (opt->running || opt->q_head != opt->q_tail) pthread_cond_wait(&opt->idle, &opt->lock);
+    pthread_mutex_unlock(&opt->lock);
+}
+
+/* FSDP's pass_begin hook: a forward starts. Normally mt_adamw_step drained the queue already; a
+ * forward without a step between (a second synchronising backward, refused at its first landing)
+ * would otherwise stage masters the thread is still writing. */
+static mt_status pass_begin(void *arg) {
+    wait_idle(arg);
+    return MT_OK;
 }
 
 /* Frees the queue and, when sync, the lock and conditions (the thread has ended or never ran). */
@@ -258,7 +267,7 @@ static void free_overlap(mt_adamw *opt, bool sync) {
 static void overlap_stop(mt_adamw *opt) {
     if (!opt->overlap) return;
     drain(opt);
-    mt_fsdp_set_grad_landed(opt->root, NULL, NULL);
+    mt_fsdp_set_grad_landed(opt->root, NULL, NULL, NULL);
     pthread_mutex_lock(&opt->lock);
     opt->stop = true;
     pthread_cond_signal(&opt->wake);
@@ -306,7 +315,7 @@ mt_status mt_adamw_set_overlap(mt_adamw *opt, bool on) {
                         "thread: %s", strerror(rc));
     }
     opt->overlap = true;
-    mt_status st = mt_fsdp_set_grad_landed(opt->root, grad_landed, opt);
+    mt_status st = mt_fsdp_set_grad_landed(opt->root, grad_landed, pass_begin, opt);
     if (st != MT_OK) overlap_stop(opt);
     return st;
 }
@@ -351,12 +360,7 @@ mt_status mt_adamw_step(mt_adamw *opt) {
 void mt_adamw_set_lr(mt_adamw *opt, float lr) {
     if (!opt) return;
     /* A started step reads the options; its failure, if any, stays for mt_adamw_step. */
-    if (opt->overlap) {
-        pthread_mutex_lock(&opt->lock);
-        while (opt->running || opt->q_head != opt->q_tail)
-            pthread_cond_wait(&opt->idle, &opt->lock);
-        pthread_mutex_unlock(&opt->lock);
-    }
+    if (opt->overlap) wait_idle(opt);
     opt->o.lr = lr;
 }
 

@@ -440,7 +440,11 @@ mt_status mt_init(mt_runtime **out, int *argc, char ***argv) {
     rt->local_rank = rt->env.local_rank;
     rt->node_rank = rt->env.node_rank;
     mt_log_set_rank(rt->rank);
-    rt->timeout = mt_default_timeout();
+    st = mt_timeout_from_env(&rt->timeout);
+    if (st != MT_OK) {
+        free(rt);
+        return mt_error_wrap(st, "mt_init");
+    }
 
     /* The rank's thread pool before any product: it sets OpenBLAS's thread count, and a bad
      * MT_NUM_THREADS fails here, like a bad launch variable. */

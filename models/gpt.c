@@ -552,19 +552,23 @@ mt_status mt_gpt_create(mt_mesh *mesh, const mt_gpt_config *config, mt_gpt **out
     const char *tp_dim = config->tp_dim ? config->tp_dim : MT_TP_DIM_DEFAULT;
     MT_TRY(mt_tp_context_dim(mesh, tp_dim, &tp));
     const mt_gpt_config *c = config;
-    MT_TRY(mt_gpt_config_check(c, tp.size, c->sequence_parallel));
-    mt_gpt *g = calloc(1, sizeof *g);
-    if (g) {
-        g->block_modules = calloc((size_t)c->layers, sizeof *g->block_modules);
-        g->blocks = calloc((size_t)c->layers, sizeof *g->blocks);
+    mt_status chk = mt_gpt_config_check(c, tp.size, c->sequence_parallel);
+    mt_gpt *g = chk == MT_OK ? calloc(1, sizeof *g) : NULL;
+    if (!g) {
+        mt_tp_context_release(&tp);
+        return chk != MT_OK ? chk
+                            : mt_error(MT_ERR_OUT_OF_MEMORY, "gpt: out of host memory for %d "
+                                       "layers", c->layers);
     }
-    if (!g || !g->block_modules || !g->blocks) {
+    g->tp = tp; /* owned by g from here: mt_gpt_destroy releases it */
+    g->block_modules = calloc((size_t)c->layers, sizeof *g->block_modules);
+    g->blocks = calloc((size_t)c->layers, sizeof *g->blocks);
+    if (!g->block_modules || !g->blocks) {
         mt_gpt_destroy(g);
         return mt_error(MT_ERR_OUT_OF_MEMORY, "gpt: out of host memory for %d layers", c->layers);
     }
     g->cfg = *c;
     g->dev = tp.dev;
-    g->tp = tp;
     g->C = c->d_model;
     g->c_local = c->d_model / tp.size;
     g->heads_local = c->heads / tp.size;
@@ -593,6 +597,7 @@ mt_status mt_gpt_create(mt_mesh *mesh, const mt_gpt_config *config, mt_gpt **out
 void mt_gpt_destroy(mt_gpt *gpt) {
     if (!gpt) return;
     mt_module_destroy(gpt->root); /* and the blocks, its children */
+    mt_tp_context_release(&gpt->tp); /* the sequence-parallel scratch it kept */
     free(gpt->block_modules);
     free(gpt->blocks);
     free(gpt);

@@ -3,7 +3,10 @@
  * Not a formula: one step is replayed on a timeline (models/mem_timeline.h) as the program runs
  * it, allocation by allocation, in program order, with the sizes the code uses:
  *   - between steps: each FSDP unit's master shard, its bf16 copy, its gradient shard, AdamW's m
- *     and v (made with the optimizer), and the transport's scratch of every group (kept);
+ *     and v (made with the optimizer), the transport's scratch of every group (kept), and with
+ *     sequence parallelism the tp context's kept scratch (tp/tp_sequence.c: as large as its
+ *     largest call's; it grows to that in the first step, which the measured peaks, taken over
+ *     several steps, do not exceed);
  *   - per micro-batch: the token ids; the root's gather (FSDP hooks, fsdp/fsdp_schedule.c) and the
  *     prefetch of the next unit in the recorded order; embedding; each block's forward (its
  *     saved activations, parameter copies, the linears' scratch); ln_f, the head and the loss;
@@ -70,6 +73,8 @@ typedef struct sim {
     bool bf16_scratch; /* bf16 products widen operands into activations scratch (CPU) */
     bool sp;           /* sequence parallelism, which at tp 1 has nothing to shard */
     bool sp_keep;      /* and the column-parallel inputs kept gathered from the forward */
+    size_t sp_kept;    /* SP: the tp context's kept scratch (bytes), made in persistent() */
+    bool sp_short;     /* a replayed SP call needed more than sp_kept: a bug here */
     bool defer_init;   /* the model is created deferred (config.defer_init) */
     size_t es_param, es_reduce;
     sim_unit *units; /* [0]: the root; [1 + l]: block l */
@@ -275,6 +280,27 @@ static void post_backward(sim *m, sim_unit *u) {
 
 /* ---- tp linears (tp/tp_linear.c) and bf16 products (core/cpu/ops_bf16.c) -------------------- */
 
+/* SP (tp/tp_sequence.c): the floats one call takes from the tp context's kept scratch: its
+ * gathered operand or partial sum (operand: N x C, every SP operand has C channels) and, for a
+ * column linear's backward (part_fin: its input features, 0 otherwise), the input gradient's
+ * N x fin part and this rank's rows of its sum. */
+static size_t sp_take_elems(const sim *m, bool operand, size_t part_fin) {
+    return (operand ? m->s.N * m->s.C : 0) + m->s.N * part_fin + m->s.rows * part_fin;
+}
+
+/* The kept scratch is as large as the largest call's (it grows to it in the first step and stays
+ * until the model goes): the re-gathering column backward, which takes its gathered input and its
+ * part at once, or an operand alone. Every column linear reads C features. */
+static size_t sp_kept_bytes(const sim *m) {
+    size_t a = sp_take_elems(m, true, 0), b = sp_take_elems(m, !m->sp_keep, m->s.C);
+    return act_bytes(a > b ? a : b);
+}
+
+/* A call that takes elems floats of the kept scratch: nothing is allocated (it is there). */
+static void sp_take(sim *m, size_t elems) {
+    if (elems && act_bytes(elems) > m->sp_kept) m->sp_short = true;
+}
+
 /* A linear forward of rows x fin -> fout: with bf16 weights on the CPU, the rounded input and the
  * widened weight exist during the product. SP: a column linear first gathers its input into a
  * temporary N x C (re-gather; kept gathered, column_forward keeps the buffer); a row
@@ -282,8 +308,9 @@ static void post_backward(sim *m, sim_unit *u) {
  * N / tp rows (tp/tp_sequence.c). */
 static void linear_forward(sim *m, size_t rows, size_t fin, size_t fout, bool sp_temp) {
     bool b = m->bf16_scratch;
-    size_t scratch[3] = {sp_temp ? m->s.N * m->s.C : 0, b ? rows * fin : 0, b ? fout * fin : 0};
-    act_transient(m, scratch, 3);
+    sp_take(m, sp_temp ? sp_take_elems(m, true, 0) : 0);
+    size_t scratch[2] = {b ? rows * fin : 0, b ? fout * fin : 0};
+    act_transient(m, scratch, 2);
 }
 
 /* A linear backward: a column linear over tp > 1 sums its input gradient in a zeroed N x fin
@@ -294,10 +321,11 @@ static void linear_forward(sim *m, size_t rows, size_t fin, size_t fout, bool sp
 static void linear_backward(sim *m, size_t rows, size_t fin, size_t fout, bool column,
                             bool sp_temp) {
     bool b = m->bf16_scratch;
-    size_t part = column && m->s.tp > 1 ? rows * fin + (m->sp ? m->s.rows * fin : 0) : 0;
-    size_t scratch[5] = {sp_temp ? m->s.N * m->s.C : 0, part, b ? rows * fout : 0,
-                         b ? rows * fin : 0, b ? fout * fin : 0};
-    act_transient(m, scratch, 5);
+    /* Without SP the column part is tp_linear.c's own, for this call only. */
+    size_t part = column && m->s.tp > 1 && !m->sp ? rows * fin : 0;
+    if (m->sp) sp_take(m, sp_take_elems(m, sp_temp, column ? fin : 0));
+    size_t scratch[4] = {part, b ? rows * fout : 0, b ? rows * fin : 0, b ? fout * fin : 0};
+    act_transient(m, scratch, 4);
 }
 
 /* SP kept gathered (gpt.c, column_forward): a column linear's forward gathers its input into an
@@ -416,11 +444,10 @@ static void block_backward(sim *m, size_t l) {
 static void embed(sim *m) {
     const gpt_shape *s = &m->s;
     size_t copies[2] = {s->vl * s->C, s->T * s->C};
-    size_t temp = m->sp ? s->N * s->C : 0;
     phase(m, "embedding", NO_INDEX);
     param_copies(m, copies, 2, false);
     act(m, s->rows * s->C);
-    act_transient(m, &temp, 1);
+    if (m->sp) sp_take(m, sp_take_elems(m, true, 0));
     param_copies(m, copies, 2, true);
 }
 
@@ -541,6 +568,10 @@ static void persistent(sim *m) {
         alloc(m, MT_MEM_OPTIMIZER, 2 * S * sizeof(float));
     }
     if (m->plan->cpu_device) alloc(m, MT_MEM_COMM, comm_scratch(m));
+    if (m->sp) { /* tp/tp_sequence.c: the tp context's scratch, kept from the first step on */
+        m->sp_kept = sp_kept_bytes(m);
+        alloc(m, MT_MEM_ACTIVATIONS, m->sp_kept);
+    }
 }
 
 /* ---- before the first step ------------------------------------------------------------------ */
@@ -670,6 +701,10 @@ mt_status mt_gpt_memory_predict(const mt_gpt_config *cfg, const mt_gpt_memory_pl
     release(&m, MT_MEM_ACTIVATIONS, sizeof(double));
     free(m.units);
 
+    if (m.sp_short)
+        return mt_error(MT_ERR_INTERNAL, "mt_gpt_memory_predict: a sequence-parallel call needs "
+                        "more than the %zu bytes of kept tp scratch: a bug in "
+                        "models/gpt_memory.c", m.sp_kept);
     if (m.tl.underflow || m.tl.total != out->persistent || m.host.underflow)
         return mt_error(MT_ERR_INTERNAL, "mt_gpt_memory_predict: the replayed step does not "
                         "free what it allocates (%zu bytes left of %zu): a bug in "

@@ -2,10 +2,12 @@
  * bounded by a deadline. Blocking get/wait are waited for by the server; the client only waits
  * for the reply, a little longer than the server's deadline so that a dead server is noticed. */
 #include "store/auth.h"
+#include "store/keepalive.h"
 #include "store/store_internal.h"
 #include "store/wire.h"
 
 #include "core/clock.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -33,6 +35,7 @@
 /* How much longer than the server's own deadline a client waits for a get/wait reply. */
 #define REPLY_GRACE_S 10.0
 #define MAX_TIMEOUT_S 1e8
+#define MIN_TIMEOUT_S 0.001
 
 struct mt_store {
     int fd;
@@ -40,6 +43,7 @@ struct mt_store {
     char addr[300]; /* "host:port" for messages */
     char prefix[MT_STORE_MAX_PREFIX + 1]; /* put before every key on the wire (rounds of a job) */
     size_t prefix_len;                    /* strlen(prefix); both under mu */
+    double answer_limit; /* > 0: the longest wait for an answer beyond the server's own (mu) */
     pthread_mutex_t mu;
     mt_store_buf req;
 };
@@ -51,19 +55,21 @@ static void sleep_s(double s) {
     }
 }
 
+mt_status mt_timeout_from_env(double *out) {
+    return mt_env_seconds("MT_TIMEOUT_S", MIN_TIMEOUT_S, MAX_TIMEOUT_S, DEFAULT_TIMEOUT_S,
+                          "how long the job's processes wait for each other", out);
+}
+
 double mt_default_timeout(void) {
     static atomic_bool warned;
-    const char *env = getenv("MT_TIMEOUT_S");
-    if (!env || !*env) return DEFAULT_TIMEOUT_S;
-    char *end;
-    double v = strtod(env, &end);
-    if (*end || !(v > 0) || !isfinite(v)) {
+    double v;
+    if (mt_timeout_from_env(&v) != MT_OK) {
+        /* mt_init and mtrun refuse such a value; a bare store client keeps the default. */
         if (!atomic_exchange(&warned, true))
-            mt_log(MT_LOG_WARN, "MT_TIMEOUT_S=%s is not a positive number of seconds; using %g",
-                   env, DEFAULT_TIMEOUT_S);
+            mt_log(MT_LOG_WARN, "%s; using %g", mt_last_error(), DEFAULT_TIMEOUT_S);
         return DEFAULT_TIMEOUT_S;
     }
-    return v > MAX_TIMEOUT_S ? MAX_TIMEOUT_S : v;
+    return v;
 }
 
 static double resolve_timeout(double timeout_s) {
@@ -175,8 +181,14 @@ static int try_connect(const char *host, int port, double deadline, char *why, s
         snprintf(why, why_cap, "cannot resolve '%s': %s", host, gai_strerror(rc));
         return -1;
     }
-    int fd = -1;
-    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+    int fd = -1, naddr = 0, tried = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) naddr++;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next, tried++) {
+        /* Each address gets its share of the time left, the last one all of it: an address that
+         * drops packets (a stale AAAA record, a firewalled interface) must not eat the deadline
+         * of those after it. */
+        double now = mt_clock_now_s(), left = deadline - now;
+        double addr_deadline = left > 0 ? now + left / (naddr - tried) : deadline;
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) {
             snprintf(why, why_cap, "socket: %s", strerror(errno));
@@ -186,7 +198,7 @@ static int try_connect(const char *host, int port, double deadline, char *why, s
         if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
             err = errno;
             if (err == EINPROGRESS) {
-                io_result r = wait_fd(fd, POLLOUT, deadline, &err);
+                io_result r = wait_fd(fd, POLLOUT, addr_deadline, &err);
                 socklen_t elen = sizeof err;
                 if (r == IO_OK) {
                     getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen);
@@ -205,6 +217,11 @@ static int try_connect(const char *host, int port, double deadline, char *why, s
     if (fd >= 0) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        int e = mt_store_keepalive_apply(fd, mt_default_timeout());
+        if (e)
+            mt_log(MT_LOG_WARN, "store client: cannot set TCP keepalive on the connection to %s: "
+                   "%s; a host that vanishes without a reset is noticed only by the reply "
+                   "timeouts", host, strerror(e));
     }
     return fd;
 }
@@ -460,6 +477,29 @@ static mt_status check_value(const mt_store *s, const char *op, const char *key,
     return MT_OK;
 }
 
+/* How long a request the server answers at once may wait for its answer: MT_TIMEOUT_S, or the
+ * connection's answer limit when shorter. Caller holds mu. */
+static double quick_wait(const mt_store *s) {
+    double t = mt_default_timeout();
+    return s->answer_limit > 0 && s->answer_limit < t ? s->answer_limit : t;
+}
+
+/* A blocking get/wait: the server answers at its deadline (server_s); the client waits a little
+ * longer, never more than MT_TIMEOUT_S or the answer limit beyond it. Caller holds mu. */
+static double blocking_wait(const mt_store *s, double server_s) {
+    return server_s + fmin(REPLY_GRACE_S, quick_wait(s));
+}
+
+mt_status mt_store_set_answer_limit(mt_store *s, double seconds) {
+    if (!(seconds >= 0) || !isfinite(seconds))
+        return mt_error(MT_ERR_INVALID_ARG, "store at %s: answer limit %g is not a number of "
+                        "seconds", s->addr, seconds);
+    pthread_mutex_lock(&s->mu);
+    s->answer_limit = seconds;
+    pthread_mutex_unlock(&s->mu);
+    return MT_OK;
+}
+
 /* Sends s->req (finished by the caller) and reads the reply; the caller holds s->mu. A failure
  * here leaves the stream out of step, so the connection is marked broken. */
 static mt_status roundtrip(mt_store *s, const char *op, const char *key, double reply_wait_s,
@@ -486,6 +526,11 @@ static mt_status roundtrip(mt_store *s, const char *op, const char *key, double 
                         "host -- node 0's mtrun or rank 0 -- exited or closed it)", op, key,
                         s->addr);
     default:
+        if (err == ETIMEDOUT)
+            /* TCP_USER_TIMEOUT or keepalive (store/keepalive.c): nothing came back at all */
+            return mt_error(MT_ERR_PEER_LOST, "%s '%s': lost the connection to the store at %s: "
+                            "its host stopped acknowledging (down, or the link is cut)", op, key,
+                            s->addr);
         return mt_error(MT_ERR_PEER_LOST, "%s '%s': lost the connection to the store at %s: %s",
                         op, key, s->addr, strerror(err));
     }
@@ -534,7 +579,7 @@ mt_status mt_store_set(mt_store *s, const char *key, const void *value, size_t l
     mt_store_buf_bytes(&s->req, value, len);
     uint8_t *reply;
     size_t rlen;
-    mt_status st = roundtrip(s, "set", key, mt_default_timeout(), &reply, &rlen);
+    mt_status st = roundtrip(s, "set", key, quick_wait(s), &reply, &rlen);
     if (st == MT_OK) {
         if (reply[0] != MT_STORE_R_OK || rlen != 1) st = unexpected(s, "set", key, reply, rlen);
         free(reply);
@@ -555,7 +600,7 @@ static mt_status get_common(mt_store *s, const char *op, const char *key, bool w
     if (wait) mt_store_buf_u64(&s->req, (uint64_t)ceil(timeout_s * 1000.0));
     uint8_t *reply;
     size_t rlen;
-    double reply_wait = wait ? timeout_s + REPLY_GRACE_S : mt_default_timeout();
+    double reply_wait = wait ? blocking_wait(s, timeout_s) : quick_wait(s);
     mt_status st = roundtrip(s, op, key, reply_wait, &reply, &rlen);
     if (st == MT_OK) {
         mt_store_reader rd = {reply + 1, rlen - 1, false};
@@ -594,7 +639,7 @@ mt_status mt_store_add(mt_store *s, const char *key, int64_t delta, int64_t *res
     mt_store_buf_u64(&s->req, (uint64_t)delta);
     uint8_t *reply;
     size_t rlen;
-    mt_status st = roundtrip(s, "add", key, mt_default_timeout(), &reply, &rlen);
+    mt_status st = roundtrip(s, "add", key, quick_wait(s), &reply, &rlen);
     if (st == MT_OK) {
         if (reply[0] == MT_STORE_R_OK && rlen == 9) {
             mt_store_reader rd = {reply + 1, 8, false};
@@ -624,7 +669,7 @@ mt_status mt_store_compare_set(mt_store *s, const char *key, const void *expecte
     mt_store_buf_bytes(&s->req, desired, desired_len);
     uint8_t *reply;
     size_t rlen;
-    mt_status st = roundtrip(s, "compare_set", key, mt_default_timeout(), &reply, &rlen);
+    mt_status st = roundtrip(s, "compare_set", key, quick_wait(s), &reply, &rlen);
     if (st == MT_OK) {
         if (reply[0] == MT_STORE_R_OK && rlen >= 2) {
             mt_store_reader rd = {reply + 2, rlen - 2, false};
@@ -646,7 +691,7 @@ mt_status mt_store_delete(mt_store *s, const char *key, bool *existed) {
     put_key(s, key);
     uint8_t *reply;
     size_t rlen;
-    mt_status st = roundtrip(s, "delete", key, mt_default_timeout(), &reply, &rlen);
+    mt_status st = roundtrip(s, "delete", key, quick_wait(s), &reply, &rlen);
     if (st == MT_OK) {
         if (reply[0] == MT_STORE_R_OK && rlen == 2) {
             if (existed) *existed = reply[1] != 0;
@@ -720,7 +765,7 @@ static mt_status wait_common(mt_store *s, const char *const *keys, int nkeys, do
     for (int i = 0; i < nkeys; i++) put_key(s, keys[i]);
     uint8_t *reply;
     size_t rlen;
-    mt_status st = roundtrip(s, op, keys[0], timeout_s + REPLY_GRACE_S, &reply, &rlen);
+    mt_status st = roundtrip(s, op, keys[0], blocking_wait(s, timeout_s), &reply, &rlen);
     if (st == MT_OK) {
         mt_store_reader rd = {reply + 1, rlen - 1, false};
         if (reply[0] == MT_STORE_R_OK && rlen >= 5 && (any || rlen == 5)) {

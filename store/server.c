@@ -15,11 +15,13 @@
  * logged at most ABUSE_LOG_PER_S times a second, so a flood cannot flood the log too.
  */
 #include "store/auth.h"
+#include "store/keepalive.h"
 #include "store/kv.h"
 #include "store/store_internal.h"
 #include "store/wire.h"
 
 #include "core/clock.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -700,6 +702,9 @@ static void accept_clients(mt_store_server *s, double now) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         c->server = s;
+        /* A client whose host vanished without a reset is dropped (and its waits with it) rather
+         * than kept for the kernel's default of hours; a failure only costs that. */
+        (void)mt_store_keepalive_apply(fd, mt_default_timeout());
         c->fd = fd;
         snprintf(c->peer, sizeof c->peer, "%s", peer);
         c->hello_deadline = now + s->handshake_timeout;
@@ -837,19 +842,6 @@ static void *server_main(void *arg) {
 
 /* ---- public API ---------------------------------------------------------------------------- */
 
-static double handshake_timeout_from_env(void) {
-    const char *env = getenv("MT_STORE_HANDSHAKE_TIMEOUT_S");
-    if (!env || !*env) return HANDSHAKE_TIMEOUT_DEFAULT_S;
-    char *end;
-    double v = strtod(env, &end);
-    if (*end || !(v > 0) || !isfinite(v)) {
-        mt_log(MT_LOG_WARN, "MT_STORE_HANDSHAKE_TIMEOUT_S=%s is not a positive number of seconds; "
-               "using %g", env, HANDSHAKE_TIMEOUT_DEFAULT_S);
-        return HANDSHAKE_TIMEOUT_DEFAULT_S;
-    }
-    return v;
-}
-
 /* Binds and listens on one address family; returns the socket or -1 with *err set. */
 static int listen_on(const char *bind_addr, const char *serv, int family, int *err) {
     struct addrinfo hints = {.ai_family = family, .ai_socktype = SOCK_STREAM,
@@ -910,27 +902,16 @@ static mt_status open_listener(const char *bind_addr, int port, int *out_fd, int
     return MT_OK;
 }
 
-/* An MT_STORE_* count from the environment: unset keeps *out; anything but an integer in
- * min..max is an error naming the variable and the range. */
-static mt_status env_count(const char *name, uint64_t min, uint64_t max, uint64_t *out) {
-    const char *env = getenv(name);
-    if (!env || !*env) return MT_OK;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(env, &end, 10);
-    if (*end || errno || env[0] == '-' || v < min || v > max)
-        return mt_error(MT_ERR_INVALID_ARG, "%s=%s: expected an integer in %" PRIu64 "..%" PRIu64,
-                        name, env, min, max);
-    *out = v;
-    return MT_OK;
-}
-
 static mt_status configure(mt_store_server *s, const mt_store_server_opts *o) {
     MT_TRY(mt_store_token_resolve(o->token, &s->token));
-    uint64_t clients = o->max_clients > 0 ? (uint64_t)o->max_clients : MAX_CLIENTS_DEFAULT;
-    uint64_t bytes = o->max_bytes > 0 ? o->max_bytes : MAX_BYTES_DEFAULT;
-    MT_TRY(env_count("MT_STORE_MAX_CLIENTS", 1, MAX_CLIENTS_LIMIT, &clients));
-    MT_TRY(env_count("MT_STORE_MAX_BYTES", MAX_BYTES_MIN, MAX_BYTES_LIMIT, &bytes));
+    long long clients;
+    size_t bytes;
+    MT_TRY(mt_env_int("MT_STORE_MAX_CLIENTS", 1, MAX_CLIENTS_LIMIT,
+                      o->max_clients > 0 ? o->max_clients : MAX_CLIENTS_DEFAULT,
+                      "connections the store accepts at once", &clients));
+    MT_TRY(mt_env_bytes("MT_STORE_MAX_BYTES", MAX_BYTES_MIN, MAX_BYTES_LIMIT,
+                        o->max_bytes > 0 ? (size_t)o->max_bytes : MAX_BYTES_DEFAULT,
+                        "bytes of keys and values the store holds", &bytes));
     s->max_clients = (int)clients;
     s->max_bytes = bytes;
     s->stats.max_clients = (uint32_t)clients;
@@ -961,8 +942,11 @@ mt_status mt_store_server_start_opts(const mt_store_server_opts *o, mt_store_ser
     s->listen_fd = s->wake[0] = s->wake[1] = -1;
     pthread_mutex_init(&s->stats_mu, NULL);
     snprintf(s->job_id, sizeof s->job_id, "%s", job_id);
-    s->handshake_timeout = handshake_timeout_from_env();
-    mt_status st = configure(s, o);
+    mt_status st = mt_env_seconds("MT_STORE_HANDSHAKE_TIMEOUT_S", 0.001, 1e6,
+                                  HANDSHAKE_TIMEOUT_DEFAULT_S,
+                                  "how long a new client may take to introduce itself",
+                                  &s->handshake_timeout);
+    if (st == MT_OK) st = configure(s, o);
     if (st != MT_OK) {
         st = mt_error_wrap(st, "store server");
         goto fail;

@@ -56,6 +56,16 @@ const char *mt_store_abort_parse(const char *value, mt_status *status);
 #define MT_STORE_MAX_PREFIX 64
 mt_status mt_store_set_prefix(mt_store *store, const char *prefix);
 
+/* Caps how long any request on this connection waits for an answer beyond the server's own
+ * wait (default, and never more than, MT_TIMEOUT_S; 0 restores it): mtrun's heartbeat uses a
+ * fraction of MT_TIMEOUT_S so that a store host that stopped answering while its kernel still
+ * acknowledges (a hung or stopped process) is noticed in time. */
+mt_status mt_store_set_answer_limit(mt_store *store, double seconds);
+
+/* MT_TIMEOUT_S (300 when unset), refused with a message naming it when it is not a number of
+ * seconds in 0.001..1e8: mt_init and mtrun fail on it, mt_default_timeout warns and uses 300. */
+mt_status mt_timeout_from_env(double *out);
+
 /* "host:port" of a client's server, for messages. */
 const char *mt_store_address(const mt_store *store);
 

@@ -17,4 +17,17 @@ mt_status mt_tp_all_reduce(const mt_tp_ctx *tp, float *buf, size_t count, mt_red
 /* Zeroed device scratch of elems elements (activations category); free with mt_device_free. */
 mt_status mt_tp_scratch(const mt_tp_ctx *tp, size_t elems, size_t elem_size, void **out);
 
+/* The context's kept scratch (tp.h, mt_tp_ctx.scratch): one device block, grown (freed, then
+ * allocated larger) when a call needs more than it holds. */
+struct mt_tp_scratch {
+    void *buf;
+    size_t bytes;
+};
+
+/* elems zeroed f32 from the context's kept scratch (grown to at least max(elems, 1) floats), or
+ * without one a fresh mt_tp_scratch block; hand it back with mt_tp_scratch_put. */
+mt_status mt_tp_scratch_take(const mt_tp_ctx *tp, size_t elems, float **out);
+/* Frees a block from mt_tp_scratch_take unless it is the kept scratch (which stays). */
+void mt_tp_scratch_put(const mt_tp_ctx *tp, float *p);
+
 #endif

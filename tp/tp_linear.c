@@ -8,6 +8,8 @@
 #include <meshtrain/module.h>
 #include <meshtrain/ops.h>
 
+#include <stdlib.h>
+
 mt_status mt_tp_context(mt_mesh *mesh, mt_tp_ctx *out) {
     return mt_tp_context_dim(mesh, MT_TP_DIM_DEFAULT, out);
 }
@@ -19,14 +21,30 @@ mt_status mt_tp_context_dim(mt_mesh *mesh, const char *dim, mt_tp_ctx *out) {
     out->group = NULL;
     out->size = 1;
     out->rank = 0;
+    out->scratch = NULL;
     /* The model passes the dimension its modules place their parameters on
      * (mt_module_tp_dim), so that layers and parameters split alike. */
     int d = mt_mesh_dim_index(mesh, dim);
-    if (d < 0) return MT_OK;
-    MT_TRY(mt_mesh_group(mesh, dim, &out->group));
-    out->size = mt_mesh_dim_size(mesh, d);
-    out->rank = mt_mesh_coord(mesh, d);
+    if (d >= 0) {
+        MT_TRY(mt_mesh_group(mesh, dim, &out->group));
+        out->size = mt_mesh_dim_size(mesh, d);
+        out->rank = mt_mesh_coord(mesh, d);
+    }
+    out->scratch = calloc(1, sizeof *out->scratch);
+    if (!out->scratch)
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "mt_tp_context: out of host memory");
     return MT_OK;
+}
+
+void mt_tp_context_release(mt_tp_ctx *tp) {
+    if (!tp || !tp->scratch) return;
+    mt_device_free(tp->dev, tp->scratch->buf);
+    free(tp->scratch);
+    tp->scratch = NULL;
+}
+
+size_t mt_tp_context_scratch_bytes(const mt_tp_ctx *tp) {
+    return tp && tp->scratch ? tp->scratch->bytes : 0;
 }
 
 mt_status mt_tp_check_ctx(const mt_tp_ctx *tp, const char *what) {
@@ -57,6 +75,27 @@ mt_status mt_tp_scratch(const mt_tp_ctx *tp, size_t elems, size_t elem_size, voi
         *out = NULL;
     }
     return st;
+}
+
+mt_status mt_tp_scratch_take(const mt_tp_ctx *tp, size_t elems, float **out) {
+    struct mt_tp_scratch *s = tp->scratch;
+    if (!s) return mt_tp_scratch(tp, elems, sizeof(float), (void **)out);
+    size_t bytes = (elems ? elems : 1) * sizeof(float);
+    if (s->bytes < bytes) {
+        /* Nothing in it outlives a call: the old block goes before the larger one comes. */
+        mt_device_free(tp->dev, s->buf);
+        s->buf = NULL;
+        s->bytes = 0;
+        MT_TRY(mt_device_alloc(tp->dev, bytes, MT_MEM_ACTIVATIONS, &s->buf));
+        s->bytes = bytes;
+    }
+    MT_TRY(mt_device_memset(tp->dev, s->buf, 0, bytes, NULL));
+    *out = s->buf;
+    return MT_OK;
+}
+
+void mt_tp_scratch_put(const mt_tp_ctx *tp, float *p) {
+    if (!tp->scratch || (void *)p != tp->scratch->buf) mt_device_free(tp->dev, p);
 }
 
 static mt_status check_sizes(const char *what, int n, int in, int out) {

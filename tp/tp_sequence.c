@@ -8,7 +8,12 @@
  * gradient. The column-parallel input is either gathered again in backward (Megatron's choice,
  * mt_tp_column_linear_*_sp: the kept activation stays n / tp rows, at the price of one more
  * all-gather per column-parallel linear per backward) or kept gathered by the caller from the
- * forward (mt_tp_column_linear_*_sp_gathered: no re-gather, n rows kept per linear). */
+ * forward (mt_tp_column_linear_*_sp_gathered: no re-gather, n rows kept per linear).
+ *
+ * Scratch (the gathered operand, a partial sum, an input gradient's part) comes from the
+ * context's kept block (mt_tp_scratch_take): one call needs it at a time, so one block, as large
+ * as the largest call's (a column backward that re-gathers takes its gathered input and its
+ * part at once), serves every layer of a step. models/gpt_memory.c predicts it. */
 #include "tp/tp_internal.h"
 
 #include "core/error.h"
@@ -75,13 +80,14 @@ mt_status mt_tp_sequence_reduce_scatter(const mt_tp_ctx *tp, const float *in, fl
     return MT_OK;
 }
 
-/* *full = the gathered n x channels rows of in_shard, in fresh activation scratch. */
+/* *full = the gathered n x channels rows of in_shard, at the start of extra + n x channels
+ * floats of scratch (the caller's use of the rest; give it back with mt_tp_scratch_put). */
 static mt_status gather_scratch(const mt_tp_ctx *tp, const float *in_shard, int n, int channels,
-                                float **full) {
-    MT_TRY(mt_tp_scratch(tp, (size_t)n * (size_t)channels, sizeof(float), (void **)full));
+                                size_t extra, float **full) {
+    MT_TRY(mt_tp_scratch_take(tp, (size_t)n * (size_t)channels + extra, full));
     mt_status st = mt_tp_sequence_gather(tp, in_shard, *full, n, channels);
     if (st != MT_OK) {
-        mt_device_free(tp->dev, *full);
+        mt_tp_scratch_put(tp, *full);
         *full = NULL;
     }
     return st;
@@ -95,10 +101,10 @@ mt_status mt_tp_column_linear_forward_sp(const mt_tp_ctx *tp, const float *in_sh
     MT_TRY(check_sp(tp, what, n, in_features, out_features_local));
     if (n == 0) return MT_OK;
     float *full = NULL;
-    MT_TRY(gather_scratch(tp, in_shard, n, in_features, &full));
+    MT_TRY(gather_scratch(tp, in_shard, n, in_features, 0, &full));
     mt_status st = mt_op_linear_forward_ex(tp->dev, full, w_local, w_dtype, b_local, out_local,
                                            n, in_features, out_features_local);
-    mt_device_free(tp->dev, full);
+    mt_tp_scratch_put(tp, full);
     return st;
 }
 
@@ -118,19 +124,24 @@ mt_status mt_tp_column_linear_forward_sp_gathered(const mt_tp_ctx *tp, const flo
                                    in_features, out_features_local);
 }
 
+/* The floats of scratch column_backward_full's part needs: the input gradient's n x in_features
+ * and this rank's rows of its sum (none without an input gradient). */
+static size_t part_elems(const mt_tp_ctx *tp, const float *d_in_shard, int n, int in_features) {
+    size_t count = (size_t)n * (size_t)in_features;
+    return d_in_shard ? count + count / (size_t)tp->size : 0;
+}
+
 /* The column-parallel backward from the gathered input full (n x in_features), however it was
- * obtained: d_w, d_b from it, the input gradient reduce-scattered into d_in_shard. */
+ * obtained: d_w, d_b from it, the input gradient reduce-scattered into d_in_shard. part: zeroed
+ * scratch of part_elems floats (NULL without d_in_shard). */
 static mt_status column_backward_full(const mt_tp_ctx *tp, const float *d_out_local,
                                       const float *full, const void *w_local, mt_dtype w_dtype,
                                       float *d_in_shard, float *d_w, float *d_b, int n,
-                                      int in_features, int out_features_local) {
+                                      int in_features, int out_features_local, float *part) {
     size_t count = (size_t)n * (size_t)in_features, shard = count / (size_t)tp->size;
-    float *part = NULL;
-    mt_status st = MT_OK;
-    if (d_in_shard) st = mt_tp_scratch(tp, count + shard, sizeof(float), (void **)&part);
-    if (st == MT_OK)
-        st = mt_op_linear_backward_ex(tp->dev, d_out_local, full, w_local, w_dtype, part, d_w,
-                                      d_b, n, in_features, out_features_local);
+    mt_status st = mt_op_linear_backward_ex(tp->dev, d_out_local, full, w_local, w_dtype,
+                                            d_in_shard ? part : NULL, d_w, d_b, n, in_features,
+                                            out_features_local);
     /* Each rank holds its output features' part of every row's input gradient: summed over tp,
      * each rank keeps its rows, then accumulates, so that d_in_shard keeps its += meaning. */
     if (st == MT_OK && d_in_shard) {
@@ -138,7 +149,6 @@ static mt_status column_backward_full(const mt_tp_ctx *tp, const float *d_out_lo
         st = mt_tp_sequence_reduce_scatter(tp, part, mine, n, in_features);
         if (st == MT_OK) st = mt_op_add(tp->dev, d_in_shard, mine, d_in_shard, shard);
     }
-    mt_device_free(tp->dev, part);
     return st;
 }
 
@@ -151,11 +161,14 @@ mt_status mt_tp_column_linear_backward_sp(const mt_tp_ctx *tp, const float *d_ou
     MT_TRY(check_sp(tp, what, n, in_features, out_features_local));
     if (n == 0) return MT_OK;
     float *full = NULL;
-    /* The input was not kept gathered: gather it again for the weight gradient. */
-    MT_TRY(gather_scratch(tp, in_shard, n, in_features, &full));
+    /* The input was not kept gathered: gather it again for the weight gradient, the part
+     * behind it in the same scratch. */
+    size_t count = (size_t)n * (size_t)in_features;
+    MT_TRY(gather_scratch(tp, in_shard, n, in_features,
+                          part_elems(tp, d_in_shard, n, in_features), &full));
     mt_status st = column_backward_full(tp, d_out_local, full, w_local, w_dtype, d_in_shard, d_w,
-                                        d_b, n, in_features, out_features_local);
-    mt_device_free(tp->dev, full);
+                                        d_b, n, in_features, out_features_local, full + count);
+    mt_tp_scratch_put(tp, full);
     return st;
 }
 
@@ -172,8 +185,13 @@ mt_status mt_tp_column_linear_backward_sp_gathered(const mt_tp_ctx *tp,
     if (!in_full)
         return mt_error(MT_ERR_INVALID_ARG, "%s: in_full (the input gathered in forward) must "
                         "not be NULL", what);
-    return column_backward_full(tp, d_out_local, in_full, w_local, w_dtype, d_in_shard, d_w,
-                                d_b, n, in_features, out_features_local);
+    size_t elems = part_elems(tp, d_in_shard, n, in_features);
+    float *part = NULL;
+    if (elems) MT_TRY(mt_tp_scratch_take(tp, elems, &part));
+    mt_status st = column_backward_full(tp, d_out_local, in_full, w_local, w_dtype, d_in_shard,
+                                        d_w, d_b, n, in_features, out_features_local, part);
+    if (part) mt_tp_scratch_put(tp, part);
+    return st;
 }
 
 mt_status mt_tp_row_linear_forward_sp(const mt_tp_ctx *tp, const float *in_local,
@@ -184,14 +202,13 @@ mt_status mt_tp_row_linear_forward_sp(const mt_tp_ctx *tp, const float *in_local
     MT_TRY(check_sp(tp, what, n, in_features_local, out_features));
     if (n == 0) return MT_OK;
     float *partial = NULL;
-    MT_TRY(mt_tp_scratch(tp, (size_t)n * (size_t)out_features, sizeof(float),
-                         (void **)&partial));
+    MT_TRY(mt_tp_scratch_take(tp, (size_t)n * (size_t)out_features, &partial));
     /* The bias joins the partial sum of tp rank 0 only, so the reduce-scatter adds it once. */
     const float *bias = tp->rank == 0 ? b : NULL;
     mt_status st = mt_op_linear_forward_ex(tp->dev, in_local, w_local, w_dtype, bias, partial, n,
                                            in_features_local, out_features);
     if (st == MT_OK) st = mt_tp_sequence_reduce_scatter(tp, partial, out_shard, n, out_features);
-    mt_device_free(tp->dev, partial);
+    mt_tp_scratch_put(tp, partial);
     return st;
 }
 
@@ -204,13 +221,13 @@ mt_status mt_tp_row_linear_backward_sp(const mt_tp_ctx *tp, const float *d_out_s
     MT_TRY(check_sp(tp, what, n, in_features_local, out_features));
     if (n == 0) return MT_OK;
     float *d_out = NULL;
-    MT_TRY(gather_scratch(tp, d_out_shard, n, out_features, &d_out));
+    MT_TRY(gather_scratch(tp, d_out_shard, n, out_features, 0, &d_out));
     /* From the gathered gradient every rank computes the full bias gradient, the same on each,
      * as the replicated parameter needs: no all-reduce of it. */
     mt_status st = mt_op_linear_backward_ex(tp->dev, d_out, in_local, w_local, w_dtype,
                                             d_in_local, d_w, d_b, n, in_features_local,
                                             out_features);
-    mt_device_free(tp->dev, d_out);
+    mt_tp_scratch_put(tp, d_out);
     return st;
 }
 
@@ -221,13 +238,13 @@ mt_status mt_tp_vocab_embedding_forward_sp(const mt_tp_ctx *tp, const int *ids, 
     MT_TRY(check_sp(tp, what, n, vocab_local, channels));
     if (n == 0) return MT_OK;
     float *partial = NULL;
-    MT_TRY(mt_tp_scratch(tp, (size_t)n * (size_t)channels, sizeof(float), (void **)&partial));
+    MT_TRY(mt_tp_scratch_take(tp, (size_t)n * (size_t)channels, &partial));
     /* Each rank looks up the ids of its vocabulary slice (the others' rows stay 0). */
     mt_status st = mt_op_embedding_forward(tp->dev, ids, (size_t)n, wte_local,
                                            tp->rank * vocab_local, vocab_local, channels, partial,
                                            false);
     if (st == MT_OK) st = mt_tp_sequence_reduce_scatter(tp, partial, out_shard, n, channels);
-    mt_device_free(tp->dev, partial);
+    mt_tp_scratch_put(tp, partial);
     return st;
 }
 

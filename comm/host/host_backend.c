@@ -40,17 +40,6 @@ static mt_status host_submit(mt_work *w) {
     return MT_OK;
 }
 
-static void deadline_after(struct timespec *ts, double seconds) {
-    clock_gettime(CLOCK_REALTIME, ts);
-    double whole = floor(seconds);
-    ts->tv_sec += (time_t)whole;
-    ts->tv_nsec += (long)((seconds - whole) * 1e9);
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 static mt_status finished_status(mt_work *w) {
     if (w->status == MT_OK) return MT_OK;
     return mt_error(w->status, "%s", w->errmsg);
@@ -94,8 +83,8 @@ static mt_status host_wait(mt_work *w, double timeout_s) {
     while (!w->done) {
         double left = end_s - mt_clock_now_s();
         if (left <= 0) break;
-        struct timespec step;
-        deadline_after(&step, left < MT_ABORT_PROBE_INTERVAL_S ? left : MT_ABORT_PROBE_INTERVAL_S);
+        struct timespec step =
+            mt_clock_deadline(left < MT_ABORT_PROBE_INTERVAL_S ? left : MT_ABORT_PROBE_INTERVAL_S);
         int rc = pthread_cond_timedwait(&tr->done_cv, &tr->mu, &step);
         if (rc != ETIMEDOUT || w->done) continue;
         pthread_mutex_unlock(&tr->mu);
@@ -157,10 +146,26 @@ static void host_release(mt_work *w) {
         if (st != MT_OK) mt_log(MT_LOG_WARN, "freeing unfinished work: %s", mt_last_error());
     }
     if (!done) {
-        /* An abandoned work completes as soon as the progress thread cancelled its receives. */
+        /* An abandoned work completes as soon as the progress thread cancelled its receives.
+         * Only UCX progress, on that thread, writes into the work's buffers: if it has not
+         * finished the cancellation within MT_TIMEOUT_S it is stuck and writes nothing more, so
+         * the caller gets its buffers back; the work itself (the thread holds a reference) is
+         * left to the transport. */
+        double timeout = mt_runtime_timeout(tr->rt);
+        double end_s = mt_clock_now_s() + timeout;
         pthread_mutex_lock(&tr->mu);
-        while (!w->done) pthread_cond_wait(&tr->done_cv, &tr->mu);
+        while (!w->done && mt_clock_now_s() < end_s) {
+            struct timespec until = mt_clock_deadline(end_s - mt_clock_now_s());
+            pthread_cond_timedwait(&tr->done_cv, &tr->mu, &until);
+        }
+        bool finished = w->done;
         pthread_mutex_unlock(&tr->mu);
+        if (!finished) {
+            char what[160];
+            mt_work_describe(w, what, sizeof what);
+            mt_log(MT_LOG_ERROR, "%s: the progress thread did not finish cancelling it within "
+                   "%g s (MT_TIMEOUT_S); releasing it unfinished", what, timeout);
+        }
     }
 }
 

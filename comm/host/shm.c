@@ -10,7 +10,10 @@
  * never touches its buffer while a peer reads it. Receives accept either form (the descriptor
  * carries a tag bit they ignore), so nothing else needs to agree in advance.
  *
- * Runs on the progress thread only. MT_COMM_SHM=0 turns the path off (sends go as data).
+ * Runs on the progress thread only. MT_COMM_SHM=0 turns the path off (sends go as data). Where
+ * the kernel refuses pidfd_getfd between ranks (Yama's ptrace_scope=1, a seccomp filter, a
+ * kernel before 5.6) the ranks of the host find out at start and turn it off too, with one
+ * warning: everything then goes through UCX.
  */
 #include "comm/group.h"
 #include "comm/host/shm.h"
@@ -22,6 +25,8 @@
 #include "core/error.h"
 
 #include <meshtrain/log.h>
+#include <meshtrain/runtime.h>
+#include <meshtrain/store.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -45,6 +50,75 @@ typedef struct mt_shm_map {
 
 static const uint8_t ACK_OK = 1, ACK_FAILED = 2;
 
+/* Whether this process may take a file descriptor of process pid (pidfd_getfd, with the ptrace
+ * permission of UCX's cma): 0, or the errno of the refusal with why. A missing fd (EBADF) comes
+ * after the permission check, so it counts as allowed. MT_TEST_PIDFD_GETFD_FAIL=EPERM plays a
+ * kernel that refuses (the tests cannot change ptrace_scope or install a seccomp filter). */
+static int probe_getfd(pid_t pid, int fd, char *why, size_t cap) {
+    const char *inject = getenv("MT_TEST_PIDFD_GETFD_FAIL");
+    if (inject && !strcmp(inject, "EPERM")) {
+        snprintf(why, cap, "pidfd_getfd(pid %d): %s (MT_TEST_PIDFD_GETFD_FAIL)", (int)pid,
+                 strerror(EPERM));
+        return EPERM;
+    }
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0) {
+        int e = errno;
+        snprintf(why, cap, "pidfd_open(%d): %s", (int)pid, strerror(e));
+        return e;
+    }
+    int got = (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+    int e = got < 0 ? errno : 0;
+    if (got >= 0) close(got);
+    close(pidfd);
+    if (e == 0 || e == EBADF) return 0;
+    snprintf(why, cap, "pidfd_getfd(pid %d): %s", (int)pid, strerror(e));
+    return e;
+}
+
+/* Every rank of a host probes the next local rank and publishes the outcome; the path stays on
+ * only when every rank of the host may read its peers, since a sender cannot know whether a
+ * reader can until it has failed. The host's lowest refused rank warns, once. */
+static mt_status agree_on_getfd(mt_transport *tr) {
+    mt_store *store = mt_runtime_store(tr->rt);
+    double timeout = mt_runtime_timeout(tr->rt);
+    int next = -1;
+    for (int i = 1; i < tr->world && next < 0; i++) {
+        int r = (tr->rank + i) % tr->world;
+        if (tr->shm.same_host[r]) next = r;
+    }
+    if (next < 0) return MT_OK; /* alone on the host: nothing to read from */
+    char key[64], value[320], why[256] = "";
+    snprintf(key, sizeof key, "mt/shm/pid/%d", tr->rank);
+    int n = snprintf(value, sizeof value, "%ld", (long)getpid());
+    MT_TRY(mt_store_set(store, key, value, (size_t)n));
+    snprintf(key, sizeof key, "mt/shm/pid/%d", next);
+    void *v = NULL;
+    MT_TRY(mt_store_get(store, key, timeout, &v, NULL));
+    pid_t pid = (pid_t)strtol(v, NULL, 10);
+    free(v);
+    int refused = probe_getfd(pid, STDERR_FILENO, why, sizeof why);
+    snprintf(key, sizeof key, "mt/shm/ok/%d", tr->rank);
+    n = snprintf(value, sizeof value, "%d %s", refused ? 0 : 1, why);
+    MT_TRY(mt_store_set(store, key, value, (size_t)n));
+    int first_refused = -1;
+    for (int r = 0; r < tr->world; r++) {
+        if (r != tr->rank && !tr->shm.same_host[r]) continue;
+        snprintf(key, sizeof key, "mt/shm/ok/%d", r);
+        MT_TRY(mt_store_get(store, key, timeout, &v, NULL));
+        bool ok = ((const char *)v)[0] == '1';
+        free(v);
+        if (!ok && first_refused < 0) first_refused = r;
+    }
+    if (first_refused < 0) return MT_OK;
+    tr->shm.enabled = false;
+    if (first_refused == tr->rank)
+        mt_log(MT_LOG_WARN, "the kernel refuses to pass file descriptors between the ranks of "
+               "this host (%s; Yama ptrace_scope or seccomp?): their large messages go through "
+               "UCX instead of shared memory", why);
+    return MT_OK;
+}
+
 mt_status mt_shm_init(mt_transport *tr) {
     const char *env = getenv("MT_COMM_SHM");
     tr->shm.enabled = !(env && !strcmp(env, "0"));
@@ -60,7 +134,7 @@ mt_status mt_shm_init(mt_transport *tr) {
         tr->shm.same_host[r] = mine && theirs && strcmp(mine, theirs) == 0;
         tr->shm.pidfds[r] = -1;
     }
-    return MT_OK;
+    return tr->shm.enabled ? agree_on_getfd(tr) : MT_OK;
 }
 
 void mt_shm_close(mt_transport *tr) {
@@ -173,7 +247,11 @@ static void *map_block(mt_transport *tr, int peer, const mt_shm_ref *ref, char *
         }
         tr->shm.pidfds[peer] = pidfd;
     }
-    int fd = (int)syscall(SYS_pidfd_getfd, tr->shm.pidfds[peer], ref->fd, 0);
+    /* The test hook refuses here too, so that a path left on by mistake fails the test. */
+    const char *inject = getenv("MT_TEST_PIDFD_GETFD_FAIL");
+    int fd = inject && !strcmp(inject, "EPERM")
+                 ? (errno = EPERM, -1)
+                 : (int)syscall(SYS_pidfd_getfd, tr->shm.pidfds[peer], ref->fd, 0);
     if (fd < 0) {
         snprintf(why, cap, "pidfd_getfd(pid %d, fd %d): %s (ptrace permission is needed, as for "
                  "UCX's cma)", (int)ref->pid, (int)ref->fd, strerror(errno));

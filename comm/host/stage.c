@@ -1,5 +1,21 @@
 /* Staging copies over UCX (include/meshtrain/stage.h, comm/host/stage.h).
  *
+ * Which path a stager takes, decided once in mt_stager_create (mt_stager_path tells):
+ *   - CPU device: UCX (MT_STAGE_PATH_UCX), host memory on both sides, whatever UCX it runs with.
+ *   - CUDA device, and the UCX loaded at run time reports CUDA among its memory types
+ *     (ucp_context_query, UCP_ATTR_FIELD_MEMORY_TYPES: a UCX built with CUDA whose cuda_copy
+ *     module loaded, e.g. PyPI's libucx-cu13 through MT_UCX_ROOT): UCX too. Device buffers are
+ *     registered with ucp_mem_map as UCS_MEMORY_TYPE_CUDA, host-tier blocks as
+ *     UCS_MEMORY_TYPE_HOST, and each ucp_get_nbx names its local buffer's memory type
+ *     (UCP_OP_ATTR_FIELD_MEMORY_TYPE); UCX moves the bytes with cuda_copy (or gdr_copy). The
+ *     staging thread and the registering thread make the device current first, as cuda_copy
+ *     works in the calling thread's CUDA context.
+ *   - CUDA device and a UCX without CUDA (Debian's 1.13): MT_STAGE_PATH_DEVICE_COPY,
+ *     cudaMemcpyAsync on a stream of the stager's own, with one warning per process naming the
+ *     UCX. No UCX context is kept then.
+ * The decision is the run-time UCX's, not the headers': the same binary takes the UCX path when
+ * it loads a CUDA-enabled libucp and the fallback when it loads another.
+ *
  * Why ucp_get_nbx: a get completes when the bytes are in the local (destination) buffer, so its
  * callback is the copy's completion; a put's callback only says that the source may be reused,
  * and remote completion would need a flush per copy. The endpoint goes to the stager's own
@@ -28,6 +44,17 @@ mt_stage_path mt_stager_path(const mt_stager *stager) {
     return stager ? stager->path : MT_STAGE_PATH_UCX;
 }
 
+void mt_stager_get_stats(mt_stager *st, mt_stager_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!st) return;
+    pthread_mutex_lock(&st->mu);
+    *out = st->stats;
+    out->handles_pooled = st->pooled;
+    out->pool_limit = MT_STAGE_HANDLE_POOL;
+    pthread_mutex_unlock(&st->mu);
+}
+
 static mt_status ucs_fail(ucs_status_t s, const char *call, const char *why) {
     return mt_error(MT_ERR_COMM, "cannot set up offload staging: UCX %s failed: %s (%s)", call,
                     ucs_status_string(s), why);
@@ -40,7 +67,8 @@ static void finish(mt_stager *st, mt_stage_copy *c, ucs_status_t s) {
     if (s != UCS_OK) {
         c->status = MT_ERR_COMM;
         snprintf(c->error, sizeof c->error, "offload staging copy of %zu bytes from %p to %p "
-                 "failed: UCX ucp_get_nbx: %s", c->bytes, c->src, c->dst, ucs_status_string(s));
+                 "failed: UCX ucp_get_nbx: %s%s", c->bytes, c->src, c->dst, ucs_status_string(s),
+                 c->inject_fail ? " (injected by MT_TEST_STAGE_COPY_FAIL=1)" : "");
     }
     for (int i = 0; i < 2; i++)
         if (c->regions[i]) c->regions[i]->inflight--;
@@ -57,13 +85,20 @@ static void get_done(void *request, ucs_status_t status, void *user_data) {
 }
 
 static void post(mt_stager *st, mt_stage_copy *c) {
+    if (c->inject_fail) {
+        finish(st, c, UCS_ERR_IO_ERROR);
+        return;
+    }
     ucp_request_param_t param;
     memset(&param, 0, sizeof param);
+    /* The memory type saves UCX a lookup of the local buffer (its memtype cache or a driver
+     * call) per copy; the memh already says where the buffer lies. */
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FIELD_MEMH;
+                         UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     param.cb.send = get_done;
     param.user_data = c;
     param.memh = c->dst_memh;
+    param.memory_type = c->dst_mem_type;
     void *req = ucp_get_nbx(st->self_ep, c->dst, c->bytes, (uint64_t)(uintptr_t)c->src,
                             c->src_rkey, &param);
     if (req == NULL) {
@@ -77,7 +112,17 @@ static void post(mt_stager *st, mt_stage_copy *c) {
 
 static void *stage_thread(void *arg) {
     mt_stager *st = arg;
+    /* UCX's cuda_copy copies in the posting thread's current CUDA context. */
+    mt_status bound = mt_device_bind_thread(st->dev);
     pthread_mutex_lock(&st->mu);
+    st->thread_status = bound;
+    if (bound != MT_OK) snprintf(st->thread_error, sizeof st->thread_error, "%s", mt_last_error());
+    st->thread_ready = true;
+    pthread_cond_broadcast(&st->done_cv);
+    if (bound != MT_OK) {
+        pthread_mutex_unlock(&st->mu);
+        return NULL;
+    }
     for (;;) {
         mt_stage_copy *batch = st->queue_head;
         st->queue_head = st->queue_tail = NULL;
@@ -179,6 +224,14 @@ mt_status mt_stager_create(mt_device *dev, mt_stager **out) {
         if (rc) s = mt_error_errno(MT_ERR_SYSTEM, rc, "cannot start the offload staging thread");
         st->thread_started = rc == 0;
     }
+    if (st->thread_started) {
+        pthread_mutex_lock(&st->mu);
+        while (!st->thread_ready) pthread_cond_wait(&st->done_cv, &st->mu);
+        pthread_mutex_unlock(&st->mu);
+        if (st->thread_status != MT_OK)
+            s = mt_error(st->thread_status, "cannot set up offload staging on %s: the staging "
+                         "thread cannot use the device: %s", dev->name, st->thread_error);
+    }
     if (s != MT_OK) {
         mt_stager_destroy(st);
         return s;
@@ -230,6 +283,11 @@ void mt_stager_destroy(mt_stager *st) {
     }
     for (size_t i = 0; i < st->region_count; i++) region_release(st, st->regions[i]);
     free(st->regions);
+    while (st->pool) {
+        mt_stage_copy *next = st->pool->next;
+        free(st->pool);
+        st->pool = next;
+    }
     if (st->self_ep) close_self_ep(st);
     if (st->worker) ucp_worker_destroy(st->worker);
     if (st->ctx) ucp_cleanup(st->ctx);
@@ -288,7 +346,10 @@ static mt_status map_region(mt_stager *st, mt_stage_region *r, void *ptr, size_t
                     UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
     mp.address = ptr;
     mp.length = bytes;
-    mp.memory_type = on_device ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+    r->mem_type = on_device ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+    mp.memory_type = r->mem_type;
+    /* UCX registers CUDA memory in the calling thread's current context. */
+    if (on_device) MT_TRY(mt_device_bind_thread(st->dev));
     ucs_status_t s = ucp_mem_map(st->ctx, &mp, &r->memh);
     if (s != UCS_OK) return mem_map_failed(st, s, ptr, bytes, false);
     void *packed;
@@ -397,6 +458,39 @@ mt_status mt_stager_unregister(mt_stager *st, void *ptr) {
 
 /* ---- copies ---------------------------------------------------------------------------------- */
 
+/* A zeroed handle: from the stager's pool, else malloc'd (counted). */
+static mt_stage_copy *handle_get(mt_stager *st) {
+    pthread_mutex_lock(&st->mu);
+    mt_stage_copy *c = st->pool;
+    if (c) {
+        st->pool = c->next;
+        st->pooled--;
+    }
+    pthread_mutex_unlock(&st->mu);
+    if (c) {
+        memset(c, 0, sizeof *c);
+        return c;
+    }
+    c = calloc(1, sizeof *c);
+    if (c) {
+        pthread_mutex_lock(&st->mu);
+        st->stats.handles_allocated++;
+        pthread_mutex_unlock(&st->mu);
+    }
+    return c;
+}
+
+/* Under mu. Back to the pool while it has room; freed otherwise. */
+static void handle_put(mt_stager *st, mt_stage_copy *c) {
+    if (st->pooled >= MT_STAGE_HANDLE_POOL) {
+        free(c);
+        return;
+    }
+    c->next = st->pool;
+    st->pool = c;
+    st->pooled++;
+}
+
 static mt_status start_device_copy(mt_stager *st, mt_stage_copy *c, mt_copy_kind kind) {
     MT_TRY(mt_event_create(st->dev, &c->event));
     MT_TRY(mt_device_copy(st->dev, c->dst, c->src, c->bytes, kind, st->stream));
@@ -412,16 +506,19 @@ mt_status mt_stage_copy_async(mt_stager *st, void *dst, const void *src, size_t 
     if (kind != MT_COPY_HOST_TO_DEVICE && kind != MT_COPY_DEVICE_TO_HOST)
         return mt_error(MT_ERR_INVALID_ARG, "mt_stage_copy_async: kind must be "
                         "MT_COPY_HOST_TO_DEVICE or MT_COPY_DEVICE_TO_HOST");
-    mt_stage_copy *c = calloc(1, sizeof *c);
+    mt_stage_copy *c = handle_get(st);
     if (!c) return mt_error(MT_ERR_OUT_OF_MEMORY, "cannot allocate a staging copy");
     c->stager = st;
     c->dst = dst;
     c->src = src;
     c->bytes = bytes;
+    const char *inject = getenv("MT_TEST_STAGE_COPY_FAIL");
+    c->inject_fail = inject && strcmp(inject, "1") == 0;
     if (bytes == 0) {
         c->done = true;
         pthread_mutex_lock(&st->mu);
         st->handles++;
+        st->stats.copies++;
         pthread_mutex_unlock(&st->mu);
         *out = c;
         return MT_OK;
@@ -429,8 +526,8 @@ mt_status mt_stage_copy_async(mt_stager *st, void *dst, const void *src, size_t 
     pthread_mutex_lock(&st->mu);
     mt_stage_region *rd = find_region(st, dst, bytes), *rs = find_region(st, src, bytes);
     if (!rd || !rs) {
+        handle_put(st, c);
         pthread_mutex_unlock(&st->mu);
-        free(c);
         return mt_error(MT_ERR_INVALID_ARG, "mt_stage_copy_async of %zu bytes: the %s range at %p "
                         "is not inside one registered region (mt_stager_register the block "
                         "first)", bytes, rd ? "source" : "destination", rd ? src : dst);
@@ -440,7 +537,9 @@ mt_status mt_stage_copy_async(mt_stager *st, void *dst, const void *src, size_t 
     c->regions[0] = rd;
     c->regions[1] = rs;
     c->dst_memh = rd->memh;
+    c->dst_mem_type = rd->mem_type;
     c->src_rkey = rs->rkey;
+    st->stats.copies++;
     if (st->path == MT_STAGE_PATH_UCX) {
         if (st->queue_tail) st->queue_tail->next = c;
         else st->queue_head = c;
@@ -455,21 +554,23 @@ mt_status mt_stage_copy_async(mt_stager *st, void *dst, const void *src, size_t 
     pthread_mutex_unlock(&st->mu);
     mt_status s = start_device_copy(st, c, kind);
     if (s != MT_OK) {
+        if (c->event) mt_event_destroy(c->event);
         pthread_mutex_lock(&st->mu);
         rd->inflight--;
         rs->inflight--;
         st->handles--;
+        st->stats.copies--;
+        handle_put(st, c);
         pthread_mutex_unlock(&st->mu);
-        if (c->event) mt_event_destroy(c->event);
-        free(c);
         return s;
     }
     *out = c;
     return MT_OK;
 }
 
-/* The device-copy path: the event says when; publishes done like the staging thread does. */
-static mt_status poll_event(mt_stage_copy *c, bool wait) {
+/* The device-copy path: the event says when; publishes done like the staging thread does. A
+ * failed query or synchronize is the copy's failure, kept in c for mt_stage_test / wait. */
+static void poll_event(mt_stage_copy *c, bool wait) {
     bool done = false;
     mt_status s = wait ? mt_event_synchronize(c->event) : mt_event_query(c->event, &done);
     if (wait && s == MT_OK) done = true;
@@ -477,7 +578,7 @@ static mt_status poll_event(mt_stage_copy *c, bool wait) {
         done = true;
         snprintf(c->error, sizeof c->error, "%s", mt_last_error());
     }
-    if (!done) return MT_OK;
+    if (!done) return;
     pthread_mutex_lock(&c->stager->mu);
     c->status = s;
     for (int i = 0; i < 2; i++)
@@ -485,7 +586,6 @@ static mt_status poll_event(mt_stage_copy *c, bool wait) {
     c->regions[0] = c->regions[1] = NULL;
     c->done = true;
     pthread_mutex_unlock(&c->stager->mu);
-    return MT_OK;
 }
 
 static mt_status copy_status(mt_stage_copy *c) {
@@ -496,7 +596,7 @@ mt_status mt_stage_test(mt_stage_copy *c, bool *done) {
     if (!c || !done)
         return mt_error(MT_ERR_INVALID_ARG, "mt_stage_test: copy and done must not be NULL");
     mt_stager *st = c->stager;
-    if (c->event && !c->done) MT_TRY(poll_event(c, false));
+    if (c->event && !c->done) poll_event(c, false);
     pthread_mutex_lock(&st->mu);
     *done = c->done;
     pthread_mutex_unlock(&st->mu);
@@ -506,13 +606,17 @@ mt_status mt_stage_test(mt_stage_copy *c, bool *done) {
 mt_status mt_stage_wait(mt_stage_copy *c) {
     if (!c) return mt_error(MT_ERR_INVALID_ARG, "mt_stage_wait: copy must not be NULL");
     mt_stager *st = c->stager;
-    if (c->event && !c->done) (void)poll_event(c, true);
+    if (c->event && !c->done) poll_event(c, true);
     pthread_mutex_lock(&st->mu);
+    if (!c->done) st->stats.waits++;
     while (!c->done) pthread_cond_wait(&st->done_cv, &st->mu);
-    st->handles--;
     pthread_mutex_unlock(&st->mu);
     mt_status s = copy_status(c);
     if (c->event) mt_event_destroy(c->event);
-    free(c);
+    /* Counted out last: from here a destroy may free the stager (and its pool with c). */
+    pthread_mutex_lock(&st->mu);
+    st->handles--;
+    handle_put(st, c);
+    pthread_mutex_unlock(&st->mu);
     return s;
 }

@@ -21,6 +21,7 @@ typedef struct mt_stage_region {
     size_t bytes;
     ucp_mem_h memh;      /* NULL on the device-copy path */
     ucp_rkey_h rkey;     /* unpacked on the stager's self endpoint */
+    ucs_memory_type_t mem_type; /* what ucp_mem_map was told: host, or cuda for device memory */
     int inflight;        /* copies using it (under mu) */
 } mt_stage_region;
 
@@ -30,14 +31,20 @@ struct mt_stage_copy {
     const void *src;
     size_t bytes;
     ucp_mem_h dst_memh;
+    ucs_memory_type_t dst_mem_type; /* the local buffer's, for ucp_get_nbx */
     ucp_rkey_h src_rkey;
     mt_stage_region *regions[2]; /* dst, src: their inflight counts drop when done */
     mt_event *event;             /* device-copy path */
     bool done;                   /* under mu */
     mt_status status;            /* under mu, once done */
     char error[256];             /* what failed, once done with an error */
-    struct mt_stage_copy *next;  /* queue link */
+    bool inject_fail;            /* MT_TEST_STAGE_COPY_FAIL=1 when it started: fails on the thread */
+    struct mt_stage_copy *next;  /* queue link, then free-list link once waited for */
 };
+
+/* Free handles kept per stager for reuse (a copy per shard per step would otherwise malloc on
+ * the hot path); handles beyond it are freed when waited for. */
+#define MT_STAGE_HANDLE_POOL 64
 
 struct mt_stager {
     mt_device *dev;
@@ -54,9 +61,15 @@ struct mt_stager {
     mt_stage_copy *queue_head, *queue_tail;
     int inflight; /* posted, not completed (staging thread) */
     size_t handles; /* handed out by mt_stage_copy_async, not yet given to mt_stage_wait */
+    mt_stage_copy *pool; /* free handles (under mu), at most MT_STAGE_HANDLE_POOL */
+    size_t pooled;
+    mt_stager_stats stats; /* under mu */
     bool stop;
     pthread_t thread;
     bool thread_started;
+    bool thread_ready;       /* the staging thread's setup (binding the device) is done, under mu */
+    mt_status thread_status; /* and its outcome, with thread_error */
+    char thread_error[256];
 
     mt_stream *stream; /* device-copy path */
 };

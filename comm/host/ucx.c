@@ -17,6 +17,8 @@
 #include "comm/schedule.h"
 #include "comm/work.h"
 
+#include "core/clock.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -26,6 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* Upper bounds of the tuning knobs: far above any useful value, low enough that nothing derived
+ * from them (scratch sizes, an int window) overflows. */
+#define MAX_CHUNK_BYTES ((size_t)1 << 30)
+#define MAX_WINDOW 4096
+#define MAX_SMALL_BYTES ((size_t)1 << 30)
 
 typedef struct ep_arg {
     mt_transport *tr;
@@ -240,16 +248,6 @@ static mt_status exchange_and_connect(mt_transport *tr) {
     return MT_OK;
 }
 
-static void env_size(const char *name, size_t *value) {
-    const char *v = getenv(name);
-    if (v && *v) {
-        char *end;
-        unsigned long long x = strtoull(v, &end, 10);
-        if (*end == '\0' && x > 0) *value = (size_t)x;
-        else mt_log(MT_LOG_WARN, "%s=%s is not a positive integer; ignored", name, v);
-    }
-}
-
 mt_status mt_transport_create(mt_runtime *rt, mt_transport **out) {
     *out = NULL;
     mt_transport *tr = calloc(1, sizeof *tr);
@@ -260,17 +258,29 @@ mt_status mt_transport_create(mt_runtime *rt, mt_transport **out) {
     tr->efd = -1;
     /* Tuning knobs (bytes): pipeline chunk, chunks in flight per direction, small-message
      * threshold below which latency-friendly algorithms are used. */
-    tr->chunk_bytes = 4u << 20;
-    size_t window = 8;
-    tr->small_bytes = MT_COMM_SMALL_BYTES_DEFAULT;
-    env_size("MT_COMM_CHUNK_BYTES", &tr->chunk_bytes);
-    env_size("MT_COMM_WINDOW", &window);
-    env_size("MT_COMM_SMALL_BYTES", &tr->small_bytes);
+    long long window = 8;
+    mt_status st = mt_env_bytes("MT_COMM_CHUNK_BYTES", 1, MAX_CHUNK_BYTES, 4u << 20,
+                                "the ring pipeline's chunk", &tr->chunk_bytes);
+    if (st == MT_OK)
+        st = mt_env_int("MT_COMM_WINDOW", 1, MAX_WINDOW, 8, "chunks in flight per direction",
+                        &window);
+    if (st == MT_OK)
+        st = mt_env_bytes("MT_COMM_SMALL_BYTES", 1, MAX_SMALL_BYTES, MT_COMM_SMALL_BYTES_DEFAULT,
+                          "messages below it use latency-friendly algorithms", &tr->small_bytes);
+    if (st != MT_OK) {
+        free(tr);
+        return mt_error_wrap(st, "cannot create the host transport");
+    }
     tr->window = (int)window;
     pthread_mutex_init(&tr->mu, NULL);
-    pthread_cond_init(&tr->done_cv, NULL);
+    /* Waits on it have monotonic deadlines (host_backend.c, group.c). */
+    if (mt_cond_init_monotonic(&tr->done_cv) != 0) {
+        pthread_mutex_destroy(&tr->mu);
+        free(tr);
+        return mt_error(MT_ERR_SYSTEM, "cannot create the host transport's condition variable");
+    }
 
-    mt_status st = open_worker(tr);
+    st = open_worker(tr);
     if (st == MT_OK) st = exchange_and_connect(tr);
     if (st == MT_OK) st = mt_shm_init(tr);
     if (st == MT_OK) st = mt_progress_start(tr);

@@ -1,6 +1,7 @@
 /* The CPU device: host memory. Work runs synchronously on the calling thread, so streams and
  * events only keep the ordering API usable (device.c validates their use). */
 #include "core/device_internal.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/host_alloc.h"
 #include "core/shm_block.h"
@@ -249,9 +250,10 @@ mt_status mt_cpu_device_init(mt_device *dev) {
     const char *env = getenv("MT_CPU_SHARED_MEMORY");
     b->shared_enabled = !(env && !strcmp(env, "0"));
     b->cache_limit = CACHE_DEFAULT_BYTES;
-    const char *limit = getenv("MT_CPU_CACHE_BYTES");
-    if (limit && *limit && mt_parse_bytes(limit, &b->cache_limit) != MT_OK) {
-        mt_status st = mt_error_wrap(MT_ERR_INVALID_ARG, "MT_CPU_CACHE_BYTES");
+    if (mt_env_bytes("MT_CPU_CACHE_BYTES", 0, SIZE_MAX, CACHE_DEFAULT_BYTES,
+                     "bytes the CPU device's cache keeps; 0 turns it off",
+                     &b->cache_limit) != MT_OK) {
+        mt_status st = mt_error_wrap(MT_ERR_INVALID_ARG, "cannot open the cpu device");
         pthread_mutex_destroy(&b->lock);
         free(b);
         return st;

@@ -4,6 +4,7 @@
  * thread and the compute thread may both call in. */
 #include "core/cuda/cuda_internal.h"
 #include "core/device_internal.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -31,6 +32,9 @@ static mt_status select_device(const mt_device *dev) {
     CUDA_CHECK(dev, cudaSetDevice(dev->index), "cudaSetDevice");
     return MT_OK;
 }
+
+/* cudaSetDevice also makes the device's primary context current on the calling thread. */
+static mt_status cuda_bind_thread(mt_device *dev) { return select_device(dev); }
 
 static void warn_on_error(const mt_device *dev, cudaError_t err, const char *what) {
     if (err != cudaSuccess)
@@ -187,6 +191,7 @@ static const mt_device_ops cuda_ops = {
     .close = cuda_close,
     .staging_alloc = mt_cuda_host_alloc,
     .staging_free = mt_cuda_host_free,
+    .bind_thread = cuda_bind_thread,
 };
 
 void mt_cuda_device_count(int *count, char *why, size_t why_cap) {
@@ -207,14 +212,9 @@ void mt_cuda_device_count(int *count, char *why, size_t why_cap) {
  * the cache is emptied before an allocation fails anyway; 0 turns caching off (e.g. for
  * compute-sanitizer, which sees reused blocks as valid). */
 static mt_status cache_limit_from_env(const mt_device *dev, size_t *limit) {
-    const char *env = getenv("MT_CUDA_CACHE_BYTES");
-    *limit = SIZE_MAX;
-    if (!env || !*env) return MT_OK;
-    mt_status st = mt_parse_bytes(env, limit);
-    if (st != MT_OK)
-        return mt_error_wrap(st, "cannot open %s: MT_CUDA_CACHE_BYTES=\"%s\" is malformed",
-                             dev->name, env);
-    return MT_OK;
+    mt_status st = mt_env_bytes("MT_CUDA_CACHE_BYTES", 0, SIZE_MAX, SIZE_MAX,
+                                "bytes the caching allocator keeps; 0 turns caching off", limit);
+    return st == MT_OK ? MT_OK : mt_error_wrap(st, "cannot open %s", dev->name);
 }
 
 mt_status mt_cuda_device_init(mt_device *dev, int index) {

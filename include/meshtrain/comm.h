@@ -80,7 +80,8 @@ MT_API mt_status mt_recv(mt_group *group, void *buf, size_t count, mt_dtype dtyp
                          mt_work **work);
 
 /* What the collectives issued on a group by this process moved: calls and payload bytes per
- * kind, since the group was created or last reset. The payload is the whole tensor the
+ * kind, since the group was created or last reset. A collective counts once it launched (a call
+ * that failed before its work started counts nothing). The payload is the whole tensor the
  * collective is about: an all-gather's gathered output (size x count elements), a
  * reduce-scatter's input (size x count), an all-reduce's or a broadcast's count elements. A ring
  * sends (size - 1) / size of it per rank for an all-gather or reduce-scatter, twice that for an

@@ -137,7 +137,8 @@ typedef struct mt_gpt_memory_prediction {
     size_t peak[MT_MEM_CATEGORY_COUNT]; /* the highest bytes of each category during a step */
     size_t total_peak;                  /* the highest sum: categories peak at other moments */
     size_t at_total_peak[MT_MEM_CATEGORY_COUNT]; /* each category at that moment */
-    size_t persistent;                  /* held between steps: shards, optimizer, comm scratch */
+    size_t persistent;                  /* held between steps: shards, optimizer, comm scratch,
+                                           sequence-parallel tp scratch */
     char total_peak_at[64];             /* where the total peaks, e.g. "backward of block 1" */
     size_t setup_peak; /* the highest total before step 0: the model built (whole tp-local
                         * parameters, unless cfg->defer_init), then sharded */

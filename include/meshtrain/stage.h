@@ -38,6 +38,15 @@ typedef enum mt_stage_path {
     MT_STAGE_PATH_DEVICE_COPY = 1 /* the device's asynchronous copy (cudaMemcpyAsync) */
 } mt_stage_path;
 
+/* What a stager did over its life (mt_stager_get_stats). */
+typedef struct mt_stager_stats {
+    size_t copies;            /* started by mt_stage_copy_async */
+    size_t waits;             /* mt_stage_wait calls that found their copy still running */
+    size_t handles_allocated; /* handles malloc'd: the rest were reused from the stager's pool */
+    size_t handles_pooled;    /* free handles kept for reuse now */
+    size_t pool_limit;        /* the most free handles it keeps */
+} mt_stager_stats;
+
 /* Creates a stager for dev: the UCX context, worker, self endpoint and staging thread. */
 MT_API mt_status mt_stager_create(mt_device *dev, mt_stager **out);
 
@@ -50,6 +59,10 @@ MT_API void mt_stager_destroy(mt_stager *stager);
 MT_API mt_stage_path mt_stager_path(const mt_stager *stager);
 /* "ucx" or "device-copy". */
 MT_API const char *mt_stage_path_name(mt_stage_path path);
+
+/* The stager's counters (zeros for NULL). Handles of waited copies go back to a bounded pool of
+ * the stager and are reused by the next copies, so a steady stream of copies allocates none. */
+MT_API void mt_stager_get_stats(mt_stager *stager, mt_stager_stats *out);
 
 /* Registers bytes at ptr: a host-tier block of the stager's device (host memory) or device
  * memory. Regions must not overlap. A failed ucp_mem_map is an error naming the call, the size

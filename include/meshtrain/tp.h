@@ -34,14 +34,24 @@ typedef struct mt_tp_ctx {
     mt_group *group; /* the tp group; NULL when the mesh has no "tp" dimension */
     int size;        /* tp size (1 without a tp dimension) */
     int rank;        /* this rank's tp coordinate */
+    /* The sequence-parallel functions' device scratch (activations category), kept between
+     * calls and grown when one needs more, so that a step does not allocate and free it per
+     * call; made by mt_tp_context, freed by mt_tp_context_release. NULL (a context filled in
+     * by hand): each call allocates and frees its own. Copies of a context share it. */
+    struct mt_tp_scratch *scratch;
 } mt_tp_ctx;
 
 /* The tp context of a mesh: its MT_TP_DIM_DEFAULT ("tp") dimension's group, or size 1 when the
- * mesh has no such dimension. */
+ * mesh has no such dimension. Release it with mt_tp_context_release. */
 MT_API mt_status mt_tp_context(mt_mesh *mesh, mt_tp_ctx *out);
 /* The same for the dimension named dim: a model whose modules use another tp dimension
  * (mt_module_set_tp_dim) passes that name. */
 MT_API mt_status mt_tp_context_dim(mt_mesh *mesh, const char *dim, mt_tp_ctx *out);
+/* Frees the context's kept scratch (once, whichever copy of the context is given; the others
+ * must not be used with the sequence-parallel functions afterwards). NULL is allowed. */
+MT_API void mt_tp_context_release(mt_tp_ctx *tp);
+/* Bytes of device scratch the context keeps now (0 without a kept scratch). */
+MT_API size_t mt_tp_context_scratch_bytes(const mt_tp_ctx *tp);
 
 /* The weight is w_dtype (MT_F32 or MT_BF16); everything else, the gradients included, is f32.
  * With MT_BF16 the matrix products take bf16 inputs and accumulate in f32, as

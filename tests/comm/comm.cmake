@@ -38,3 +38,15 @@ mt_add_mp_test(comm_peer_timeout TIMEOUT 90 LABELS comm ENV MT_TIMEOUT_S=5
 # Offload staging copies over UCX between the host tier and device memory (comm/host/stage.c).
 mt_add_unit_test(test_stage SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_stage.c TIMEOUT 60
                  LABELS comm)
+
+# Traffic counters (mt_group_counters) count a collective only once it launched: launches failed
+# by MT_TEST_COLL_LAUNCH_FAIL=1 leave them unchanged.
+foreach(np 1 3)
+  mt_add_mp_test(comm_counters_np${np} TIMEOUT 60 LABELS comm ENV ${MT_COMM_ENV}
+    COMMAND ${MT_COMM_MTRUN} --standalone --nproc_per_node ${np} ${MT_COMM_PROG} --counters)
+endforeach()
+
+# The shared-memory path's fallback to UCX where the kernel refuses pidfd_getfd, and a tuning
+# variable out of range refused at start (tests/comm/comm_env_fallback.sh).
+mt_add_mp_test(comm_env_fallback TIMEOUT 200 LABELS comm
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/comm_env_fallback.sh ${MT_COMM_MTRUN} ${MT_COMM_PROG})

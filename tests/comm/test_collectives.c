@@ -8,6 +8,9 @@
  *
  *   test_collectives [--max-bytes N] [--max-bytes-bf16 N] [--device-buffers]
  *   test_collectives --sleeper R      one rank stops answering; the others must time out naming R
+ *   test_collectives --counters       the traffic counters (mt_group_counters) count launched
+ *                                     collectives only: launches failed by
+ *                                     MT_TEST_COLL_LAUNCH_FAIL=1 leave them unchanged
  */
 #include "check.h"
 
@@ -319,6 +322,58 @@ static void run_errors(mt_runtime *rt, mt_group *world) {
     CHECK(mt_group_create(rt, dup, 2, "dup", &g) == MT_ERR_INVALID_ARG);
 }
 
+static void finish_kept(mt_work **w) {
+    if (!*w) return;
+    CHECK_OK(mt_work_wait(*w, -1));
+    mt_work_free(*w);
+    *w = NULL;
+}
+
+/* Every collective kind, handle kept and not, fails to launch (injected): nothing is counted;
+ * then the same collectives launched for real are counted once each, with their payload. */
+static void run_counters(mt_group *g) {
+    int n = mt_group_size(g);
+    float in[8 * 4] = {0}, out[8 * 4] = {0};
+    if (n > 8) return;
+    mt_group_counters_reset(g);
+    for (int real = 0; real < 2; real++) {
+        if (!real) setenv("MT_TEST_COLL_LAUNCH_FAIL", "1", 1);
+        for (int keep = 0; keep < 2; keep++) {
+            mt_work *w = NULL, **wp = keep ? &w : NULL;
+            mt_status st[4];
+            st[0] = mt_all_gather(g, in, out, 4, MT_F32, wp);
+            finish_kept(&w);
+            st[1] = mt_reduce_scatter(g, in, out, 4, MT_F32, MT_REDUCE_SUM, wp);
+            finish_kept(&w);
+            st[2] = mt_all_reduce(g, in, out, 4, MT_F32, MT_REDUCE_SUM, wp);
+            finish_kept(&w);
+            st[3] = mt_broadcast(g, out, 4, MT_F32, 0, wp);
+            finish_kept(&w);
+            for (int k = 0; k < 4; k++)
+                CHECK_MSG(real ? st[k] == MT_OK : st[k] == MT_ERR_COMM,
+                          "%s %s (handle %s): status %d", real ? "launched" : "injected",
+                          mt_coll_kind_name((mt_coll_kind)k), keep ? "kept" : "not kept",
+                          (int)st[k]);
+            if (!real)
+                CHECK_MSG(strstr(mt_last_error(), "MT_TEST_COLL_LAUNCH_FAIL"), "%s",
+                          mt_last_error());
+        }
+        if (!real) unsetenv("MT_TEST_COLL_LAUNCH_FAIL");
+        mt_comm_counters c;
+        mt_group_counters(g, &c);
+        for (int k = 0; k < MT_COLL_KINDS; k++) {
+            /* all_gather and reduce_scatter move size x count elements, the others count. */
+            uint64_t bytes = 4 * sizeof(float) * (k < 2 ? (uint64_t)n : 1);
+            uint64_t want_calls = real ? 2 : 0, want_bytes = real ? 2 * bytes : 0;
+            CHECK_MSG(c.calls[k] == want_calls && c.bytes[k] == want_bytes,
+                      "after %s launches: %s counted %llu calls, %llu bytes (expected %llu, %llu)",
+                      real ? "real" : "failed", mt_coll_kind_name((mt_coll_kind)k),
+                      (unsigned long long)c.calls[k], (unsigned long long)c.bytes[k],
+                      (unsigned long long)want_calls, (unsigned long long)want_bytes);
+        }
+    }
+}
+
 static void run_group(mt_group *g) {
     size_t sizes[] = {0, 1, 7, 1023, 3 * 5 * 7 * 11 + 1, 16383, 16384, 16385, 32767, 32768,
                       32769, (1u << 20) / 4 + 3, (1u << 20) / 2, (16u << 20) / 4 + 1,
@@ -384,16 +439,17 @@ static int sleeper_test(mt_runtime *rt, int sleeper) {
 
 int main(int argc, char **argv) {
     int sleeper = -1;
-    bool device_buffers = false;
+    bool device_buffers = false, counters_only = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) max_bytes = strtoull(argv[++i], 0, 10);
         else if (!strcmp(argv[i], "--max-bytes-bf16") && i + 1 < argc)
             max_bytes_bf16 = strtoull(argv[++i], 0, 10);
         else if (!strcmp(argv[i], "--sleeper") && i + 1 < argc) sleeper = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--device-buffers")) device_buffers = true;
+        else if (!strcmp(argv[i], "--counters")) counters_only = true;
         else {
             fprintf(stderr, "usage: %s [--max-bytes N] [--max-bytes-bf16 N] [--device-buffers] "
-                    "[--sleeper R]\n",
+                    "[--sleeper R] [--counters]\n",
                     argv[0]);
             return 2;
         }
@@ -410,12 +466,18 @@ int main(int argc, char **argv) {
 
     mt_group *world = mt_runtime_world(rt);
     int n = mt_runtime_world_size(rt), me = mt_runtime_rank(rt);
+    if (counters_only) {
+        run_counters(world);
+        mt_finalize(rt);
+        return check_report("test_collectives --counters");
+    }
     run_errors(rt, world);
     run_group(world);
     if (device_buffers && n >= 2) {
-        /* The shared-memory path maps peers' blocks read-only here; MT_COMM_SHM=0 must not. */
-        const char *env = getenv("MT_COMM_SHM");
-        bool want = !(env && !strcmp(env, "0"));
+        /* The shared-memory path maps peers' blocks read-only here; MT_COMM_SHM=0 must not, nor
+         * a host whose kernel refuses pidfd_getfd (played by MT_TEST_PIDFD_GETFD_FAIL). */
+        const char *env = getenv("MT_COMM_SHM"), *refused = getenv("MT_TEST_PIDFD_GETFD_FAIL");
+        bool want = !(env && !strcmp(env, "0")) && !(refused && *refused);
         int mapped = peer_blocks_mapped();
         CHECK_MSG((mapped > 0) == want, "rank %d maps %d peer block(s); MT_COMM_SHM=%s",
                   world_rank, mapped, env ? env : "(unset)");

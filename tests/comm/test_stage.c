@@ -6,7 +6,11 @@
  * that say what to do, and nothing crashes. Eight threads registering the same block at once:
  * exactly one succeeds (the overlap used to be checked before the unlocked ucp_mem_map only).
  * Destroying a stager with a copy never waited for is refused (logged) and leaves the stager
- * usable: the copy is waited for, then destroy works. */
+ * usable: the copy is waited for, then destroy works. Handles come from a bounded pool per
+ * stager: rounds of pool_limit copies in flight allocate no new handle after the first, more in
+ * flight than the pool keeps leaves it at its limit, and a handle waited for after a refused
+ * destroy goes back to the pool. A copy that fails on the staging thread (injected by
+ * MT_TEST_STAGE_COPY_FAIL=1) is an error from mt_stage_test and mt_stage_wait that says so. */
 #include "check.h"
 #include "numeric.h"
 
@@ -164,12 +168,128 @@ static void test_concurrent_register(bufs *b) {
     mt_host_tier_free(b->dev, blk);
 }
 
+/* n copies of chunk bytes in flight at once, then waited for. */
+static void copies_in_flight(bufs *b, size_t n, size_t chunk) {
+    mt_stage_copy **c = calloc(n, sizeof *c);
+    if (!c) return;
+    for (size_t i = 0; i < n; i++)
+        CHECK_OK(mt_stage_copy_async(b->st, b->device + i * chunk, b->host + i * chunk, chunk,
+                                     MT_COPY_HOST_TO_DEVICE, &c[i]));
+    for (size_t i = 0; i < n; i++)
+        if (c[i]) CHECK_OK(mt_stage_wait(c[i]));
+    free(c);
+}
+
+static void test_handle_pool(bufs *b) {
+    mt_stager_stats s0, s1, s2;
+    mt_stager_get_stats(b->st, &s0);
+    size_t n = s0.pool_limit;
+    CHECK(n > 0 && s0.handles_pooled <= n);
+    copies_in_flight(b, n, BIG / n);
+    mt_stager_get_stats(b->st, &s1);
+    CHECK_MSG(s1.handles_allocated - s0.handles_allocated <= n, "%zu handles allocated for %zu "
+              "copies", s1.handles_allocated - s0.handles_allocated, n);
+    enum { ROUNDS = 20 };
+    for (int r = 0; r < ROUNDS; r++) copies_in_flight(b, n, BIG / n);
+    mt_stager_get_stats(b->st, &s2);
+    CHECK_MSG(s2.handles_allocated == s1.handles_allocated, "%d rounds of %zu copies allocated "
+              "%zu new handles (the pool should have served them)", ROUNDS, n,
+              s2.handles_allocated - s1.handles_allocated);
+    CHECK(s2.copies - s1.copies == (size_t)ROUNDS * n);
+    CHECK(s2.handles_pooled == n);
+    /* Twice the pool in flight: the extra handles are allocated, then freed, not kept. */
+    copies_in_flight(b, 2 * n, BIG / (2 * n));
+    mt_stager_get_stats(b->st, &s2);
+    CHECK(s2.handles_allocated - s1.handles_allocated == n);
+    CHECK_MSG(s2.handles_pooled == n, "%zu handles pooled, limit %zu", s2.handles_pooled, n);
+    printf("handle pool: %zu copies, %zu handles allocated, %zu pooled (limit %zu), %zu waits "
+           "found their copy running\n", s2.copies, s2.handles_allocated, s2.handles_pooled,
+           s2.pool_limit, s2.waits);
+}
+
+/* Two threads copying at once through one stager (as FSDP's backward and a prefetch could):
+ * each keeps IN_FLIGHT copies going into its own half, the bytes arrive, and the handles come
+ * from the shared pool: no more allocated than were in flight at once. */
+enum { POOL_THREADS = 2, IN_FLIGHT = 8, POOL_ROUNDS = 50 };
+
+typedef struct pool_arg {
+    bufs *b;
+    size_t base, chunk;
+    int failures;
+} pool_arg;
+
+static void *pool_thread(void *p) {
+    pool_arg *a = p;
+    for (int r = 0; r < POOL_ROUNDS; r++) {
+        mt_stage_copy *c[IN_FLIGHT] = {0};
+        for (int i = 0; i < IN_FLIGHT; i++) {
+            size_t at = a->base + (size_t)i * a->chunk;
+            if (mt_stage_copy_async(a->b->st, a->b->device + at, a->b->host + at, a->chunk,
+                                    MT_COPY_HOST_TO_DEVICE, &c[i]) != MT_OK)
+                a->failures++;
+        }
+        for (int i = 0; i < IN_FLIGHT; i++)
+            if (c[i] && mt_stage_wait(c[i]) != MT_OK) a->failures++;
+    }
+    return NULL;
+}
+
+static void test_pool_two_threads(bufs *b) {
+    size_t chunk = BIG / (POOL_THREADS * IN_FLIGHT);
+    test_fill_bytes(b->host, BIG, 55);
+    memset(b->device, 0, BIG);
+    mt_stager_stats s0, s1;
+    mt_stager_get_stats(b->st, &s0);
+    pthread_t t[POOL_THREADS];
+    pool_arg a[POOL_THREADS];
+    for (int i = 0; i < POOL_THREADS; i++) {
+        a[i] = (pool_arg){b, (size_t)i * IN_FLIGHT * chunk, chunk, 0};
+        CHECK(pthread_create(&t[i], NULL, pool_thread, &a[i]) == 0);
+    }
+    for (int i = 0; i < POOL_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_MSG(a[i].failures == 0, "thread %d: %d copies failed", i, a[i].failures);
+    }
+    CHECK(memcmp(b->device, b->host, BIG) == 0);
+    mt_stager_get_stats(b->st, &s1);
+    CHECK(s1.copies - s0.copies == (size_t)POOL_THREADS * IN_FLIGHT * POOL_ROUNDS);
+    /* The pool was full before: nothing new is needed for 16 in flight. */
+    CHECK_MSG(s1.handles_allocated == s0.handles_allocated, "%zu handles allocated by two "
+              "threads with %d copies in flight each", s1.handles_allocated - s0.handles_allocated,
+              IN_FLIGHT);
+    CHECK(s1.handles_pooled <= s1.pool_limit);
+}
+
+/* A copy that fails on the staging thread: its error comes back from test and wait. */
+static void test_copy_failure(bufs *b) {
+    setenv("MT_TEST_STAGE_COPY_FAIL", "1", 1);
+    mt_stage_copy *c = NULL;
+    mt_status s = mt_stage_copy_async(b->st, b->device, b->host, 4096, MT_COPY_HOST_TO_DEVICE, &c);
+    unsetenv("MT_TEST_STAGE_COPY_FAIL");
+    CHECK_OK(s);
+    if (!c) return;
+    bool done = false;
+    while (!done) {
+        s = mt_stage_test(c, &done);
+        if (s != MT_OK) break;
+    }
+    CHECK(done && s == MT_ERR_COMM);
+    CHECK(mt_stage_wait(c) == MT_ERR_COMM);
+    CHECK_MSG(strstr(mt_last_error(), "4096 bytes") &&
+                  strstr(mt_last_error(), "MT_TEST_STAGE_COPY_FAIL"), "%s", mt_last_error());
+    copy_both_ways(b, 4095, 0, 0, 98); /* the next copy is fine */
+}
+
 /* A copy not waited for: destroy refuses and leaves the stager whole. */
 static void test_destroy_with_handle(bufs *b) {
     mt_stage_copy *c = NULL;
     CHECK_OK(mt_stage_copy_async(b->st, b->device, b->host, 4096, MT_COPY_HOST_TO_DEVICE, &c));
+    mt_stager_stats s0, s1;
+    mt_stager_get_stats(b->st, &s0);
     mt_stager_destroy(b->st); /* logs an error, frees nothing */
     if (c) CHECK_OK(mt_stage_wait(c));
+    mt_stager_get_stats(b->st, &s1); /* still there: the handle went back to its pool */
+    CHECK(s1.handles_pooled == s0.handles_pooled + 1 || s0.handles_pooled == s0.pool_limit);
     copy_both_ways(b, 4095, 0, 0, 99); /* still works */
 }
 
@@ -192,6 +312,9 @@ int main(void) {
     test_many_in_flight(&b);
     test_errors(&b);
     test_concurrent_register(&b);
+    test_handle_pool(&b);
+    test_pool_two_threads(&b);
+    test_copy_failure(&b);
     test_destroy_with_handle(&b);
 
     CHECK_OK(mt_stager_unregister(b.st, b.host));

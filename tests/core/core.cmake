@@ -31,3 +31,5 @@ mt_add_unit_test(test_thread_pool SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_thread_
 # against mt_op_adamw's historical scalar loop, the device op under MT_ADAMW_ISA, its errors.
 mt_add_unit_test(test_host_adamw SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_host_adamw.c
                  TIMEOUT 120 LABELS core)
+mt_add_unit_test(test_env_clock SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_env_clock.c TIMEOUT 60
+                 LABELS core)

@@ -187,7 +187,7 @@ static void test_sizing(void) {
     setenv("MT_CPU_SHARERS", "two", 1);
     int t = 0;
     CHECK(mt_thread_pool_default_threads(&t) == MT_ERR_INVALID_ARG);
-    CHECK(strstr(mt_last_error(), "MT_CPU_SHARERS='two'") != NULL);
+    CHECK(strstr(mt_last_error(), "MT_CPU_SHARERS=two") != NULL);
     unsetenv("MT_CPU_SHARERS");
     unsetenv("LOCAL_WORLD_SIZE");
     mt_thread_pool *pool = NULL;

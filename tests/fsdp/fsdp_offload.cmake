@@ -16,3 +16,14 @@ foreach(np 1 2)
               ${MT_TEST_BIN}/prog_adamw_overlap ${policy})
   endforeach()
 endforeach()
+# Which units offload_ratio offloads (0, 0.25, 0.3, 0.5, 1), checked per unit at the engine level
+# against the documented rule and the device / host-tier memory categories; a failed staging copy
+# is reported at the model's teardown.
+mt_add_test_program(prog_fsdp_offload_units ${CMAKE_CURRENT_LIST_DIR}/prog_fsdp_offload_units.c)
+target_link_libraries(prog_fsdp_offload_units PRIVATE m)
+foreach(np 1 2)
+  mt_add_mp_test(fsdp_offload_units_np${np} TIMEOUT 120 LABELS fsdp
+    ENV MT_TIMEOUT_S=60 MT_DEVICE=cpu
+    COMMAND ${CMAKE_BINARY_DIR}/bin/mtrun --standalone --nproc_per_node ${np}
+            ${MT_TEST_BIN}/prog_fsdp_offload_units)
+endforeach()

@@ -4,7 +4,12 @@
  * while the backward ran (mt_adamw_overlapped_units > 0, 0 without it); clipping is refused while
  * it is on (computing the norm alone is not) and accepted once it is off; a model with no unit
  * offloaded refuses it; a second synchronising backward before the step fails, naming the unit.
+ * A landing waits for the parameter copy of its own unit only: during a backward every unit is
+ * quiesced exactly once (its own landing), not once per landing of any unit (the hook used to
+ * collect and quiesce every unit's view at each landing, waiting for the staging run ahead).
  * usage: prog_adamw_overlap optimizer|full */
+#include "fsdp/fsdp_internal.h"
+
 #include <meshtrain/meshtrain.h>
 
 #include <math.h>
@@ -45,6 +50,16 @@ static mt_status make(mt_mesh *mesh, mt_offload policy, model *m) {
     MT_TRY(mt_fsdp_shard(mt_mlp_root(m->mlp), &o));
     MT_TRY(mt_module_init_params(mt_mlp_root(m->mlp)));
     return mt_adamw_create(mt_mlp_root(m->mlp), &(mt_adamw_options){.lr = 1e-2f}, &m->opt);
+}
+
+/* The quiesce counters (fsdp_internal.h) of the LAYERS layers and the root, in that order. */
+static void quiesces(model *m, long *out) {
+    for (int u = 0; u <= LAYERS; u++) {
+        mt_module *mod = u < LAYERS ? mt_mlp_layer(m->mlp, u) : mt_mlp_root(m->mlp);
+        mt_fsdp_debug d = {0};
+        if (mt_fsdp_debug_get(mod, &d) != MT_OK) d.quiesces = -1000;
+        out[u] = d.quiesces;
+    }
 }
 
 static void drop(model *m) {
@@ -99,7 +114,16 @@ int main(int argc, char **argv) {
     }
     for (int s = 0; s < STEPS && !failures; s++) {
         float la = 0, lb = 0, norm = 0;
+        long q0[LAYERS + 1], q1[LAYERS + 1];
+        quiesces(&ov, q0);
         CHECK(mt_mlp_forward_backward(ov.mlp, x, y, BATCH, 1.0f, &la) == MT_OK, "backward");
+        quiesces(&ov, q1);
+        /* The layers land during the backward; the root's gradient may land only when the
+         * step collects the shards. */
+        for (int u = 0; u <= LAYERS; u++)
+            CHECK(q1[u] - q0[u] == 1 || (u == LAYERS && q1[u] == q0[u]),
+                  "step %d: unit %d quiesced %ld times during the backward (once, at its own "
+                  "landing, expected)", s, u, q1[u] - q0[u]);
         /* The norm alone is allowed: it reads gradients the overlapped step does not change. */
         CHECK(mt_clip_grad_norm(mt_mlp_root(ov.mlp), 0.0f, &norm) == MT_OK, "norm only");
         if (s == STEPS - 1)

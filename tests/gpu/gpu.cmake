@@ -67,4 +67,9 @@ if(MT_HAVE_CUDA)
   mt_add_unit_test(test_gpu_stage SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_stage.c TIMEOUT 120
                    LABELS gpu)
   set_tests_properties(test_gpu_stage PROPERTIES SKIP_RETURN_CODE 77)
+  # Built against a UCX with CUDA transports (cmake/ucx.cmake): the stager must then take the
+  # UCX path on the GPU, not fall back to cudaMemcpyAsync unnoticed.
+  if(MT_UCX_HAS_CUDA)
+    target_compile_definitions(test_gpu_stage PRIVATE MT_TEST_EXPECT_UCX_PATH=1)
+  endif()
 endif()

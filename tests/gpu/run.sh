@@ -13,6 +13,10 @@
 #                MT_NCCL_LIB_DIR, else the nvidia-nccl-cu13 Python package when new enough
 #   topology     live `mt-topo` against `nvidia-smi topo -m` and against NCCL's own dump
 #                (NCCL_TOPO_DUMP_FILE); `mt-topo --export-nccl` fed back through NCCL_TOPO_FILE
+#   ucx          the UCX the programs load (MT_UCX_ROOT, else the bundle's libucx-cu13 from
+#                scripts/gpu-deps, else pkg-config's) and its transports (ucx_info -d)
+#   offload      mt-bench-offload: the stager's path and bandwidth against cudaMemcpyAsync and
+#                ucx_perftest -m cuda,host / host,cuda
 #   train_gpt    --device cuda against --device cpu, same seed, MT_GPU_TRAIN_STEPS (20) steps,
 #                losses within 2 %
 #   gpt2-small   12 layers, d_model 768, 12 heads, seq 1024, bf16: tokens/s and MFU
@@ -81,10 +85,19 @@ if [ -n "$nccl_root" ]; then
     export LD_LIBRARY_PATH="$nccl_root/lib:${LD_LIBRARY_PATH:-}"
     note "INFO  NCCL for the build from $nccl_root"
 fi
+# UCX: one with CUDA transports for the offload stager when there is one (MT_UCX_ROOT, else the
+# bundle's libucx-cu13, MT_UCX_CUDA_ROOT from gpu-deps-env); else pkg-config's, and the stager
+# copies with cudaMemcpyAsync.
+ucx_root=${MT_UCX_ROOT:-${MT_UCX_CUDA_ROOT:-}}
+cmake_ucx=()
+if [ -n "$ucx_root" ]; then
+    cmake_ucx=(-DMT_UCX_ROOT="$ucx_root")
+    note "INFO  UCX for the build from $ucx_root"
+fi
 t0=$(date +%s)
-if cmake -S "$ROOT" -B "$BUILD" -DMT_CUDA=ON -DCMAKE_BUILD_TYPE=Release "${cmake_nccl[@]}" >"$LOG/configure.log" 2>&1 &&
+if cmake -S "$ROOT" -B "$BUILD" -DMT_CUDA=ON -DCMAKE_BUILD_TYPE=Release "${cmake_nccl[@]}" "${cmake_ucx[@]}" >"$LOG/configure.log" 2>&1 &&
    cmake --build "$BUILD" -j "$JOBS" >"$LOG/build.log" 2>&1; then
-    note "PASS  build with CUDA in $(( $(date +%s) - t0 )) s ($(grep -o 'CUDA backend [A-Z]*, NCCL [A-Z]*' "$LOG/configure.log" | head -1))"
+    note "PASS  build with CUDA in $(( $(date +%s) - t0 )) s ($(grep -o 'CUDA backend [A-Z]*, NCCL [A-Z]*' "$LOG/configure.log" | head -1); $(grep -o 'UCX [0-9.]* from .*' "$LOG/configure.log" | head -1))"
 else
     tail -n 30 "$LOG/configure.log" "$LOG/build.log" 2>/dev/null
     fail "build with CUDA (see $LOG/configure.log, $LOG/build.log)"
@@ -92,6 +105,19 @@ else
     exit "$failed"
 fi
 BIN=$BUILD/bin
+
+# ---- UCX: the library the programs load and its transports ------------------------------------
+# The ucx_info of the UCX built against (MT_UCX_ROOT's bin/, its lib/ first: the wheel's programs
+# have no run path to it), else the system's.
+ucx_lib=$(sed -n 's/^MT_UCX_ROOT:PATH=//p' "$BUILD/CMakeCache.txt" | head -1)
+ucx_info_cmd=(ucx_info)
+[ -n "$ucx_lib" ] && ucx_info_cmd=(env LD_LIBRARY_PATH="$ucx_lib/lib:${LD_LIBRARY_PATH:-}" "$ucx_lib/bin/ucx_info")
+loaded_ucp=$(ldd "$BIN/mt-bench-offload" 2>/dev/null | awk '$1 == "libucp.so.0" {print $3}')
+if "${ucx_info_cmd[@]}" -v >"$LOG/ucx-info.txt" 2>&1 && "${ucx_info_cmd[@]}" -d >>"$LOG/ucx-info.txt" 2>&1; then
+    note "INFO  UCX $(sed -n 's/^# Library version: //p' "$LOG/ucx-info.txt" | head -1) ($loaded_ucp); transports: $(sed -n 's/^#  *Transport: //p' "$LOG/ucx-info.txt" | sort -u | paste -sd' ')"
+else
+    note "INFO  UCX: ${ucx_info_cmd[*]} failed (see $LOG/ucx-info.txt); programs load $loaded_ucp"
+fi
 
 # ---- ctest -L gpu (the NCCL tests run in the next section) ---------------------------------
 (cd "$BUILD" && ctest -L gpu -E '^gpu_nccl' --output-on-failure --timeout "$LIMIT") 2>&1 |
@@ -241,6 +267,20 @@ if "$BIN/mt-topo" 2>&1 | tee "$LOG/mt-topo.txt" && "$BIN/mt-topo" --json >"$LOG/
     fi
 else
     fail "mt-topo (see $LOG/mt-topo.txt)"
+fi
+
+# ---- offload staging: the stager against cudaMemcpyAsync and ucx_perftest ---------------------
+# mt-bench-offload on the GPU (host tier <-> device memory); the summary gives the stager's path
+# (ucx with a UCX with CUDA transports, else device-copy) and the largest size's row.
+if [ "$gpus" -gt 0 ]; then
+    if timeout -k 30 "$LIMIT" "$BIN/mt-bench-offload" --min-bytes 1MiB --max-bytes 256MiB \
+            --total 1GiB --reps 2 --overlap-bytes 64MiB >"$LOG/offload.txt" 2>&1; then
+        cat "$LOG/offload.txt"
+        note "PASS  offload staging ($(sed -n 's/^# mt-bench-offload: device cuda, //p' "$LOG/offload.txt" | head -1)), GB/s at 256 MiB: $(awk '$1 == 268435456 {printf "stage h2d %s d2h %s, cudaMemcpyAsync %s / %s, ucx_perftest %s / %s", $2, $3, $4, $5, $6, $7}' "$LOG/offload.txt")"
+    else
+        tail -n 20 "$LOG/offload.txt"
+        fail "mt-bench-offload on the GPU: $(tail -n 1 "$LOG/offload.txt")"
+    fi
 fi
 
 # ---- train_gpt: cuda against cpu, same seed -------------------------------------------------

@@ -1,7 +1,8 @@
 /* Offload staging on a GPU (include/meshtrain/stage.h): a page-locked host-tier block to device
  * memory and back into a second host block, for 0, 1, 4095 bytes and 16 MiB at odd offsets,
  * bit-exact, with 8 copies in flight; whichever path the UCX allows (ucx with a CUDA-enabled UCX,
- * device-copy otherwise), printed. Also an injected pinned-allocation failure of the host tier.
+ * device-copy otherwise), printed; ucx is required when the build's UCX has CUDA transports
+ * (MT_UCX_ROOT, cmake/ucx.cmake). Also an injected pinned-allocation failure of the host tier.
  * Exits 77 (ctest: skipped) without a GPU. */
 #include "check.h"
 #include "numeric.h"
@@ -30,6 +31,12 @@ int main(void) {
     CHECK_OK(mt_stager_create(dev, &st));
     if (!st) return check_report("test_gpu_stage");
     printf("staging path: %s\n", mt_stage_path_name(mt_stager_path(st)));
+#ifdef MT_TEST_EXPECT_UCX_PATH
+    /* Built against a UCX with CUDA transports (MT_UCX_ROOT), which the programs load first. */
+    CHECK_MSG(mt_stager_path(st) == MT_STAGE_PATH_UCX, "a UCX with CUDA transports was built "
+              "against, yet the stager fell back to %s (is cuda_copy loading? ucx_info -d)",
+              mt_stage_path_name(mt_stager_path(st)));
+#endif
     unsigned char *in = NULL, *out = NULL, *gpu = NULL;
     CHECK_OK(mt_host_tier_alloc(dev, BIG + SLACK, MT_MEM_PARAMS, (void **)&in));
     CHECK_OK(mt_host_tier_alloc(dev, BIG + SLACK, MT_MEM_GRADS, (void **)&out));

@@ -39,8 +39,11 @@ static void check_tp_dim(mt_mesh *mesh) {
     mt_tp_ctx tp;
     CHECK_OK(mt_tp_context_dim(mesh, "model", &tp));
     CHECK(tp.size == 1 && tp.rank == 0 && tp.group == NULL);
+    mt_tp_context_release(&tp);
+    CHECK(tp.scratch == NULL);
     CHECK_OK(mt_tp_context_dim(mesh, "dp", &tp)); /* a dimension that exists: its group */
     CHECK(tp.size == 1 && tp.group != NULL);
+    mt_tp_context_release(&tp);
     CHECK(mt_tp_context_dim(mesh, NULL, &tp) == MT_ERR_INVALID_ARG);
 
     mt_module_destroy(root);

@@ -331,7 +331,9 @@ static void test_env_ranges(void) {
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         setenv(bad[i][0], bad[i][1], 1);
         char want[96];
-        snprintf(want, sizeof want, "%s=%s: expected an integer in", bad[i][0], bad[i][1]);
+        snprintf(want, sizeof want, "%s=%s is not %s", bad[i][0], bad[i][1],
+                 strcmp(bad[i][0], "MT_STORE_MAX_BYTES") ? "an integer in 1..1000000"
+                                                         : "a byte count in 1048576..");
         CHECK_ERR(mt_store_server_start_opts(&o, &s, &listen_err), MT_ERR_INVALID_ARG, want);
         CHECK(s == NULL);
         unsetenv(bad[i][0]);

@@ -82,6 +82,21 @@ run plain_again --log_dir "$TMP/logs" --rdzv_id plain
 check "same job id: a second directory" test "$(ls -d "$TMP"/logs/plain_* | wc -l)" = 2
 check "same job id: first run's files kept" has_line "$first/attempt_0/1/stdout.log" "env RANK=1"
 
+# Log files are private (0600), and a symbolic link planted at a log file's path (here: the next
+# attempt's, made while the first runs) is refused with a clear error, its target untouched.
+check "log files are mode 0600" test "$(stat -c %a "$first/attempt_0/0/stdout.log")" = 600
+check "stderr log files are mode 0600" test "$(stat -c %a "$first/attempt_0/1/stderr.log")" = 600
+echo "precious" >"$TMP/target"
+TMPDIR="$TMP" start_bg planted "$MTRUN" --standalone --max_restarts 1 --log_dir "$TMP/planted" \
+    --rdzv_id planted "$WORKER" --fail 0:3:1500 --marker "$MARKER"
+check "planted: log directory named" wait_for_text "$TMP/planted.err" "log files of the ranks:" 10
+job_dir=$(sed -n 's|^mtrun: log files of the ranks: \(.*\)/attempt_0/.*|\1|p' "$TMP/planted.err")
+mkdir -p "$job_dir/attempt_1/0" && ln -s "$TMP/target" "$job_dir/attempt_1/0/stdout.log"
+expect_rc planted nonzero 20
+expect_text planted err "mtrun: cannot open the log file $job_dir/attempt_1/0/stdout.log of rank 0: it is a symbolic link, and mtrun never writes a log file through one; stopping the job"
+check "planted: the link's target is untouched" has_line "$TMP/target" "precious"
+check "planted: the target got nothing else" test "$(wc -l <"$TMP/target")" = 1
+
 # Bad values: exit 2 with one line naming the value.
 bad() {
     local expect=${*: -1}

@@ -33,13 +33,13 @@ lose_node() {
 
 lose_node a 0 2
 check "node 0 killed: node 1 says it lost the store" \
-    grep -qE "^mtrun: lost the rendezvous store at 127\.0\.0\.1:$port \(node 0\): .*; stopping the job$" "$TMP/a_node1.err"
+    grep -qE "^mtrun: lost the rendezvous store at 127\.0\.0\.1:$port \(node 0 on host $(hostname)\): .*; stopping the job$" "$TMP/a_node1.err"
 check "node 0 killed: every rank is gone (node 0's through the parent-death signal)" no_leftovers 10
 [ "$FAILURES" = 0 ] || { show a_node0; show a_node1; }
 
 lose_node b 1 1
 check "node 1 killed: node 0 names node 1" \
-    has_line "$TMP/b_node0.err" "mtrun: node 1 stopped answering (no heartbeat for 5 s); stopping the job"
+    has_line "$TMP/b_node0.err" "mtrun: node 1 (host $(hostname)) stopped answering (no heartbeat for 5 s); stopping the job"
 check "node 1 killed: every rank is gone" no_leftovers 10
 [ "$FAILURES" = 0 ] || { show b_node0; show b_node1; }
 # A node that finishes early is not lost: the other one runs 2 x MT_TIMEOUT_S longer, and node 0

@@ -25,6 +25,11 @@ bad --master-port "$WORKER" "invalid value '$WORKER' for --master_port"
 bad --nnodes "option --nnodes needs a value"
 bad --standalone --nnodes 2 "$WORKER" "--standalone runs a single node"
 bad --bogus "$WORKER" "unknown option '--bogus'"
+# Numbers from the environment: refused with the variable, its value and the range, no rank
+# started (issue 18)
+MT_TIMEOUT_S=-5 bad --standalone "$WORKER" "MT_TIMEOUT_S=-5 is not a number of seconds in 0.001..1e+08"
+MT_TIMEOUT_S=5x bad --standalone "$WORKER" "MT_TIMEOUT_S=5x is not a number of seconds"
+MT_KILL_GRACE_S=1e9 bad --standalone "$WORKER" "MT_KILL_GRACE_S=1e9 is not a number of seconds in 0..3600 (seconds between SIGTERM and SIGKILL)"
 # torchrun's rendezvous and supervision options (issue 15)
 bad --nnodes 1:4 "$WORKER" "--nnodes 1:4 asks for elastic membership (between 1 and 4 nodes), which mtrun does not support"
 bad --nnodes=3:2 "$WORKER" "invalid value '3:2' for --nnodes"

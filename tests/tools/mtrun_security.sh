@@ -79,7 +79,7 @@ fi
 MT_STORE_MAX_CLIENTS=0 start_bg cap "$MTRUN" --standalone "$WORKER" --marker "$MARKER"
 expect_rc cap nonzero 20
 check "MT_STORE_MAX_CLIENTS=0 is refused, naming the variable and its range" \
-    has_text "$TMP/cap.err" "MT_STORE_MAX_CLIENTS=0: expected an integer in 1..1000000"
+    has_text "$TMP/cap.err" "MT_STORE_MAX_CLIENTS=0 is not an integer in 1..1000000"
 
 # --- token files ---------------------------------------------------------------------------------
 printf '%s\n' "$TOKEN_A" >"$TMP/token"

@@ -5,6 +5,7 @@
  * heartbeat. They report to the main loop through a pipe. */
 #include "cluster.h"
 
+#include "core/clock.h"
 #include "store/store_internal.h" /* mt_store_wait_any */
 #include "msg.h"
 
@@ -36,6 +37,8 @@ struct mtrun_cluster {
     double timeout, join_timeout;
     const char *join_what; /* what set join_timeout, for messages */
     const char *host_label; /* who hosts the store, for messages */
+    char host_label_buf[320]; /* "node 0 on host NAME", once node 0's host is known */
+    char (*hosts)[64];      /* each node's host name (from its claim), for messages */
     mt_store *main_conn, *hb_conn, *watch_conn;
     int notify_r, notify_w;
 
@@ -47,6 +50,8 @@ struct mtrun_cluster {
     bool have_event, event_taken;
     mtrun_cluster_event event;
     bool settled;
+    bool store_gone;        /* the store stopped answering: no more calls to it from the main
+                             * thread, each would wait for the same silence again */
 
     pthread_t hb_thread, watch_thread;
     bool hb_started, watch_started;
@@ -92,8 +97,18 @@ static void set_event_locked(mtrun_cluster *c, int code, bool publish, bool rest
 }
 
 static void store_lost_locked(mtrun_cluster *c, const char *why) {
+    c->store_gone = true;
     set_event_locked(c, 1, false, false, "lost the rendezvous store at %s:%d (%s): %s", c->addr,
                      c->port, c->host_label, why);
+}
+
+/* Whether the main thread may still call the store: once it stopped answering, each call would
+ * wait for the same silence again while the ranks and the other nodes wait for this node. */
+static bool store_usable(mtrun_cluster *c) {
+    pthread_mutex_lock(&c->mu);
+    bool gone = c->store_gone;
+    pthread_mutex_unlock(&c->mu);
+    return !gone && c->main_conn;
 }
 
 /* Copies a store value into a NUL-terminated buffer (values are bytes, not strings). */
@@ -131,7 +146,8 @@ static int pending_signal(int sigfd) {
     while (poll(&p, 1, 0) > 0) {
         struct signalfd_siginfo si;
         if (read(sigfd, &si, sizeof si) != (ssize_t)sizeof si) return 0;
-        if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) return (int)si.ssi_signo;
+        if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM || si.ssi_signo == SIGHUP)
+            return (int)si.ssi_signo;
     }
     return 0;
 }
@@ -179,6 +195,7 @@ static int connect_until(mtrun_cluster *c, const char *host, double deadline, in
 
 /* Publishes a non-restartable failure of round `round` unless one stands already. */
 static void publish_final_failure(mtrun_cluster *c, int round, int code, const char *text) {
+    if (!store_usable(c)) return;
     char value[1200], key[64];
     int n = format_failure(value, sizeof value, code, false, text);
     snprintf(key, sizeof key, "mtrun/r%d/failure", round);
@@ -296,6 +313,51 @@ static int take_arrival_rank(mtrun_cluster *c) {
     return -1;
 }
 
+/* Reads each node's host from its claim ("host pid"), for messages naming a lost node; the
+ * static backend's store host (node 0) is then named with its host too. */
+static void learn_hosts(mtrun_cluster *c) {
+    if (!c->hosts) c->hosts = calloc((size_t)c->nnodes, sizeof *c->hosts);
+    if (!c->hosts) return;
+    for (int n = 0; n < c->nnodes; n++) {
+        char key[64], text[512];
+        snprintf(key, sizeof key, "mtrun/node/%d", n);
+        snprintf(c->hosts[n], sizeof c->hosts[n], "?");
+        void *v = NULL;
+        size_t len = 0;
+        bool found = false;
+        if (mt_store_try_get(c->main_conn, key, &v, &len, &found) == MT_OK && found) {
+            copy_value(v, len, text, sizeof text);
+            sscanf(text, "%63s", c->hosts[n]);
+        }
+        free(v);
+    }
+    /* Which node hosts the store: node 0 with static; with c10d, the one that said so. */
+    int store_node = c->backend == MTRUN_RDZV_STATIC ? 0 : -1;
+    void *v = NULL;
+    size_t len = 0;
+    bool found = false;
+    if (store_node < 0 &&
+        mt_store_try_get(c->main_conn, "mtrun/store_node", &v, &len, &found) == MT_OK && found) {
+        char text[32];
+        copy_value(v, len, text, sizeof text);
+        int n = atoi(text);
+        if (n >= 0 && n < c->nnodes) store_node = n;
+    }
+    free(v);
+    if (store_node >= 0) {
+        snprintf(c->host_label_buf, sizeof c->host_label_buf, "node %d on host %s", store_node,
+                 c->hosts[store_node]);
+        c->host_label = c->host_label_buf;
+    }
+}
+
+/* The hosting node records its node rank, so that the others can name it when it is lost. */
+static void announce_store_host(mtrun_cluster *c) {
+    char value[16];
+    int n = snprintf(value, sizeof value, "%d", c->node);
+    (void)mt_store_set(c->main_conn, "mtrun/store_node", value, (size_t)n);
+}
+
 static int wait_for_nodes(mtrun_cluster *c, double deadline, int sigfd) {
     char **keys = calloc((size_t)c->nnodes, sizeof *keys);
     int code = 1;
@@ -381,11 +443,7 @@ done:
 /* ---- running ------------------------------------------------------------------------------- */
 
 static bool hb_sleep(mtrun_cluster *c, double seconds) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long ns = ts.tv_nsec + (long)(seconds * 1e9);
-    ts.tv_sec += ns / 1000000000L;
-    ts.tv_nsec = ns % 1000000000L;
+    struct timespec ts = mt_clock_deadline(seconds); /* c->cv runs on CLOCK_MONOTONIC */
     pthread_mutex_lock(&c->mu);
     while (!c->stop && pthread_cond_timedwait(&c->cv, &c->mu, &ts) != ETIMEDOUT) {
     }
@@ -439,8 +497,9 @@ static void *heartbeat_main(void *arg) {
             } else if (now - c->hb_changed[n] > c->timeout) {
                 c->lost[n] = 1;
                 pthread_mutex_lock(&c->mu);
-                set_event_locked(c, 1, true, false, "node %d stopped answering (no heartbeat for %g s)",
-                                 n, c->timeout);
+                set_event_locked(c, 1, true, false,
+                                 "node %d (host %s) stopped answering (no heartbeat for %g s)", n,
+                                 c->hosts ? c->hosts[n] : "?", c->timeout);
                 pthread_mutex_unlock(&c->mu);
                 continue;
             }
@@ -486,6 +545,7 @@ static void *watcher_main(void *arg) {
             store_lost_locked(c, mt_last_error());
         }
         c->watch_done = true;
+        pthread_cond_broadcast(&c->cv); /* stop_watcher may be waiting for this */
         pthread_mutex_unlock(&c->mu);
         free(v);
         return NULL;
@@ -515,7 +575,12 @@ int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout
     snprintf(c->job, sizeof c->job, "%s", o->rdzv_id);
     c->notify_r = c->notify_w = -1;
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    if (mt_cond_init_monotonic(&c->cv) != 0) {
+        mtrun_msg("cannot create the cluster's condition variable");
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+        return 1;
+    }
 
     /* The hosting node talks to its own server at the address it listens on: the master
      * address may resolve elsewhere on this host (loopback, another interface). */
@@ -527,8 +592,11 @@ int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout
         if (code < 0) o->node_rank = c->node;
     }
     if (code < 0) code = check_config(c);
+    /* Before the claim: whoever sees every claim can then name the store's node too. */
+    if (code < 0 && o->hosts_store) announce_store_host(c);
     if (code < 0) code = claim_node(c);
     if (code < 0) code = wait_for_nodes(c, deadline, sigfd);
+    if (code < 0) learn_hosts(c);
     /* The store is known to be up now: these connections need no long deadline. */
     if (code < 0) code = connect_until(c, host, mtrun_now() + 10, sigfd, &c->hb_conn);
     if (code < 0) code = connect_until(c, host, mtrun_now() + 10, sigfd, &c->watch_conn);
@@ -536,6 +604,12 @@ int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout
         mtrun_cluster_close(c);
         return code;
     }
+    /* A store host that stopped answering while its kernel still acknowledges (a hung or stopped
+     * mtrun) is noticed by the heartbeat's unanswered request in half of MT_TIMEOUT_S, within the
+     * time the other nodes give it; the kernel's keepalive covers a host that vanished. */
+    double answer = timeout_s / 2 > 2.0 ? timeout_s / 2 : timeout_s < 2.0 ? timeout_s : 2.0;
+    (void)mt_store_set_answer_limit(c->hb_conn, answer);
+    (void)mt_store_set_answer_limit(c->main_conn, answer);
     code = start_round(c);
     if (code >= 0) {
         mtrun_cluster_close(c);
@@ -612,6 +686,7 @@ bool mtrun_cluster_settled(mtrun_cluster *c) {
 
 void mtrun_cluster_publish_failure(mtrun_cluster *c, int *code, bool *restartable, char *text,
                                    size_t cap) {
+    if (!store_usable(c)) return;
     char value[1200], key[64];
     int n = format_failure(value, sizeof value, *code, *restartable, text);
     round_key(c, key, sizeof key, "failure", -1);
@@ -625,6 +700,7 @@ void mtrun_cluster_publish_failure(mtrun_cluster *c, int *code, bool *restartabl
 }
 
 void mtrun_cluster_leave(mtrun_cluster *c, int code) {
+    if (!store_usable(c)) return;
     char key[64], value[16];
     round_key(c, key, sizeof key, "exit", c->node);
     int n = snprintf(value, sizeof value, "%d", code);
@@ -643,17 +719,23 @@ void mtrun_cluster_decline_next_round(mtrun_cluster *c, int code, const char *wh
 static bool stop_watcher(mtrun_cluster *c) {
     if (!c->watch_started) return true;
     pthread_mutex_lock(&c->mu);
-    bool done = c->watch_done;
+    bool done = c->watch_done, gone = c->store_gone;
     pthread_mutex_unlock(&c->mu);
+    /* A store that stopped answering will not wake the watcher either: leave it at once. */
+    if (!done && gone) return false;
     if (!done && c->main_conn) {
         char wake[64];
         round_key(c, wake, sizeof wake, "wake", c->node);
         (void)mt_store_set(c->main_conn, wake, "1", 1);
     }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 3;
-    if (pthread_timedjoin_np(c->watch_thread, NULL, &until) != 0) return false;
+    struct timespec until = mt_clock_deadline(3.0);
+    pthread_mutex_lock(&c->mu);
+    while (!c->watch_done && pthread_cond_timedwait(&c->cv, &c->mu, &until) != ETIMEDOUT) {
+    }
+    done = c->watch_done;
+    pthread_mutex_unlock(&c->mu);
+    if (!done) return false;
+    pthread_join(c->watch_thread, NULL); /* it has returned, or is about to */
     c->watch_started = false;
     return true;
 }
@@ -718,6 +800,7 @@ void mtrun_cluster_close(mtrun_cluster *c) {
     free(c->hb_changed);
     free(c->left);
     free(c->lost);
+    free(c->hosts);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);

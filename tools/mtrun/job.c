@@ -1,7 +1,7 @@
-/* One event loop, no busy waiting: poll() on the signalfd (SIGCHLD, SIGINT, SIGTERM), the
- * cluster's notification pipe and the ranks' output pipes. Timeouts only tick while stopping
- * (to escalate SIGTERM to SIGKILL) and, for multi-node jobs, once a second to notice a store that
- * stopped answering.
+/* One event loop, no busy waiting: poll() on the signalfd (SIGCHLD, SIGHUP, SIGINT, SIGTERM),
+ * the cluster's notification pipe and the ranks' output pipes. Timeouts only tick while stopping
+ * (to escalate SIGTERM to SIGKILL, then to give up after a bounded wait) and, for multi-node
+ * jobs, once a second to notice a store that stopped answering.
  *
  * mtrun is a child subreaper: the children a rank leaves behind are re-parented to mtrun, so
  * their deaths wake the loop and a rank's process group is known to be empty without polling. */
@@ -89,11 +89,14 @@ static void decline_next_round(job *j) {
     mtrun_cluster_decline_next_round(j->cluster, j->code ? j->code : 1, why);
 }
 
-/* Records the round's first failure (later ones are ignored), agrees on it with the other nodes
- * when publish is set, prints the line and stops the ranks with sig. */
+/* Records the round's first failure (later ones are ignored), stops the ranks with sig, agrees
+ * on it with the other nodes when publish is set and prints the line. The local ranks come first:
+ * the store may be slow or gone (its host lost), and waiting for it must not delay them. */
 static void fail(job *j, int code, const char *text, bool publish, bool restartable, int sig) {
     if (j->failed) return;
     j->failed = true;
+    if (j->ph == RUNNING) stop_ranks(j, sig);
+    else if (j->ph == DRAINING) j->ph = FINISHED; /* nothing left to stop here */
     char line[1024];
     snprintf(line, sizeof line, "%s", text);
     if (j->cluster && publish)
@@ -102,8 +105,6 @@ static void fail(job *j, int code, const char *text, bool publish, bool restarta
     j->restartable = restartable;
     snprintf(j->failure, sizeof j->failure, "%s", line);
     mtrun_msg("%s; stopping the job", line);
-    if (j->ph == RUNNING) stop_ranks(j, sig);
-    else if (j->ph == DRAINING) j->ph = FINISHED; /* nothing left to stop here */
 }
 
 static void describe_exit(const job *j, const rank_slot *r, int status, char *text, size_t cap,
@@ -163,11 +164,12 @@ static void on_signal(job *j, int sig) {
     char text[256];
     snprintf(text, sizeof text, "node %d received %s", j->o->node_rank,
              mtrun_signal_name(sig, buf, sizeof buf));
-    /* The signal is forwarded as it is (a rank may treat SIGINT differently from SIGTERM). */
+    /* The signal is forwarded as it is (a rank may treat SIGINT differently from SIGTERM);
+     * SIGHUP (mtrun's terminal or ssh session went away) stops the ranks as SIGTERM would. */
     j->signaled = true;
     snprintf(j->signal_name, sizeof j->signal_name, "%s",
              mtrun_signal_name(sig, buf, sizeof buf));
-    fail(j, 128 + sig, text, true, false, sig);
+    fail(j, 128 + sig, text, true, false, sig == SIGHUP ? SIGTERM : sig);
     if (j->ph == DRAINING) j->ph = FINISHED;
 }
 
@@ -227,6 +229,21 @@ static void on_timer(job *j) {
         } else if (all_reaped(j)) {
             mtrun_msg("some processes of the job's ranks survived SIGKILL (left their process "
                       "group?); giving up on them");
+            ranks_done(j);
+        } else if (now >= j->deadline + AFTER_KILL_S) {
+            /* A rank that SIGKILL has not ended in 2 x AFTER_KILL_S is stuck in the kernel
+             * (uninterruptible I/O, a hung driver): waiting longer helps nobody. */
+            char who[256] = "";
+            size_t used = 0;
+            for (int i = 0; i < j->n && used + 16 < sizeof who; i++)
+                if (j->ranks[i].alive) {
+                    int w = snprintf(who + used, sizeof who - used, "%s%d", used ? ", " : "",
+                                     j->ranks[i].global);
+                    if (w > 0) used += (size_t)w;
+                }
+            mtrun_msg("rank%s %s did not exit within %g s of SIGKILL (stuck in the kernel?); "
+                      "leaving %s behind", strchr(who, ',') ? "s" : "", who, 2 * AFTER_KILL_S,
+                      strchr(who, ',') ? "them" : "it");
             ranks_done(j);
         }
     }
@@ -320,11 +337,19 @@ static void start_ranks(job *j) {
         int err_to = mtrun_logs_on_console(o->logs, i, MTRUN_STD_ERR) ? STDERR_FILENO : -1;
         int bad_out = mtrun_stream_open(&r->out, out_fd, out_to, r->global,
                                         logged ? log_out : NULL);
+        int out_errno = errno;
         int bad_err = mtrun_stream_open(&r->err, err_fd, err_to, r->global,
                                         logged ? log_err : NULL);
         if (bad_out || bad_err) {
-            snprintf(text, sizeof text, "cannot open the log files of rank %d in %s: %s",
-                     r->global, o->logs->job_dir, strerror(errno));
+            int e = bad_out ? out_errno : errno;
+            const char *bad = bad_out ? log_out : log_err;
+            if (e == ELOOP)
+                snprintf(text, sizeof text, "cannot open the log file %s of rank %d: it is a "
+                         "symbolic link, and mtrun never writes a log file through one", bad,
+                         r->global);
+            else
+                snprintf(text, sizeof text, "cannot open the log file %s of rank %d: %s", bad,
+                         r->global, strerror(e));
             fail(j, 1, text, true, false, SIGTERM);
         }
     }

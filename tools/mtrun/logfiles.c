@@ -7,6 +7,7 @@
 #include "options.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +143,10 @@ int mtrun_logs_rank_paths(const mtrun_logs *logs, int attempt, int local_rank, c
         return -1;
     }
     return 0;
+}
+
+int mtrun_logs_open_file(const char *path) {
+    return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 }
 
 int mtrun_logs_on_console(const mtrun_logs *logs, int local_rank, int stream) {

@@ -34,6 +34,11 @@ int mtrun_logs_prepare(const struct mtrun_options *o, mtrun_logs **logs);
 int mtrun_logs_rank_paths(const mtrun_logs *logs, int attempt, int local_rank, char *out_path,
                           char *err_path, size_t cap);
 
+/* Opens (creates, truncates) one log file for writing: mode 0600, as a rank's output may hold
+ * what others must not read, and never through a symbolic link planted at its path (O_NOFOLLOW:
+ * fails with ELOOP). Returns the descriptor, or -1 with errno. */
+int mtrun_logs_open_file(const char *path);
+
 /* Whether the stream (MTRUN_STD_OUT or MTRUN_STD_ERR) of local_rank is shown on the console. */
 int mtrun_logs_on_console(const mtrun_logs *logs, int local_rank, int stream);
 

@@ -9,6 +9,7 @@
 #include "restart.h"
 #include "security.h"
 
+#include "core/env.h"
 #include "store/store_internal.h" /* mt_store_server_start_opts */
 
 #include <meshtrain/store.h>
@@ -23,18 +24,6 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static double env_seconds(const char *name, double fallback) {
-    const char *v = getenv(name);
-    if (!v || !*v) return fallback;
-    char *end;
-    double s = strtod(v, &end);
-    if (*end || !(s >= 0) || s > 1e6) {
-        mtrun_msg("ignoring %s=%s: expected a number of seconds; using %g", name, v, fallback);
-        return fallback;
-    }
-    return s;
-}
 
 /* mkdir -p */
 static int make_dirs(const char *dir) {
@@ -84,6 +73,9 @@ static int run(mtrun_options *o, mtrun_binding *binding) {
     sigaddset(&set, SIGCHLD);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    /* A dropped ssh session: stop the job and tell the other nodes, as for SIGTERM, rather than
+     * die by the default action with the ranks orphaned and nobody told. */
+    sigaddset(&set, SIGHUP);
     sigprocmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
     int sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -96,8 +88,14 @@ static int run(mtrun_options *o, mtrun_binding *binding) {
         mtrun_msg("cannot become a child subreaper (%s); leftovers of ranks may escape",
                   strerror(errno));
 
-    double timeout = mt_default_timeout();
-    double grace = env_seconds("MT_KILL_GRACE_S", 3.0);
+    double timeout, grace;
+    if (mt_timeout_from_env(&timeout) != MT_OK ||
+        mt_env_seconds("MT_KILL_GRACE_S", 0, 3600, 3.0, "seconds between SIGTERM and SIGKILL",
+                       &grace) != MT_OK) {
+        mtrun_msg("%s", mt_last_error());
+        close(sigfd);
+        return 2;
+    }
 
     mt_store_server *server = NULL;
     int port = o->master_port;

@@ -4,6 +4,7 @@
  * memory). */
 #include "output.h"
 
+#include "logfiles.h"
 #include "msg.h"
 
 #include <errno.h>
@@ -20,7 +21,7 @@ int mtrun_stream_open(mtrun_stream *s, int fd, int out_fd, int rank, const char 
     int flags = fcntl(fd, F_GETFL);
     if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
     if (log_path) {
-        s->log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        s->log_fd = mtrun_logs_open_file(log_path);
         if (s->log_fd < 0) return -1;
     }
     return 0;
