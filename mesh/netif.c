@@ -127,8 +127,31 @@ bool mt_netif_is_loopback(const char *addr) {
     return strcmp(addr, "localhost") == 0;
 }
 
+static mt_status store_rule(const char *store_host, bool single_host, char *listen_at,
+                                     char *connect_to, size_t cap);
+
+/* MT_STORE_LISTEN: an explicit listening address, "*" for every interface; the host still
+ * connects where the rule says (connect_to is left as it is, or set to the address given). */
+static void apply_listen_override(char *listen_at, char *connect_to, size_t cap) {
+    const char *env = getenv("MT_STORE_LISTEN");
+    if (!env || !*env) return;
+    if (strcmp(env, "*") == 0) {
+        listen_at[0] = '\0';
+        return;
+    }
+    snprintf(listen_at, cap, "%s", env);
+    snprintf(connect_to, cap, "%s", env);
+}
+
 mt_status mt_netif_store_bind(const char *store_host, bool single_host, char *listen_at,
                               char *connect_to, size_t cap) {
+    mt_status st = store_rule(store_host, single_host, listen_at, connect_to, cap);
+    if (st == MT_OK) apply_listen_override(listen_at, connect_to, cap);
+    return st;
+}
+
+static mt_status store_rule(const char *store_host, bool single_host, char *listen_at,
+                                     char *connect_to, size_t cap) {
     const char *ifname = getenv("MT_SOCKET_IFNAME");
     if (ifname && *ifname) {
         MT_TRY(mt_netif_address(ifname, listen_at, cap));

@@ -26,7 +26,9 @@ bool mt_netif_is_loopback(const char *addr);
  * (connect_to): MT_SOCKET_IFNAME's address when set; else 127.0.0.1 for a single-host job; else
  * the address this host uses to reach store_host (the store's address as the other nodes know
  * it). Only when store_host names this host by a loopback address although it is not one (a name
- * /etc/hosts maps to 127.0.1.1) is listen_at "" (every interface), with a warning. */
+ * /etc/hosts maps to 127.0.1.1) is listen_at "" (every interface), with a warning.
+ * MT_STORE_LISTEN overrides where it listens: an address (connected to as well), or "*" for
+ * every interface (connect_to stays what the rule gives). */
 mt_status mt_netif_store_bind(const char *store_host, bool single_host, char *listen_at,
                               char *connect_to, size_t cap);
 

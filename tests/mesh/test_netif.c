@@ -45,6 +45,7 @@ static bool resolves_to_loopback(const char *name) {
 
 int main(void) {
     unsetenv("MT_SOCKET_IFNAME");
+    unsetenv("MT_STORE_LISTEN");
     char listen_at[64], connect_to[64], name[64];
 
     CHECK(mt_netif_is_loopback("127.0.0.1") && mt_netif_is_loopback("127.0.1.1") &&
@@ -69,6 +70,15 @@ int main(void) {
           MT_ERR_NOT_FOUND);
     CHECK(strstr(mt_last_error(), "MT_SOCKET_IFNAME=nosuch0") && strstr(mt_last_error(), "lo"));
     unsetenv("MT_SOCKET_IFNAME");
+
+    /* MT_STORE_LISTEN overrides where the store listens: "*" every interface, else an address. */
+    setenv("MT_STORE_LISTEN", "*", 1);
+    CHECK_OK(mt_netif_store_bind("127.0.0.1", true, listen_at, connect_to, sizeof listen_at));
+    CHECK(listen_at[0] == '\0' && strcmp(connect_to, "127.0.0.1") == 0);
+    setenv("MT_STORE_LISTEN", "127.0.0.5", 1);
+    CHECK_OK(mt_netif_store_bind("127.0.0.1", false, listen_at, connect_to, sizeof listen_at));
+    CHECK(strcmp(listen_at, "127.0.0.5") == 0 && strcmp(connect_to, "127.0.0.5") == 0);
+    unsetenv("MT_STORE_LISTEN");
 
     CHECK_OK(mt_netif_name_of("127.0.0.1", name, sizeof name));
     CHECK(strcmp(name, "lo") == 0);
