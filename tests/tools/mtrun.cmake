@@ -19,3 +19,12 @@ set_tests_properties(mtrun_link_cut PROPERTIES SKIP_RETURN_CODE 77)
 mt_add_unit_test(test_diagnose SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_diagnose.c
                  ${CMAKE_SOURCE_DIR}/tools/mtrun/diagnose.c TIMEOUT 30)
 target_include_directories(test_diagnose PRIVATE ${CMAKE_SOURCE_DIR}/tools/mtrun)
+
+# The store's security under mtrun: loopback-only listeners (ss), token files and tokens across
+# nodes, MT_SOCKET_IFNAME on a real interface; prog_init (tests/mesh) is a rank with a store
+# connection and UCX endpoints.
+mt_add_mp_test(mtrun_security
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mtrun_security.sh $<TARGET_FILE:mtrun>
+          $<TARGET_FILE:prog_mtrun_worker> $<TARGET_FILE:prog_mtrun_freeport>
+          $<TARGET_FILE:prog_init>
+  TIMEOUT 180)
