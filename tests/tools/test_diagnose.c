@@ -61,6 +61,17 @@ static void test_behind(void) {
                        "40.2 s ago\n") != NULL);
 }
 
+/* Rank 2 of 3 never reached the group's first collective: it has no record of it at all. */
+static void test_never_reached(void) {
+    reset(3, 1);
+    for (int r = 0; r < 2; r++) add(r, "dp#4", 3, r, 0, AR, 64, 990, 0);
+    add(2, "tp#5", 1, 0, 0, AR, 64, 980, 981);
+    CHECK(diagnose(3) == 1);
+    CHECK(strstr(out_, "2 ranks of group dp#4 wait in all_reduce seq 0 (64 B, for 10.0 s) for "
+                       "members with no record of the group: group rank 2 (not read, or never "
+                       "reached its first collective)\n") != NULL);
+}
+
 static void test_mismatch(void) {
     reset(4, 4);
     for (int r = 0; r < 4; r++) {
@@ -177,6 +188,7 @@ static void test_awaited_peer(void) {
 int main(void) {
     test_behind();
     test_mismatch();
+    test_never_reached();
     test_all_fine();
     test_live_skew();
     test_several_groups();

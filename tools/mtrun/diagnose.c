@@ -266,6 +266,32 @@ static int behind_in(const mtrun_fr_rank *ranks, int nranks, const char *group, 
             if (votes[r] > 0 && (best < 0 || votes[r] > votes[best])) best = r;
         if (best >= 0) behind[nb++] = best;
     }
+    if (nw > 0 && nb == 0 && members < size && found < max) {
+        /* The lagging members recorded nothing of the group (they never reached its first
+         * collective, or their rings wrapped past it): named by their place in the group. */
+        bool *seen = calloc((size_t)size, sizeof *seen);
+        int *absent = malloc((size_t)size * sizeof *absent);
+        int na = 0;
+        for (int r = 0; seen && r < nranks; r++) {
+            const mtrun_fr_entry *l = last_in(&ranks[r], group);
+            if (l && l->group_rank >= 0 && l->group_rank < size) seen[l->group_rank] = true;
+        }
+        for (int g = 0; seen && absent && g < size; g++)
+            if (!seen[g]) absent[na++] = g;
+        finding *f = &out[found++];
+        text t = {f->line, sizeof f->line, 0};
+        f->rank = -1;
+        f->cause = true;
+        put(&t, "%d rank%s of group %s wait%s in %s seq %llu (", nw, nw == 1 ? "" : "s", group,
+            nw == 1 ? "s" : "", mtrun_fr_op_name(front->op), (unsigned long long)front->seq);
+        put_bytes(&t, front->bytes);
+        put(&t, ", for %.1f s) for members with no record of the group: group ", now - oldest);
+        if (absent && na > 0) put_ranks(&t, absent, na);
+        else put(&t, "ranks unknown");
+        put(&t, " (not read, or never reached its first collective)\n");
+        free(seen);
+        free(absent);
+    }
     for (int k = 0; k < nb && nw > 0 && found < max; k++) {
         const mtrun_fr_rank *b = &ranks[behind[k]];
         finding *f = &out[found++];
@@ -352,7 +378,8 @@ int mtrun_diagnose(const mtrun_fr_rank *ranks, int nranks, double now, double mi
             if (f[i].cause != (pass == 0) && any_cause) continue;
             if (!any_cause && pass == 1) continue;
             bool repeat = false;
-            for (int k = 0; k < i && pass == 0; k++) repeat = repeat || (f[k].cause && f[k].rank == f[i].rank);
+            for (int k = 0; k < i && pass == 0 && f[i].rank >= 0; k++)
+                repeat = repeat || (f[k].cause && f[k].rank == f[i].rank);
             if (repeat) continue;
             if (lines == MAX_LINES) {
                 put(&t, "(more findings left out)\n");

@@ -7,6 +7,8 @@
 #include "logfiles.h"
 #include "msg.h"
 
+#include "core/clock.h"
+
 #include <meshtrain/store.h>
 
 #include <dirent.h>
@@ -21,6 +23,7 @@
 #include <unistd.h>
 
 #define GATHER_S 10.0 /* how long node 0 waits for another node's summary */
+#define POLL_S 1.0    /* how often a node looks whether another asked for a diagnosis */
 
 static json_t *entry_json(const mtrun_fr_rank *r, const mtrun_fr_entry *e) {
     return json_pack("{s:i, s:i, s:s, s:I, s:s, s:i, s:I, s:i, s:i, s:f, s:f, s:f, s:i, s:i}",
@@ -234,6 +237,11 @@ void mtrun_fr_request(const mtrun_options *o, mtrun_cluster *cluster, const pid_
 }
 
 void mtrun_fr_poll_requests(const mtrun_options *o, mtrun_cluster *cluster, const pid_t *pids) {
+    /* The loop wakes for every line of output too: the store is asked once a second at most. */
+    static double last_poll;
+    double now = mt_clock_now_s();
+    if (now - last_poll < POLL_S) return;
+    last_poll = now;
     mt_store *store = mtrun_cluster_store(cluster);
     int64_t count;
     if (!o->fr || !store || mt_store_add(store, "mtrun/diag/requests", 0, &count) != MT_OK) return;
