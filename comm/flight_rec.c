@@ -3,6 +3,7 @@
  * protocol of comm/flight_rec_format.h. */
 #include "comm/flight_rec.h"
 
+#include "comm/backend.h"
 #include "comm/flight_rec_format.h"
 #include "comm/group.h"
 
@@ -86,7 +87,10 @@ void mt_fr_queued(mt_work *w) {
     mt_fr_record *r = &ring_records[id % ring_header->capacity];
     atomic_store_explicit(&r->lock, 2 * id + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    memcpy(r->group, g->fr_name, sizeof r->group);
+    /* The NCCL backend numbers the group's collectives apart from the host backend's, so its
+     * records name the group apart: "dp#2/nccl". */
+    if (w->backend == &mt_host_backend) memcpy(r->group, g->fr_name, sizeof r->group);
+    else snprintf(r->group, sizeof r->group, "%.30s/nccl", g->fr_name);
     r->seq = w->seq;
     r->group_size = g->size;
     r->group_rank = g->rank;
