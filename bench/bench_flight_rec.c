@@ -6,6 +6,7 @@
  *
  *   mt-bench-flight-rec [ITERATIONS]   (default 2000000)
  */
+#include "comm/backend.h"
 #include "comm/flight_rec.h"
 #include "comm/flight_rec_format.h"
 #include "comm/group.h"
@@ -56,7 +57,8 @@ int main(int argc, char **argv) {
     mt_group g = {.size = 8, .rank = 3, .id = 2};
     snprintf(g.name, sizeof g.name, "dp");
     mt_group_set_id(&g, 2);
-    mt_work w = {.kind = MT_OP_ALL_REDUCE, .group = &g, .payload = 4096, .dtype = MT_F32};
+    mt_work w = {.kind = MT_OP_ALL_REDUCE, .group = &g, .payload = 4096, .dtype = MT_F32,
+                 .backend = &mt_host_backend};
     setenv("MT_FLIGHT_RECORDER_FILE", path, 1);
     run(&w, iters / 10); /* warm-up, attaches */
     double on = run(&w, iters);
