@@ -54,8 +54,8 @@
 #define WAIT_TIMEOUT_KEYS_LISTED 32
 #define ABUSE_LOG_PER_S 5
 /* Connections accepted per poll() pass: clients already connected are read between batches, so
- * a job client's HELLO and AUTH are served while a flood waits in the backlog, and one pass
- * never holds more than max_clients + ACCEPTS_PER_PASS descriptors. */
+ * a job client's HELLO and AUTH are served while a flood waits in the backlog. (Descriptors are
+ * bounded by closing an evicted or refused connection at once: max_clients + 1 at most.) */
 #define ACCEPTS_PER_PASS 32
 /* At the client limit an unauthenticated connection is not evicted for a newcomer (who is told
  * BUSY and retries) before it had this long for its next step: a client of the job sends HELLO
