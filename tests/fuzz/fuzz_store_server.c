@@ -14,7 +14,9 @@
  *  - a good AUTH is answered with the server's proof (checked with the token), a bad one with
  *    REFUSED; after a refusal the server closes the connection;
  *  - every reply to a well-formed request of an authenticated client has that opcode's form, in
- *    order, and no reply comes unasked;
+ *    order, and no reply comes unasked; every value read back (GET, TRY_GET, CAS) is one that some
+ *    client wrote to that key (the order across connections is the server's, so only where a
+ *    value came from is checked, not which write won);
  *  - memory stays bounded: keys and values within MT_STORE_MAX_BYTES, the server's buffered bytes
  *    within what its connections may make it hold (a stranger: one pre-auth frame and a reply);
  *    connections within the client cap; closed connections are freed.
@@ -43,6 +45,8 @@
 #define CONNS 6
 #define MAX_CLIENTS 4 /* below CONNS, so that the client cap is reached */
 #define MAX_ACTIONS 256
+#define KEY_MAX 16
+#define MAX_WRITES 512
 
 static const char TOKEN[] = "fuzz-server-token-0123456789abcdef0123456789";
 static const char JOB[] = "fuzzjob";
@@ -56,7 +60,12 @@ typedef struct conn {
     int frames;    /* reply frames received */
     uint8_t client_nonce[MT_STORE_NONCE_LEN], server_nonce[MT_STORE_NONCE_LEN];
     uint8_t mac_c[MT_STORE_MAC_LEN];
-    uint8_t expect[MAX_ACTIONS]; /* opcodes of the requests whose replies are due, in order */
+    /* The requests whose replies are due, in order: opcode (WAIT "any" with the high bit) and
+     * key. */
+    struct {
+        uint8_t op, klen;
+        char key[KEY_MAX];
+    } expect[MAX_ACTIONS];
     size_t nexpect, expect_head;
     uint8_t *in; /* reply bytes not yet parsed */
     size_t in_len, in_cap;
@@ -71,7 +80,21 @@ typedef struct world {
     size_t left;
     mt_store_token token;
     int authed_ever, refused_ever;
+    /* Every value any client may have written, by key; once bytes the harness did not model
+     * reached an authenticated connection, values are no longer checked. */
+    struct {
+        char key[KEY_MAX];
+        uint8_t klen;
+        const uint8_t *value;
+        size_t vlen;
+    } writes[MAX_WRITES];
+    size_t nwrites;
+    bool values_unknown;
 } world;
+
+/* A write whose value is any decimal integer: an ADD (its result may be read by another
+ * connection in the same turn, before the harness sees the reply that says what it was). */
+#define ANY_INTEGER SIZE_MAX
 
 static void fail(const char *what, int ci) {
     fprintf(stderr, "fuzz_store_server: %s (connection %d)\n", what, ci);
@@ -92,7 +115,42 @@ static conn *pick(world *w, int *ci) {
 
 /* ---- replies ------------------------------------------------------------------------------- */
 
-static void check_form(conn *c, int ci, uint8_t op, const uint8_t *p, size_t n) {
+static void wrote(world *w, const char *key, size_t klen, const void *value, size_t vlen) {
+    if (w->nwrites == MAX_WRITES) {
+        w->values_unknown = true;
+        return;
+    }
+    memcpy(w->writes[w->nwrites].key, key, klen);
+    w->writes[w->nwrites].klen = (uint8_t)klen;
+    w->writes[w->nwrites].value = value;
+    w->writes[w->nwrites++].vlen = vlen;
+}
+
+static bool integer_text(mt_store_bytes v) {
+    size_t i = v.len && v.data[0] == '-';
+    if (i == v.len || v.len > 20) return false;
+    for (; i < v.len; i++)
+        if (v.data[i] < '0' || v.data[i] > '9') return false;
+    return true;
+}
+
+static void check_value(world *w, int ci, const char *key, size_t klen, mt_store_bytes v) {
+    if (w->values_unknown) return;
+    for (size_t i = 0; i < w->nwrites; i++) {
+        if (w->writes[i].klen != klen || memcmp(w->writes[i].key, key, klen) != 0) continue;
+        if (w->writes[i].vlen == ANY_INTEGER ? integer_text(v)
+                                             : w->writes[i].vlen == v.len &&
+                                                   (!v.len || memcmp(w->writes[i].value, v.data,
+                                                                     v.len) == 0))
+            return;
+    }
+    fail("a value read back that no client wrote to that key", ci);
+}
+
+static void check_form(world *w, int ci, size_t e, uint8_t op, const uint8_t *p, size_t n) {
+    conn *c = &w->c[ci];
+    const char *key = c->expect[e].key;
+    size_t klen = c->expect[e].klen;
     mt_store_reader r = {p + 1, n - 1, false};
     uint8_t code = p[0];
     switch (op) {
@@ -101,22 +159,29 @@ static void check_form(conn *c, int ci, uint8_t op, const uint8_t *p, size_t n) 
         else if (code != MT_STORE_R_OK) fail("SET answered with a code it never gets", ci);
         break;
     case MT_STORE_OP_TRY_GET:
-        if (code == MT_STORE_R_OK) (void)mt_store_read_bytes(&r, MT_STORE_MAX_VALUE);
-        else if (code != MT_STORE_R_NOT_FOUND) fail("TRY_GET answered oddly", ci);
-        break;
     case MT_STORE_OP_GET:
-        if (code == MT_STORE_R_OK) (void)mt_store_read_bytes(&r, MT_STORE_MAX_VALUE);
-        else if (code != MT_STORE_R_TIMEOUT) fail("GET answered oddly", ci);
+        if (code == MT_STORE_R_OK) {
+            mt_store_bytes v = mt_store_read_bytes(&r, MT_STORE_MAX_VALUE);
+            if (!r.bad) check_value(w, ci, key, klen, v);
+        } else if (code != (op == MT_STORE_OP_GET ? MT_STORE_R_TIMEOUT : MT_STORE_R_NOT_FOUND)) {
+            fail("GET or TRY_GET answered oddly", ci);
+        }
         break;
     case MT_STORE_OP_ADD:
-        if (code == MT_STORE_R_OK) (void)mt_store_read_u64(&r);
-        else if (code == MT_STORE_R_ERROR) (void)mt_store_read_bytes(&r, 4096);
-        else fail("ADD answered oddly", ci);
+        if (code == MT_STORE_R_OK) {
+            (void)mt_store_read_u64(&r);
+        } else if (code == MT_STORE_R_ERROR) {
+            (void)mt_store_read_bytes(&r, 4096);
+        } else {
+            fail("ADD answered oddly", ci);
+        }
         break;
     case MT_STORE_OP_CAS:
         if (code == MT_STORE_R_OK) {
-            (void)mt_store_read_u8(&r);
-            (void)mt_store_read_bytes(&r, MT_STORE_MAX_VALUE);
+            uint8_t have = mt_store_read_u8(&r);
+            mt_store_bytes v = mt_store_read_bytes(&r, MT_STORE_MAX_VALUE);
+            if (!r.bad && have) check_value(w, ci, key, klen, v);
+            if (!r.bad && !have && v.len) fail("CAS: no value, yet value bytes", ci);
         } else if (code == MT_STORE_R_ERROR) {
             (void)mt_store_read_bytes(&r, 4096);
         } else {
@@ -141,7 +206,7 @@ static void check_form(conn *c, int ci, uint8_t op, const uint8_t *p, size_t n) 
             (void)mt_store_read_u32(&r);
             (void)mt_store_read_bytes(&r, MT_STORE_MAX_VALUE);
         } else {
-            check_form(c, ci, MT_STORE_OP_WAIT, p, n);
+            check_form(w, ci, e, MT_STORE_OP_WAIT, p, n);
             return;
         }
         break;
@@ -195,6 +260,7 @@ static void check_preauth(world *w, conn *c, int ci, const uint8_t *p, size_t n)
         if (r.left) fail("trailing bytes after the server's proof", ci);
         c->authed = true;
         w->authed_ever++;
+        if (c->tainted) w->values_unknown = true; /* it may have sent writes the harness missed */
     } else {
         c->refused = true; /* told why, and closed */
     }
@@ -209,7 +275,8 @@ static void on_frame(world *w, conn *c, int ci, const uint8_t *p, size_t n) {
     }
     if (c->tainted) return;
     if (c->expect_head == c->nexpect) fail("a reply nobody asked for", ci);
-    check_form(c, ci, c->expect[c->expect_head++], p, n);
+    size_t e = c->expect_head++;
+    check_form(w, ci, e, c->expect[e].op, p, n);
 }
 
 /* Reads what the server wrote to c and checks every whole frame. */
@@ -361,12 +428,14 @@ static mt_store_bytes take_bytes(world *w, size_t max) {
     return b;
 }
 
-/* A key of 1..16 bytes from a small alphabet, so that requests meet each other's keys. */
-static void put_key(world *w, mt_store_buf *b) {
-    char k[17];
-    size_t n = 1 + take(w) % 16;
+/* A key from a small alphabet, mostly of one or two letters, so that requests meet each other's
+ * keys; sometimes up to KEY_MAX letters, so that the map grows. */
+static size_t put_key(world *w, mt_store_buf *b, char k[KEY_MAX]) {
+    uint8_t len = take(w);
+    size_t n = len < 192 ? 1 + len % 2 : 1 + len % KEY_MAX;
     for (size_t i = 0; i < n; i++) k[i] = (char)('a' + take(w) % 3);
     mt_store_buf_bytes(b, k, n);
+    return n;
 }
 
 static void act_request(world *w) {
@@ -378,40 +447,45 @@ static void act_request(world *w) {
     mt_store_buf b = {0};
     mt_store_buf_begin(&b, op);
     uint8_t expect = op;
+    char key[KEY_MAX], other[KEY_MAX];
+    size_t klen = 0;
     mt_store_bytes v;
     switch (op) {
     case MT_STORE_OP_SET:
-        put_key(w, &b);
+        klen = put_key(w, &b, key);
         v = take_bytes(w, 255);
         mt_store_buf_bytes(&b, v.data, v.len);
+        if (c->authed) wrote(w, key, klen, v.data, v.len);
         break;
     case MT_STORE_OP_GET:
-        put_key(w, &b);
+        klen = put_key(w, &b, key);
         mt_store_buf_u64(&b, take(w) * 10u);
         break;
     case MT_STORE_OP_TRY_GET:
     case MT_STORE_OP_DELETE:
-        put_key(w, &b);
+        klen = put_key(w, &b, key);
         break;
     case MT_STORE_OP_ADD: {
-        put_key(w, &b);
+        klen = put_key(w, &b, key);
+        if (c->authed) wrote(w, key, klen, NULL, ANY_INTEGER);
         uint8_t d = take(w);
         mt_store_buf_u64(&b, d & 0x80 ? (uint64_t)INT64_MAX - d : (uint64_t)(int64_t)(d - 64));
         break;
     }
     case MT_STORE_OP_CAS:
-        put_key(w, &b);
+        klen = put_key(w, &b, key);
         v = take_bytes(w, 8);
         mt_store_buf_bytes(&b, v.data, v.len);
         v = take_bytes(w, 32);
         mt_store_buf_bytes(&b, v.data, v.len);
+        if (c->authed) wrote(w, key, klen, v.data, v.len);
         break;
     case MT_STORE_OP_WAIT: {
         uint8_t any = take(w) & 1, n = 1 + take(w) % 4;
         mt_store_buf_u8(&b, any);
         mt_store_buf_u64(&b, take(w) * 10u);
         mt_store_buf_u32(&b, n);
-        for (uint8_t i = 0; i < n; i++) put_key(w, &b);
+        for (uint8_t i = 0; i < n; i++) put_key(w, &b, other);
         if (any) expect |= 0x80;
         break;
     }
@@ -419,7 +493,11 @@ static void act_request(world *w) {
         break;
     }
     /* Queued before sending: the server may answer while the harness is still writing. */
-    if (c->authed && c->nexpect < MAX_ACTIONS) c->expect[c->nexpect++] = expect;
+    if (c->authed && c->nexpect < MAX_ACTIONS) {
+        c->expect[c->nexpect].op = expect;
+        c->expect[c->nexpect].klen = (uint8_t)klen;
+        memcpy(c->expect[c->nexpect++].key, key, klen);
+    }
     send_frame(w, c, &b);
 }
 
@@ -436,6 +514,7 @@ static void act_raw(world *w, int kind) {
                           : (uint32_t)MT_STORE_MAX_FRAME + 1 + take(w);
     mt_store_put_be32(head, len);
     c->tainted = true;
+    if (c->authed) w->values_unknown = true;
     send_all(w, c, head, sizeof head);
     send_all(w, c, body.data, body.len);
 }
@@ -550,11 +629,11 @@ int main(int argc, char **argv) {
     static const uint8_t script[] = {
         3, 0, 0,                   /* HELLO on connection 0 */
         4, 0, 0,                   /* a good AUTH */
-        5, 0, 0, 0, 1, 1, 'v',     /* SET "b" = "v" */
+        5, 0, 0, 0, 1, 4, 'v', 'a', 'l', 'u', /* SET "b" = "valu" */
         5, 0, 2, 0, 1,             /* TRY_GET "b" */
         5, 0, 1, 0, 1, 0,          /* GET "b", no wait */
         5, 0, 3, 0, 0, 65,         /* ADD "a" 1 */
-        5, 0, 4, 0, 1, 1, 'v', 1, 'w', /* CAS "b" "v" -> "w" */
+        5, 0, 4, 0, 1, 4, 'v', 'a', 'l', 'u', 1, 'w', /* CAS "b" "valu" -> "w" */
         5, 0, 5, 1, 0, 10, 0, 2,   /* WAIT any of "c", 100 ms */
         8, 20,                     /* 200 ms pass: the wait times out */
         5, 0, 6, 0, 1,             /* DELETE "b" */
