@@ -56,6 +56,7 @@ typedef struct conn {
     bool used, eof, refused, challenged, authed, wr_shut;
     bool tainted;  /* bytes the harness did not model were sent: only the pre-auth rules hold */
     bool auth_out; /* a good-MAC AUTH is out, its answer not in */
+    bool bad_out;  /* a bad AUTH is out after a challenge: REFUSED must come in the same turn */
     int auth_kind; /* what that AUTH should get: 0 OK, 1 BAD_VERSION, 2 BAD_JOB */
     int frames;    /* reply frames received */
     uint8_t client_nonce[MT_STORE_NONCE_LEN], server_nonce[MT_STORE_NONCE_LEN];
@@ -232,6 +233,7 @@ static void check_preauth(world *w, conn *c, int ci, const uint8_t *p, size_t n)
     if (c->refused) fail("bytes after a refusal", ci);
     if (n == 1 && (p[0] == MT_STORE_R_REFUSED || (p[0] == MT_STORE_R_BUSY && c->frames == 1))) {
         if (c->auth_out && !c->tainted) fail("a good AUTH was refused", ci);
+        c->bad_out = false;
         c->refused = true;
         w->refused_ever++;
         return;
@@ -333,6 +335,13 @@ static void turn(world *w, double advance_s) {
         for (int i = 0; i < CONNS; i++) drain(w, i);
     }
     check_bounds(w);
+    /* The handshake takes one turn: an AUTH sent on a clean connection is answered in it. */
+    for (int i = 0; i < CONNS; i++) {
+        const conn *c = &w->c[i];
+        if (c->tainted || c->fd < 0) continue;
+        if (c->auth_out) fail("a good AUTH was not answered at once", i);
+        if (c->bad_out) fail("a bad AUTH was not refused at once", i);
+    }
 }
 
 /* Sends all of a frame, letting the server read when the socket is full. */
@@ -412,11 +421,15 @@ static void act_auth(world *w) {
     mt_store_buf_bytes(&b, c->mac_c, MT_STORE_MAC_LEN);
     bool good = how <= 2 && c->challenged && !c->authed && !c->auth_out && !c->refused &&
                 !c->eof && !c->wr_shut;
-    send_frame(w, c, &b);
+    bool bad = how > 2 && c->challenged && !c->authed && !c->auth_out && !c->refused &&
+               !c->eof && !c->wr_shut;
+    /* Set before sending: the server may answer while the harness is still writing. */
     if (good) {
         c->auth_out = true;
         c->auth_kind = how;
     }
+    if (bad) c->bad_out = true;
+    send_frame(w, c, &b);
 }
 
 static mt_store_bytes take_bytes(world *w, size_t max) {
