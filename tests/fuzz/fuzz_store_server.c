@@ -12,7 +12,8 @@
  *  - a connection that has not authenticated gets nothing but the one challenge after a HELLO,
  *    a REFUSED or BUSY, and then the end of the stream: never a value, a count or an error text;
  *  - a good AUTH is answered with the server's proof (checked with the token), a bad one with
- *    REFUSED; after a refusal the server closes the connection;
+ *    REFUSED, both in the turn the AUTH was sent in; after a refusal the server closes the
+ *    connection;
  *  - every reply to a well-formed request of an authenticated client has that opcode's form, in
  *    order, and no reply comes unasked; every value read back (GET, TRY_GET, CAS) is one that some
  *    client wrote to that key (the order across connections is the server's, so only where a
