@@ -700,7 +700,7 @@ static bool add_client(mt_store_server *s, int fd, const char *peer, double now)
     s->clients[s->nclients++] = c;
     /* Connections closed but not yet swept (make_room may just have closed one) are no longer
      * clients: counting them reported a peak over MT_STORE_MAX_CLIENTS (found by
-     * fuzz_store_server). */
+     * fuzz_store_server, which checks the peak). */
     uint32_t live = 0;
     for (size_t i = 0; i < s->nclients; i++) live += !s->clients[i]->dead;
     pthread_mutex_lock(&s->stats_mu);
