@@ -6,7 +6,10 @@
 
 #include "core/error.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,10 +66,24 @@ void mt_work_unref(mt_work *w) {
     }
 }
 
-/* MT_TEST_COLL_LAUNCH_FAIL=1: the launch fails as a backend's refusal would. */
-static mt_status injected_launch_failure(const mt_work *w) {
+/* MT_TEST_COLL_LAUNCH_FAIL=1: the launch fails as a backend's refusal would. Read once, at the
+ * first launch: getenv per launch scans environ and races a concurrent setenv. */
+static pthread_once_t launch_fail_once = PTHREAD_ONCE_INIT;
+static atomic_bool launch_fail;
+
+static void read_launch_fail(void) {
     const char *fail = getenv("MT_TEST_COLL_LAUNCH_FAIL");
-    if (!fail || strcmp(fail, "1") != 0) return MT_OK;
+    atomic_store(&launch_fail, fail && strcmp(fail, "1") == 0);
+}
+
+void mt_work_inject_launch_failure(bool on) {
+    pthread_once(&launch_fail_once, read_launch_fail);
+    atomic_store(&launch_fail, on);
+}
+
+static mt_status injected_launch_failure(const mt_work *w) {
+    pthread_once(&launch_fail_once, read_launch_fail);
+    if (!atomic_load(&launch_fail)) return MT_OK;
     char what[160];
     mt_work_describe(w, what, sizeof what);
     return mt_error(MT_ERR_COMM, "%s: cannot launch it on the %s backend (injected by "

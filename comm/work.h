@@ -85,6 +85,9 @@ void mt_work_unref(mt_work *work);
  * counted and the error returned. MT_TEST_COLL_LAUNCH_FAIL=1 makes every launch fail so, before
  * the backend sees it (for tests of the callers' error paths and of the counters). */
 mt_status mt_work_submit_or_wait(mt_work *work, mt_work **out);
+/* MT_TEST_COLL_LAUNCH_FAIL is read once, at the first launch (not per launch: getenv scans
+ * environ and races a concurrent setenv); tests turn the failure on and off with this. */
+void mt_work_inject_launch_failure(bool on);
 
 /* "all_reduce", "send", ...: the operation's name in messages. */
 const char *mt_op_name(mt_op_kind kind);

@@ -61,3 +61,8 @@ mt_status mt_env_bytes(const char *name, size_t lo, size_t hi, size_t fallback, 
     *out = x;
     return MT_OK;
 }
+
+mt_status mt_timeout_from_env(double *out) {
+    return mt_env_seconds("MT_TIMEOUT_S", MT_TIMEOUT_MIN_S, MT_TIMEOUT_MAX_S, MT_TIMEOUT_DEFAULT_S,
+                          "how long the job's processes wait for each other", out);
+}

@@ -22,4 +22,12 @@ mt_status mt_env_seconds(const char *name, double lo, double hi, double fallback
 mt_status mt_env_bytes(const char *name, size_t lo, size_t hi, size_t fallback,
                        const char *what, size_t *out);
 
+/* MT_TIMEOUT_S, how long the job's processes wait for each other: 300 s when unset, refused
+ * with a message naming it when it is not a number of seconds in 0.001..1e8 (mt_init and mtrun
+ * fail on it; the store's mt_default_timeout warns and uses the default). */
+#define MT_TIMEOUT_DEFAULT_S 300.0
+#define MT_TIMEOUT_MIN_S 0.001
+#define MT_TIMEOUT_MAX_S 1e8
+mt_status mt_timeout_from_env(double *out);
+
 #endif

@@ -450,3 +450,7 @@ void mt_fsdp_offload_release(mt_fsdp_unit *u) {
     leave(u->off);
     u->off = NULL;
 }
+
+struct mt_stager *mt_fsdp_offload_stager(const mt_fsdp_unit *u) {
+    return u && u->off ? u->off->stager : NULL;
+}

@@ -64,4 +64,7 @@ mt_status mt_fsdp_offload_grads_landed(mt_fsdp_unit *u);
  * one frees the stager and the landing block of reduced gradients). */
 void mt_fsdp_offload_release(mt_fsdp_unit *u);
 
+/* The device's stager the unit copies with (NULL before one is needed); for tests. */
+struct mt_stager *mt_fsdp_offload_stager(const mt_fsdp_unit *u);
+
 #endif

@@ -18,6 +18,7 @@
 #include "comm/transport.h"
 
 #include "core/clock.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/fd_limit.h"
 #include "core/log_internal.h"
@@ -141,6 +142,12 @@ static mt_status host_store(mt_runtime *rt, char *host, size_t cap, const char *
         mt_log(MT_LOG_WARN, "rank 0 hosts the rendezvous store on %s:%d without MT_STORE_TOKEN: "
                "anyone who reaches that port can join, read or stop the job (docs/security.md)",
                host, env->master_port);
+    } else if (!given || !*given) {
+        /* Several ranks on one host without mtrun: loopback keeps other hosts out, not other
+         * users of this host. */
+        mt_log(MT_LOG_WARN, "rank 0 hosts the rendezvous store on %s:%d (loopback) without "
+               "MT_STORE_TOKEN: any local user can join, read or stop the job; set "
+               "MT_STORE_TOKEN or launch with mtrun (docs/security.md)", host, env->master_port);
     }
     int max_clients = mt_store_default_max_clients(rt->world, 1);
     char what[96];

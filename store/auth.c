@@ -54,7 +54,8 @@ mt_status mt_store_token_generate(char hex[MT_STORE_TOKEN_HEX_LEN]) {
 }
 
 mt_status mt_store_token_read_file(const char *path, char *out, size_t cap) {
-    /* O_NOFOLLOW: the mode checked is the file's own, not a link's target chosen by others. */
+    /* O_NOFOLLOW: the mode checked is the file's own, not a link's target chosen by others. It
+     * covers the last component only; links among the directories above are followed. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return mt_error_errno(MT_ERR_IO, errno, "cannot open the store token file %s", path);
@@ -67,6 +68,12 @@ mt_status mt_store_token_read_file(const char *path, char *out, size_t cap) {
     if (!S_ISREG(st.st_mode)) {
         close(fd);
         return mt_error(MT_ERR_INVALID_ARG, "the store token file %s is not a regular file", path);
+    }
+    if (st.st_uid != geteuid()) {
+        close(fd);
+        return mt_error(MT_ERR_INVALID_ARG, "the store token file %s is owned by uid %u, not by "
+                        "this process's user (uid %u): its owner could change it; use a file of "
+                        "your own (chmod 600)", path, (unsigned)st.st_uid, (unsigned)geteuid());
     }
     if (st.st_mode & 077) {
         close(fd);

@@ -31,11 +31,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DEFAULT_TIMEOUT_S 300.0
+#define DEFAULT_TIMEOUT_S MT_TIMEOUT_DEFAULT_S
 /* How much longer than the server's own deadline a client waits for a get/wait reply. */
 #define REPLY_GRACE_S 10.0
-#define MAX_TIMEOUT_S 1e8
-#define MIN_TIMEOUT_S 0.001
+#define MAX_TIMEOUT_S MT_TIMEOUT_MAX_S
 
 struct mt_store {
     int fd;
@@ -53,11 +52,6 @@ static void sleep_s(double s) {
     struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
-}
-
-mt_status mt_timeout_from_env(double *out) {
-    return mt_env_seconds("MT_TIMEOUT_S", MIN_TIMEOUT_S, MAX_TIMEOUT_S, DEFAULT_TIMEOUT_S,
-                          "how long the job's processes wait for each other", out);
 }
 
 double mt_default_timeout(void) {
@@ -141,13 +135,22 @@ static io_result recv_all(int fd, uint8_t *p, size_t len, double deadline, int *
     return IO_OK;
 }
 
-/* Reads one reply frame into a malloc'd payload (NUL-terminated one past the end). */
-static io_result read_frame(int fd, double deadline, uint8_t **payload, size_t *len, int *err) {
+/* Reads one reply frame of at most max bytes into a malloc'd payload (NUL-terminated one past
+ * the end). A longer length prefix fails with EMSGSIZE (and the length in *len) before anything
+ * is allocated: during the handshake max is MT_STORE_MAX_PREAUTH_FRAME, so a peer that has not
+ * proven it knows the token cannot make the client allocate more. */
+static io_result read_frame(int fd, double deadline, size_t max, uint8_t **payload, size_t *len,
+                            int *err) {
     uint8_t head[4];
     io_result r = recv_all(fd, head, 4, deadline, err);
     if (r != IO_OK) return r;
     uint32_t n = mt_store_get_be32(head);
-    if (n == 0 || n > MT_STORE_MAX_FRAME) {
+    if (n > max) {
+        *len = n;
+        *err = EMSGSIZE;
+        return IO_ERROR;
+    }
+    if (n == 0) {
         *err = EPROTO;
         return IO_ERROR;
     }
@@ -215,9 +218,7 @@ static int try_connect(const char *host, int port, double deadline, char *why, s
     }
     freeaddrinfo(res);
     if (fd >= 0) {
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        int e = mt_store_keepalive_apply(fd, mt_default_timeout());
+        int e = mt_store_socket_tune(fd);
         if (e)
             mt_log(MT_LOG_WARN, "store client: cannot set TCP keepalive on the connection to %s: "
                    "%s; a host that vanishes without a reset is noticed only by the reply "
@@ -233,8 +234,13 @@ static mt_status hs_exchange(int fd, const char *addr, mt_store_buf *b, double d
         return mt_error(MT_ERR_OUT_OF_MEMORY, "store at %s: out of memory", addr);
     int err = 0;
     io_result r = send_all(fd, b->data, b->len, deadline, &err);
-    if (r == IO_OK) r = read_frame(fd, deadline, reply, len, &err);
+    if (r == IO_OK) r = read_frame(fd, deadline, MT_STORE_MAX_PREAUTH_FRAME, reply, len, &err);
     if (r == IO_OK) return MT_OK;
+    if (r == IO_ERROR && err == EMSGSIZE)
+        return mt_error(MT_ERR_PROTOCOL, "the peer at %s is not a meshtrain store (or not this "
+                        "one): it answered the handshake with a frame of %zu bytes, more than "
+                        "the %u allowed before the store has proven it knows the token", addr,
+                        *len, MT_STORE_MAX_PREAUTH_FRAME);
     *retry = true;
     return mt_error(r == IO_TIMEOUT ? MT_ERR_TIMEOUT : MT_ERR_PEER_LOST,
                     "the store at %s did not complete the handshake: %s", addr,
@@ -513,7 +519,7 @@ static mt_status roundtrip(mt_store *s, const char *op, const char *key, double 
     double deadline = mt_clock_now_s() + reply_wait_s;
     int err = 0;
     io_result r = send_all(s->fd, s->req.data, s->req.len, deadline, &err);
-    if (r == IO_OK) r = read_frame(s->fd, deadline, reply, len, &err);
+    if (r == IO_OK) r = read_frame(s->fd, deadline, MT_STORE_MAX_FRAME, reply, len, &err);
     if (s->req.cap > (1u << 20)) mt_store_buf_free(&s->req);
     if (r == IO_OK) return MT_OK;
     s->broken = true;
@@ -710,7 +716,7 @@ mt_status mt_store_stats(mt_store *s, mt_store_server_stats *out) {
     mt_store_buf_begin(&s->req, MT_STORE_OP_STATS);
     uint8_t *reply;
     size_t rlen;
-    mt_status st = roundtrip(s, "stats", "-", mt_default_timeout(), &reply, &rlen);
+    mt_status st = roundtrip(s, "stats", "-", quick_wait(s), &reply, &rlen);
     if (st == MT_OK) {
         mt_store_reader rd = {reply + 1, rlen - 1, false};
         out->kv_bytes = mt_store_read_u64(&rd);

@@ -1,5 +1,6 @@
 /* TCP keepalive and user timeout for the store's connections (store/keepalive.h). */
 #include "store/keepalive.h"
+#include <meshtrain/store.h> /* mt_default_timeout */
 
 #include <errno.h>
 #include <math.h>
@@ -35,4 +36,10 @@ int mt_store_keepalive_apply(int fd, double timeout_s) {
                    sizeof k.user_timeout_ms) != 0)
         return errno;
     return 0;
+}
+
+int mt_store_socket_tune(int fd) {
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* latency only */
+    return mt_store_keepalive_apply(fd, mt_default_timeout());
 }

@@ -18,4 +18,9 @@ void mt_store_keepalive_for(double timeout_s, mt_store_keepalive *out);
  * the kernel refused one (the caller decides whether that matters). */
 int mt_store_keepalive_apply(int fd, double timeout_s);
 
+/* What every store connection gets, on both ends: TCP_NODELAY (requests and replies are small
+ * frames) and the keepalive for MT_TIMEOUT_S. Returns 0, or the errno of the keepalive (the
+ * caller decides whether that matters). */
+int mt_store_socket_tune(int fd);
+
 #endif

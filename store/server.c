@@ -53,6 +53,15 @@
 /* A timed-out wait names at most this many missing keys; the count says how many there were. */
 #define WAIT_TIMEOUT_KEYS_LISTED 32
 #define ABUSE_LOG_PER_S 5
+/* Connections accepted per poll() pass: clients already connected are read between batches, so
+ * a job client's HELLO and AUTH are served while a flood waits in the backlog. (Descriptors are
+ * bounded by closing an evicted or refused connection at once: max_clients + 1 at most.) */
+#define ACCEPTS_PER_PASS 32
+/* At the client limit an unauthenticated connection is not evicted for a newcomer (who is told
+ * BUSY and retries) before it had this long for its next step: a client of the job sends HELLO
+ * as soon as it is connected, and AUTH one round trip after, both far sooner. */
+#define EVICT_GRACE_HELLO_S 0.1
+#define EVICT_GRACE_AUTH_S 0.5
 #define MAX_CLIENTS_DEFAULT 1024
 #define MAX_CLIENTS_LIMIT 1000000
 #define MAX_BYTES_DEFAULT ((uint64_t)1 << 30)
@@ -62,6 +71,12 @@
 /* ---- clients and the server ---------------------------------------------------------------- */
 
 typedef enum hs_stage { HS_NEW, HS_CHALLENGED, HS_AUTHED } hs_stage;
+
+struct client;
+/* Unauthenticated clients in the order they entered their stage, for O(1) eviction. */
+typedef struct client_fifo {
+    struct client *head, *tail;
+} client_fifo;
 
 typedef struct client {
     struct mt_store_server *server;
@@ -82,7 +97,10 @@ typedef struct client {
     mt_store_buf out;
     size_t out_off;
     bool closing; /* close once the reply is written (a refused handshake) */
-    bool dead;
+    bool dead;    /* closed (fd -1); freed by sweep() */
+    client_fifo *fifo; /* the FIFO of its handshake stage, NULL once authenticated or dead */
+    struct client *fifo_prev, *fifo_next;
+    double stage_since; /* when it entered that FIFO */
 } client;
 
 /* Closing strangers' connections: how many were logged in the current one-second window. */
@@ -106,6 +124,9 @@ struct mt_store_server {
     atomic_int nclients_public;
     client **clients;
     size_t nclients, cap;
+    size_t live;                  /* clients not dead (open descriptors) */
+    client_fifo fresh;            /* HS_NEW: no valid HELLO yet */
+    client_fifo challenged;       /* HS_CHALLENGED: between HELLO and AUTH */
     double listen_paused_until;
     mt_store_kv kv;
     abuse_log abuse;
@@ -140,21 +161,25 @@ static void printable(mt_store_bytes b, char *out, size_t cap) {
     out[j] = '\0';
 }
 
+/* Once the one-second window is over: says how many closings were not logged, and starts a
+ * new window. */
+static void abuse_window_roll(abuse_log *a, double now) {
+    if (now - a->window_start < 1.0) return;
+    if (a->suppressed)
+        mt_log(MT_LOG_WARN, "store: closed %u more unauthenticated connections in the last "
+               "second without logging each", a->suppressed);
+    a->window_start = now;
+    a->shown = a->suppressed = 0;
+}
+
 /* Logs the closing of a stranger's connection, at most ABUSE_LOG_PER_S lines a second; the
  * lines left out are counted in the next one. */
 static void log_abuse(mt_store_server *s, const char *peer, const char *why) {
     abuse_log *a = &s->abuse;
-    double now = server_now(s);
     pthread_mutex_lock(&s->stats_mu);
     s->stats.refused++;
     pthread_mutex_unlock(&s->stats_mu);
-    if (now - a->window_start >= 1.0) {
-        if (a->suppressed)
-            mt_log(MT_LOG_WARN, "store: closed %u more unauthenticated connections in the last "
-                   "second without logging each", a->suppressed);
-        a->window_start = now;
-        a->shown = a->suppressed = 0;
-    }
+    abuse_window_roll(a, server_now(s));
     if (a->shown >= ABUSE_LOG_PER_S) {
         a->suppressed++;
         return;
@@ -163,13 +188,47 @@ static void log_abuse(mt_store_server *s, const char *peer, const char *why) {
     mt_log(MT_LOG_WARN, "store: closing unauthenticated connection from %s: %s", peer, why);
 }
 
+static void fifo_remove(client *c) {
+    client_fifo *q = c->fifo;
+    if (!q) return;
+    if (c->fifo_prev) c->fifo_prev->fifo_next = c->fifo_next;
+    else q->head = c->fifo_next;
+    if (c->fifo_next) c->fifo_next->fifo_prev = c->fifo_prev;
+    else q->tail = c->fifo_prev;
+    c->fifo = NULL;
+    c->fifo_prev = c->fifo_next = NULL;
+}
+
+/* Moves c to the tail of q (NULL: out of both FIFOs, once authenticated). */
+static void fifo_enter(client *c, client_fifo *q) {
+    fifo_remove(c);
+    if (!q) return;
+    c->fifo = q;
+    c->stage_since = server_now(c->server);
+    c->fifo_prev = q->tail;
+    if (q->tail) q->tail->fifo_next = c;
+    else q->head = c;
+    q->tail = c;
+}
+
+/* Closes the connection at once (its descriptor is free for the next accept); the struct is
+ * freed by sweep(). */
+static void kill_client(client *c) {
+    mt_store_server *s = c->server;
+    fifo_remove(c);
+    close(c->fd);
+    c->fd = -1;
+    c->dead = true;
+    s->live--;
+}
+
 static void drop(client *c, const char *why) {
     if (c->dead) return;
     if (why && c->stage != HS_AUTHED)
         log_abuse(c->server, c->peer, why);
     else if (why)
         mt_log(MT_LOG_WARN, "store: dropping client %s: %s", c->peer, why);
-    c->dead = true;
+    kill_client(c);
 }
 
 /* Keeps the server's count of buffered bytes (frames being read, replies being written) and
@@ -221,7 +280,7 @@ static void flush(client *c) {
     if (c->out.cap > (1u << 20)) mt_store_buf_free(&c->out);
     recharge(c);
     if (c->closing) {
-        c->dead = true;
+        kill_client(c);
         return;
     }
     reset_frame(c);
@@ -413,6 +472,7 @@ static void serve_hello(client *c) {
     }
     memcpy(c->client_nonce, c->req.nonce.data, MT_STORE_NONCE_LEN);
     c->stage = HS_CHALLENGED;
+    fifo_enter(c, &c->server->challenged);
     mt_store_buf_begin(&c->out, MT_STORE_R_OK);
     mt_store_buf_bytes(&c->out, c->server_nonce, MT_STORE_NONCE_LEN);
     send_reply(c);
@@ -468,6 +528,7 @@ static void serve_auth(mt_store_server *s, client *c) {
         return;
     }
     c->stage = HS_AUTHED;
+    fifo_remove(c);
     mt_store_buf_begin(&c->out, MT_STORE_R_OK);
     mt_store_buf_bytes(&c->out, proof, sizeof proof);
     send_reply(c);
@@ -633,25 +694,25 @@ static void read_client(mt_store_server *s, client *c) {
     }
 }
 
-/* At the client limit, room for one more: the oldest connection that has not authenticated yet
- * is closed (it had the longest time to do so; a client of the job needs one round trip), else
- * nothing. */
-static bool make_room(mt_store_server *s) {
-    size_t live = 0;
-    client *oldest = NULL;
-    for (size_t i = 0; i < s->nclients; i++) {
-        client *c = s->clients[i];
-        if (c->dead) continue;
-        live++;
-        if (c->stage != HS_AUTHED && (!oldest || c->accepted_at < oldest->accepted_at))
-            oldest = c;
-    }
-    if (live < (size_t)s->max_clients) return true;
-    if (!oldest) return false;
+/* The FIFO head if it has been in its stage for grace_s, else NULL. */
+static client *evictable(client_fifo *q, double now, double grace_s) {
+    return q->head && now - q->head->stage_since >= grace_s ? q->head : NULL;
+}
+
+/* At the client limit, room for one more: closes the connection that has waited longest
+ * without sending a valid HELLO (if for EVICT_GRACE_HELLO_S), else the one that has waited
+ * longest between HELLO and AUTH (if for EVICT_GRACE_AUTH_S); else there is no room (the
+ * newcomer is told BUSY and retries). So a client in the middle of its handshake is never
+ * evicted while a silent connection can be, nor within EVICT_GRACE_AUTH_S of its HELLO. O(1). */
+static bool make_room(mt_store_server *s, double now) {
+    if (s->live < (size_t)s->max_clients) return true;
+    client *victim = evictable(&s->fresh, now, EVICT_GRACE_HELLO_S);
+    if (!victim) victim = evictable(&s->challenged, now, EVICT_GRACE_AUTH_S);
+    if (!victim) return false;
     char msg[160];
     snprintf(msg, sizeof msg, "the store is at its limit of %d connections "
              "(MT_STORE_MAX_CLIENTS) and this one had not authenticated", s->max_clients);
-    drop(oldest, msg);
+    drop(victim, msg);
     return true;
 }
 
@@ -665,8 +726,9 @@ static void refuse_busy(mt_store_server *s, int fd, const char *peer) {
     s->stats.busy++;
     pthread_mutex_unlock(&s->stats_mu);
     char msg[160];
-    snprintf(msg, sizeof msg, "the store is at its limit of %d authenticated clients "
-             "(MT_STORE_MAX_CLIENTS)", s->max_clients);
+    snprintf(msg, sizeof msg, "the store is at its limit of %d connections "
+             "(MT_STORE_MAX_CLIENTS), all authenticated or in the middle of their handshake",
+             s->max_clients);
     log_abuse(s, peer, msg);
 }
 
@@ -683,7 +745,7 @@ static bool add_client(mt_store_server *s, int fd, const char *peer, double now)
         s->clients = grown;
         s->cap = cap;
     }
-    if (!make_room(s)) {
+    if (!make_room(s, now)) {
         refuse_busy(s, fd, peer);
         return true;
     }
@@ -698,25 +760,23 @@ static bool add_client(mt_store_server *s, int fd, const char *peer, double now)
     c->hello_deadline = now + s->handshake_timeout;
     c->accepted_at = now;
     s->clients[s->nclients++] = c;
-    /* Connections closed but not yet swept (make_room may just have closed one) are no longer
-     * clients: counting them reported a peak over MT_STORE_MAX_CLIENTS (found by
-     * fuzz_store_server, which checks the peak). */
-    uint32_t live = 0;
-    for (size_t i = 0; i < s->nclients; i++) live += !s->clients[i]->dead;
+    s->live++;
+    fifo_enter(c, &s->fresh);
     pthread_mutex_lock(&s->stats_mu);
+    uint32_t live = (uint32_t)s->live; /* open descriptors, not the dead awaiting sweep() */
     if (live > s->stats.clients_peak) s->stats.clients_peak = live;
     pthread_mutex_unlock(&s->stats_mu);
     return true;
 }
 
 static void accept_clients(mt_store_server *s, double now) {
-    for (;;) {
+    for (int accepted = 0; accepted < ACCEPTS_PER_PASS; accepted++) {
         struct sockaddr_storage addr;
         socklen_t alen = sizeof addr;
         int fd = accept4(s->listen_fd, (struct sockaddr *)&addr, &alen,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno == EINTR || errno == ECONNABORTED) continue; /* counted: bounded */
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 mt_log(MT_LOG_WARN, "store: cannot accept a connection: %s; retrying shortly",
                        strerror(errno));
@@ -729,17 +789,15 @@ static void accept_clients(mt_store_server *s, double now) {
                     NI_NUMERICHOST | NI_NUMERICSERV);
         const char *shown = strncmp(host, "::ffff:", 7) == 0 ? host + 7 : host; /* IPv4 */
         snprintf(peer, sizeof peer, "%s:%s", shown, serv);
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         /* A client whose host vanished without a reset is dropped (and its waits with it) rather
          * than kept for the kernel's default of hours; a failure only costs that. */
-        (void)mt_store_keepalive_apply(fd, mt_default_timeout());
+        (void)mt_store_socket_tune(fd);
         if (!add_client(s, fd, peer, now)) return;
     }
 }
 
 static void free_client(client *c) {
-    close(c->fd);
+    if (c->fd >= 0) close(c->fd);
     free(c->frame);
     mt_store_buf_free(&c->out);
     c->frame_cap = 0;
@@ -768,13 +826,7 @@ static double expire(mt_store_server *s, double now) {
     if (s->listen_paused_until > now && s->listen_paused_until - now < next)
         next = s->listen_paused_until - now;
     /* The count of unlogged closings is said once its window is over, even if no more come. */
-    if (s->abuse.suppressed && now - s->abuse.window_start >= 1.0) {
-        mt_log(MT_LOG_WARN, "store: closed %u more unauthenticated connections in the last "
-               "second without logging each", s->abuse.suppressed);
-        s->abuse.suppressed = 0;
-        s->abuse.shown = 0;
-        s->abuse.window_start = now;
-    }
+    if (s->abuse.suppressed) abuse_window_roll(&s->abuse, now);
     for (size_t i = 0; i < s->nclients; i++) {
         client *c = s->clients[i];
         if (c->dead) continue;

@@ -62,10 +62,6 @@ mt_status mt_store_set_prefix(mt_store *store, const char *prefix);
  * acknowledges (a hung or stopped process) is noticed in time. */
 mt_status mt_store_set_answer_limit(mt_store *store, double seconds);
 
-/* MT_TIMEOUT_S (300 when unset), refused with a message naming it when it is not a number of
- * seconds in 0.001..1e8: mt_init and mtrun fail on it, mt_default_timeout warns and uses 300. */
-mt_status mt_timeout_from_env(double *out);
-
 /* "host:port" of a client's server, for messages. */
 const char *mt_store_address(const mt_store *store);
 

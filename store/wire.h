@@ -45,8 +45,9 @@
 #define MT_STORE_MAX_WAIT_KEYS 65536
 /* compare_set carries two values and a key; nothing else is larger. */
 #define MT_STORE_MAX_FRAME ((size_t)2 * MT_STORE_MAX_VALUE + MT_STORE_MAX_KEY + 64)
-/* Before authentication a frame is at most this long (AUTH, the largest, is under 400 bytes):
- * a stranger cannot make the server buffer more than this per connection. */
+/* Before authentication a frame is at most this long, in both directions (AUTH, the largest
+ * request, is under 400 bytes; BAD_JOB, the largest answer, under 300): a stranger cannot make
+ * the server buffer, nor a client allocate, more than this per connection. */
 #define MT_STORE_MAX_PREAUTH_FRAME 1024u
 
 typedef enum mt_store_op {

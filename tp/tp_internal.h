@@ -24,9 +24,12 @@ struct mt_tp_scratch {
     size_t bytes;
 };
 
-/* elems zeroed f32 from the context's kept scratch (grown to at least max(elems, 1) floats), or
- * without one a fresh mt_tp_scratch block; hand it back with mt_tp_scratch_put. */
-mt_status mt_tp_scratch_take(const mt_tp_ctx *tp, size_t elems, float **out);
+/* elems f32 from the context's kept scratch (grown to at least max(elems, 1) floats), or without
+ * one a fresh mt_tp_scratch block; hand it back with mt_tp_scratch_put. All but the first
+ * `overwritten` floats are zeroed: those the caller writes whole before reading (an all-gather's
+ * destination). */
+mt_status mt_tp_scratch_take(const mt_tp_ctx *tp, size_t elems, size_t overwritten,
+                             float **out);
 /* Frees a block from mt_tp_scratch_take unless it is the kept scratch (which stays). */
 void mt_tp_scratch_put(const mt_tp_ctx *tp, float *p);
 

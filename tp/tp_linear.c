@@ -77,9 +77,11 @@ mt_status mt_tp_scratch(const mt_tp_ctx *tp, size_t elems, size_t elem_size, voi
     return st;
 }
 
-mt_status mt_tp_scratch_take(const mt_tp_ctx *tp, size_t elems, float **out) {
+mt_status mt_tp_scratch_take(const mt_tp_ctx *tp, size_t elems, size_t overwritten,
+                             float **out) {
     struct mt_tp_scratch *s = tp->scratch;
     if (!s) return mt_tp_scratch(tp, elems, sizeof(float), (void **)out);
+    if (overwritten > elems) overwritten = elems;
     size_t bytes = (elems ? elems : 1) * sizeof(float);
     if (s->bytes < bytes) {
         /* Nothing in it outlives a call: the old block goes before the larger one comes. */
@@ -89,7 +91,11 @@ mt_status mt_tp_scratch_take(const mt_tp_ctx *tp, size_t elems, float **out) {
         MT_TRY(mt_device_alloc(tp->dev, bytes, MT_MEM_ACTIVATIONS, &s->buf));
         s->bytes = bytes;
     }
-    MT_TRY(mt_device_memset(tp->dev, s->buf, 0, bytes, NULL));
+    /* The caller's first `overwritten` floats (an all-gather's destination) are written whole
+     * before they are read: zeroing them too would be a second pass over n x features. */
+    size_t skip = overwritten * sizeof(float);
+    if (bytes > skip)
+        MT_TRY(mt_device_memset(tp->dev, (char *)s->buf + skip, 0, bytes - skip, NULL));
     *out = s->buf;
     return MT_OK;
 }

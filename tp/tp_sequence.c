@@ -84,7 +84,8 @@ mt_status mt_tp_sequence_reduce_scatter(const mt_tp_ctx *tp, const float *in, fl
  * floats of scratch (the caller's use of the rest; give it back with mt_tp_scratch_put). */
 static mt_status gather_scratch(const mt_tp_ctx *tp, const float *in_shard, int n, int channels,
                                 size_t extra, float **full) {
-    MT_TRY(mt_tp_scratch_take(tp, (size_t)n * (size_t)channels + extra, full));
+    MT_TRY(mt_tp_scratch_take(tp, (size_t)n * (size_t)channels + extra,
+                               (size_t)n * (size_t)channels, full));
     mt_status st = mt_tp_sequence_gather(tp, in_shard, *full, n, channels);
     if (st != MT_OK) {
         mt_tp_scratch_put(tp, *full);
@@ -187,7 +188,7 @@ mt_status mt_tp_column_linear_backward_sp_gathered(const mt_tp_ctx *tp,
                         "not be NULL", what);
     size_t elems = part_elems(tp, d_in_shard, n, in_features);
     float *part = NULL;
-    if (elems) MT_TRY(mt_tp_scratch_take(tp, elems, &part));
+    if (elems) MT_TRY(mt_tp_scratch_take(tp, elems, 0, &part));
     mt_status st = column_backward_full(tp, d_out_local, in_full, w_local, w_dtype, d_in_shard,
                                         d_w, d_b, n, in_features, out_features_local, part);
     if (part) mt_tp_scratch_put(tp, part);
@@ -202,7 +203,7 @@ mt_status mt_tp_row_linear_forward_sp(const mt_tp_ctx *tp, const float *in_local
     MT_TRY(check_sp(tp, what, n, in_features_local, out_features));
     if (n == 0) return MT_OK;
     float *partial = NULL;
-    MT_TRY(mt_tp_scratch_take(tp, (size_t)n * (size_t)out_features, &partial));
+    MT_TRY(mt_tp_scratch_take(tp, (size_t)n * (size_t)out_features, 0, &partial));
     /* The bias joins the partial sum of tp rank 0 only, so the reduce-scatter adds it once. */
     const float *bias = tp->rank == 0 ? b : NULL;
     mt_status st = mt_op_linear_forward_ex(tp->dev, in_local, w_local, w_dtype, bias, partial, n,
@@ -238,7 +239,7 @@ mt_status mt_tp_vocab_embedding_forward_sp(const mt_tp_ctx *tp, const int *ids, 
     MT_TRY(check_sp(tp, what, n, vocab_local, channels));
     if (n == 0) return MT_OK;
     float *partial = NULL;
-    MT_TRY(mt_tp_scratch_take(tp, (size_t)n * (size_t)channels, &partial));
+    MT_TRY(mt_tp_scratch_take(tp, (size_t)n * (size_t)channels, 0, &partial));
     /* Each rank looks up the ids of its vocabulary slice (the others' rows stay 0). */
     mt_status st = mt_op_embedding_forward(tp->dev, ids, (size_t)n, wte_local,
                                            tp->rank * vocab_local, vocab_local, channels, partial,

@@ -25,6 +25,11 @@ static mt_status host_submit(mt_work *w) {
         return mt_error(MT_ERR_INVALID_ARG, "%s on group '%s': the transport is shutting down",
                         mt_op_name(w->kind), w->group->name);
     }
+    if (atomic_load(&tr->broken)) {
+        pthread_mutex_unlock(&tr->mu);
+        return mt_error(MT_ERR_COMM, "%s on group '%s': the host transport is unusable: %s",
+                        mt_op_name(w->kind), w->group->name, tr->broken_msg);
+    }
     mt_group *g = w->group;
     g->pending++;
     if (w->kind == MT_OP_SEND) w->seq = g->p2p_send_seq[w->root]++;
@@ -147,10 +152,11 @@ static void host_release(mt_work *w) {
     }
     if (!done) {
         /* An abandoned work completes as soon as the progress thread cancelled its receives.
-         * Only UCX progress, on that thread, writes into the work's buffers: if it has not
-         * finished the cancellation within MT_TIMEOUT_S it is stuck and writes nothing more, so
-         * the caller gets its buffers back; the work itself (the thread holds a reference) is
-         * left to the transport. */
+         * If that has not happened within MT_TIMEOUT_S, UCX may still hold receives posted into
+         * the work's buffers: handing them back would turn a hang into silent corruption. The
+         * transport is marked broken (every later operation fails) and the work, with its
+         * reference on the buffers' memory, stays with the progress thread; the caller is told
+         * not to free or reuse the buffers (they are leaked on purpose). */
         double timeout = mt_runtime_timeout(tr->rt);
         double end_s = mt_clock_now_s() + timeout;
         pthread_mutex_lock(&tr->mu);
@@ -159,12 +165,21 @@ static void host_release(mt_work *w) {
             pthread_cond_timedwait(&tr->done_cv, &tr->mu, &until);
         }
         bool finished = w->done;
+        if (!finished && !atomic_load(&tr->broken)) {
+            char what[160];
+            mt_work_describe(w, what, sizeof what);
+            snprintf(tr->broken_msg, sizeof tr->broken_msg,
+                     "%s was not cancelled within %g s (MT_TIMEOUT_S)", what, timeout);
+            atomic_store(&tr->broken, true);
+        }
         pthread_mutex_unlock(&tr->mu);
         if (!finished) {
             char what[160];
             mt_work_describe(w, what, sizeof what);
             mt_log(MT_LOG_ERROR, "%s: the progress thread did not finish cancelling it within "
-                   "%g s (MT_TIMEOUT_S); releasing it unfinished", what, timeout);
+                   "%g s (MT_TIMEOUT_S); UCX may still write into its buffers, which must NOT be "
+                   "freed or reused (they are leaked on purpose); the host transport is now "
+                   "unusable and every later operation on it fails", what, timeout);
         }
     }
 }

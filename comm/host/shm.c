@@ -122,6 +122,9 @@ static mt_status agree_on_getfd(mt_transport *tr) {
 mt_status mt_shm_init(mt_transport *tr) {
     const char *env = getenv("MT_COMM_SHM");
     tr->shm.enabled = !(env && !strcmp(env, "0"));
+    /* Read here once, not per message: getenv on the progress thread would race a setenv. */
+    const char *inject = getenv("MT_TEST_PIDFD_GETFD_FAIL");
+    tr->shm.inject_eperm = inject && !strcmp(inject, "EPERM");
     tr->shm.min_bytes = 64u << 10;
     tr->shm.same_host = calloc((size_t)tr->world, sizeof *tr->shm.same_host);
     tr->shm.pidfds = malloc((size_t)tr->world * sizeof *tr->shm.pidfds);
@@ -248,8 +251,7 @@ static void *map_block(mt_transport *tr, int peer, const mt_shm_ref *ref, char *
         tr->shm.pidfds[peer] = pidfd;
     }
     /* The test hook refuses here too, so that a path left on by mistake fails the test. */
-    const char *inject = getenv("MT_TEST_PIDFD_GETFD_FAIL");
-    int fd = inject && !strcmp(inject, "EPERM")
+    int fd = tr->shm.inject_eperm
                  ? (errno = EPERM, -1)
                  : (int)syscall(SYS_pidfd_getfd, tr->shm.pidfds[peer], ref->fd, 0);
     if (fd < 0) {

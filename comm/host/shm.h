@@ -19,6 +19,7 @@ struct mt_shm_map;
 /* The path's state, kept in the transport (tr->shm). */
 typedef struct mt_shm_path {
     bool enabled;          /* MT_COMM_SHM != 0 */
+    bool inject_eperm;     /* MT_TEST_PIDFD_GETFD_FAIL=EPERM, read once in mt_shm_init */
     size_t min_bytes;      /* messages at least this large may go through it */
     bool *same_host;       /* per global rank */
     int *pidfds;           /* per global rank, -1 until needed (progress thread) */

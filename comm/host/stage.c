@@ -208,6 +208,10 @@ static mt_status open_ucx(mt_stager *st) {
     return MT_OK;
 }
 
+void mt_stager_inject_copy_failure(mt_stager *st, bool on) {
+    atomic_store(&st->inject_copy_fail, on);
+}
+
 mt_status mt_stager_create(mt_device *dev, mt_stager **out) {
     if (!dev || !out)
         return mt_error(MT_ERR_INVALID_ARG, "mt_stager_create: dev and out must not be NULL");
@@ -215,6 +219,9 @@ mt_status mt_stager_create(mt_device *dev, mt_stager **out) {
     mt_stager *st = calloc(1, sizeof *st);
     if (!st) return mt_error(MT_ERR_OUT_OF_MEMORY, "cannot allocate a stager");
     st->dev = dev;
+    /* Read once here, not per copy (getenv scans environ and races a concurrent setenv). */
+    const char *inject = getenv("MT_TEST_STAGE_COPY_FAIL");
+    atomic_init(&st->inject_copy_fail, inject && strcmp(inject, "1") == 0);
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->work_cv, NULL);
     pthread_cond_init(&st->done_cv, NULL);
@@ -285,6 +292,7 @@ void mt_stager_destroy(mt_stager *st) {
     free(st->regions);
     while (st->pool) {
         mt_stage_copy *next = st->pool->next;
+        if (st->pool->event) mt_event_destroy(st->pool->event);
         free(st->pool);
         st->pool = next;
     }
@@ -468,7 +476,9 @@ static mt_stage_copy *handle_get(mt_stager *st) {
     }
     pthread_mutex_unlock(&st->mu);
     if (c) {
+        mt_event *keep = c->event; /* recorded again by the next device copy */
         memset(c, 0, sizeof *c);
+        c->event = keep;
         return c;
     }
     c = calloc(1, sizeof *c);
@@ -483,6 +493,7 @@ static mt_stage_copy *handle_get(mt_stager *st) {
 /* Under mu. Back to the pool while it has room; freed otherwise. */
 static void handle_put(mt_stager *st, mt_stage_copy *c) {
     if (st->pooled >= MT_STAGE_HANDLE_POOL) {
+        if (c->event) mt_event_destroy(c->event);
         free(c);
         return;
     }
@@ -491,8 +502,16 @@ static void handle_put(mt_stager *st, mt_stage_copy *c) {
     st->pooled++;
 }
 
+/* The handle's event is created with the handle's first device copy and recorded again by
+ * every later one: a steady stream of copies creates no events (docs/offload.md). */
 static mt_status start_device_copy(mt_stager *st, mt_stage_copy *c, mt_copy_kind kind) {
-    MT_TRY(mt_event_create(st->dev, &c->event));
+    c->on_device = true;
+    if (!c->event) {
+        MT_TRY(mt_event_create(st->dev, &c->event));
+        pthread_mutex_lock(&st->mu);
+        st->events_created++;
+        pthread_mutex_unlock(&st->mu);
+    }
     MT_TRY(mt_device_copy(st->dev, c->dst, c->src, c->bytes, kind, st->stream));
     return mt_event_record(c->event, st->stream);
 }
@@ -512,8 +531,7 @@ mt_status mt_stage_copy_async(mt_stager *st, void *dst, const void *src, size_t 
     c->dst = dst;
     c->src = src;
     c->bytes = bytes;
-    const char *inject = getenv("MT_TEST_STAGE_COPY_FAIL");
-    c->inject_fail = inject && strcmp(inject, "1") == 0;
+    c->inject_fail = atomic_load(&st->inject_copy_fail);
     if (bytes == 0) {
         c->done = true;
         pthread_mutex_lock(&st->mu);
@@ -554,7 +572,6 @@ mt_status mt_stage_copy_async(mt_stager *st, void *dst, const void *src, size_t 
     pthread_mutex_unlock(&st->mu);
     mt_status s = start_device_copy(st, c, kind);
     if (s != MT_OK) {
-        if (c->event) mt_event_destroy(c->event);
         pthread_mutex_lock(&st->mu);
         rd->inflight--;
         rs->inflight--;
@@ -596,7 +613,7 @@ mt_status mt_stage_test(mt_stage_copy *c, bool *done) {
     if (!c || !done)
         return mt_error(MT_ERR_INVALID_ARG, "mt_stage_test: copy and done must not be NULL");
     mt_stager *st = c->stager;
-    if (c->event && !c->done) poll_event(c, false);
+    if (c->on_device && !c->done) poll_event(c, false);
     pthread_mutex_lock(&st->mu);
     *done = c->done;
     pthread_mutex_unlock(&st->mu);
@@ -606,13 +623,12 @@ mt_status mt_stage_test(mt_stage_copy *c, bool *done) {
 mt_status mt_stage_wait(mt_stage_copy *c) {
     if (!c) return mt_error(MT_ERR_INVALID_ARG, "mt_stage_wait: copy must not be NULL");
     mt_stager *st = c->stager;
-    if (c->event && !c->done) poll_event(c, true);
+    if (c->on_device && !c->done) poll_event(c, true);
     pthread_mutex_lock(&st->mu);
     if (!c->done) st->stats.waits++;
     while (!c->done) pthread_cond_wait(&st->done_cv, &st->mu);
     pthread_mutex_unlock(&st->mu);
     mt_status s = copy_status(c);
-    if (c->event) mt_event_destroy(c->event);
     /* Counted out last: from here a destroy may free the stager (and its pool with c). */
     pthread_mutex_lock(&st->mu);
     st->handles--;

@@ -11,6 +11,7 @@
 #include <meshtrain/stage.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,7 +35,8 @@ struct mt_stage_copy {
     ucs_memory_type_t dst_mem_type; /* the local buffer's, for ucp_get_nbx */
     ucp_rkey_h src_rkey;
     mt_stage_region *regions[2]; /* dst, src: their inflight counts drop when done */
-    mt_event *event;             /* device-copy path */
+    mt_event *event;             /* device-copy path: created once, kept with the pooled handle */
+    bool on_device;              /* this copy went through the device-copy path */
     bool done;                   /* under mu */
     mt_status status;            /* under mu, once done */
     char error[256];             /* what failed, once done with an error */
@@ -63,6 +65,7 @@ struct mt_stager {
     size_t handles; /* handed out by mt_stage_copy_async, not yet given to mt_stage_wait */
     mt_stage_copy *pool; /* free handles (under mu), at most MT_STAGE_HANDLE_POOL */
     size_t pooled;
+    size_t events_created; /* device-copy path, under mu: at most one per handle ever allocated */
     mt_stager_stats stats; /* under mu */
     bool stop;
     pthread_t thread;
@@ -72,6 +75,12 @@ struct mt_stager {
     char thread_error[256];
 
     mt_stream *stream; /* device-copy path */
+    /* MT_TEST_STAGE_COPY_FAIL=1 at mt_stager_create, or mt_stager_inject_copy_failure: every
+     * copy started fails on the staging thread. Read per copy from here, never from environ. */
+    atomic_bool inject_copy_fail;
 };
+
+/* Tests: makes the copies started from now on fail (on) or not. */
+void mt_stager_inject_copy_failure(mt_stager *st, bool on);
 
 #endif

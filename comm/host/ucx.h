@@ -15,6 +15,7 @@
 #include <meshtrain/comm.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <ucp/api/ucp.h>
@@ -61,6 +62,10 @@ struct mt_transport {
     pthread_cond_t done_cv;
     struct mt_work *queue_head, *queue_tail; /* submitted, not seen by the progress thread */
     bool stop;
+    /* Set when an abandoned work's cancellation never finished (host_release): UCX may still
+     * write into that work's buffers, so no later operation may run on this transport. */
+    atomic_bool broken;
+    char broken_msg[256]; /* written once, before broken is set */
 
     /* progress thread only */
     struct mt_work *active;     /* running operations (collectives heads and p2p) */

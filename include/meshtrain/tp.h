@@ -37,12 +37,16 @@ typedef struct mt_tp_ctx {
     /* The sequence-parallel functions' device scratch (activations category), kept between
      * calls and grown when one needs more, so that a step does not allocate and free it per
      * call; made by mt_tp_context, freed by mt_tp_context_release. NULL (a context filled in
-     * by hand): each call allocates and frees its own. Copies of a context share it. */
+     * by hand): each call allocates and frees its own. Copies of a context share it, so a
+     * context and all its copies must not be used from two threads at once (one call at a
+     * time uses the scratch). */
     struct mt_tp_scratch *scratch;
 } mt_tp_ctx;
 
 /* The tp context of a mesh: its MT_TP_DIM_DEFAULT ("tp") dimension's group, or size 1 when the
- * mesh has no such dimension. Release it with mt_tp_context_release. */
+ * mesh has no such dimension. Every context these make must be released with
+ * mt_tp_context_release (since 0.4.0 it owns device scratch: a context dropped without it leaks
+ * that memory). Not thread-safe: see mt_tp_ctx.scratch. */
 MT_API mt_status mt_tp_context(mt_mesh *mesh, mt_tp_ctx *out);
 /* The same for the dimension named dim: a model whose modules use another tp dimension
  * (mt_module_set_tp_dim) passes that name. */

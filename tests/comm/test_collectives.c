@@ -13,6 +13,7 @@
  *                                     MT_TEST_COLL_LAUNCH_FAIL=1 leave them unchanged
  */
 #include "check.h"
+#include "comm/work.h"
 
 #include <meshtrain/meshtrain.h>
 
@@ -337,7 +338,7 @@ static void run_counters(mt_group *g) {
     if (n > 8) return;
     mt_group_counters_reset(g);
     for (int real = 0; real < 2; real++) {
-        if (!real) setenv("MT_TEST_COLL_LAUNCH_FAIL", "1", 1);
+        if (!real) mt_work_inject_launch_failure(true); /* as MT_TEST_COLL_LAUNCH_FAIL=1 */
         for (int keep = 0; keep < 2; keep++) {
             mt_work *w = NULL, **wp = keep ? &w : NULL;
             mt_status st[4];
@@ -358,7 +359,7 @@ static void run_counters(mt_group *g) {
                 CHECK_MSG(strstr(mt_last_error(), "MT_TEST_COLL_LAUNCH_FAIL"), "%s",
                           mt_last_error());
         }
-        if (!real) unsetenv("MT_TEST_COLL_LAUNCH_FAIL");
+        if (!real) mt_work_inject_launch_failure(false);
         mt_comm_counters c;
         mt_group_counters(g, &c);
         for (int k = 0; k < MT_COLL_KINDS; k++) {

@@ -14,6 +14,8 @@
 #include "check.h"
 #include "numeric.h"
 
+#include "comm/host/stage.h"
+
 #include <meshtrain/device.h>
 #include <meshtrain/host_memory.h>
 #include <meshtrain/stage.h>
@@ -258,14 +260,22 @@ static void test_pool_two_threads(bufs *b) {
               "threads with %d copies in flight each", s1.handles_allocated - s0.handles_allocated,
               IN_FLIGHT);
     CHECK(s1.handles_pooled <= s1.pool_limit);
+    /* The device-copy path keeps an event per handle: no more events than handles ever made
+     * (the UCX path makes none). */
+    pthread_mutex_lock(&b->st->mu);
+    size_t events = b->st->events_created;
+    pthread_mutex_unlock(&b->st->mu);
+    CHECK_MSG(events <= s1.handles_allocated, "%zu events for %zu handles", events,
+              s1.handles_allocated);
 }
 
 /* A copy that fails on the staging thread: its error comes back from test and wait. */
 static void test_copy_failure(bufs *b) {
-    setenv("MT_TEST_STAGE_COPY_FAIL", "1", 1);
+    /* The variable is read once, by mt_stager_create; the hook plays it for one copy. */
+    mt_stager_inject_copy_failure(b->st, true);
     mt_stage_copy *c = NULL;
     mt_status s = mt_stage_copy_async(b->st, b->device, b->host, 4096, MT_COPY_HOST_TO_DEVICE, &c);
-    unsetenv("MT_TEST_STAGE_COPY_FAIL");
+    mt_stager_inject_copy_failure(b->st, false);
     CHECK_OK(s);
     if (!c) return;
     bool done = false;

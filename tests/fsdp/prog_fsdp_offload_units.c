@@ -12,6 +12,7 @@
  * of dropping it.
  * usage: prog_fsdp_offload_units */
 #include "check.h"
+#include "comm/host/stage.h"
 #include "core/device_internal.h"
 #include "fsdp/fsdp_internal.h"
 #include "fsdp/fsdp_offload.h"
@@ -146,9 +147,11 @@ static void test_teardown_report(mt_mesh *mesh) {
     if (!mlp) return;
     mt_fsdp_unit *u = mt_fsdp_unit_of(mt_mlp_layer(mlp, 2));
     CHECK(u && u->S > 0);
-    setenv("MT_TEST_STAGE_COPY_FAIL", "1", 1);
+    struct mt_stager *stager = mt_fsdp_offload_stager(u);
+    CHECK(stager != NULL);
+    if (stager) mt_stager_inject_copy_failure(stager, true);
     mt_status st = u ? mt_fsdp_offload_stage_start(u) : MT_ERR_INTERNAL;
-    unsetenv("MT_TEST_STAGE_COPY_FAIL");
+    if (stager) mt_stager_inject_copy_failure(stager, false);
     CHECK_OK(st); /* started: it fails on the staging thread */
     CHECK(u && u->param_copy);
 

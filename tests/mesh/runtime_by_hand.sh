@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # mt_init without a launcher: nothing set (a single process hosting its own store), then three
-# ranks started by hand in reverse order (clients before the store host: they retry).
+# ranks started by hand in reverse order (clients before the store host: they retry). Without
+# MT_STORE_TOKEN rank 0 warns that its loopback store is open to this host's users.
 source "$(dirname "$0")/runtime_lib.sh"
+unset MT_STORE_TOKEN
 
 start single
 expect_rc single 0 30
@@ -21,4 +23,19 @@ for r in 0 1 2; do
     expect_text r$r out "job=byhand"
     expect_text r$r out "rank=$r allreduce ok"
 done
+expect_text r0 err "without MT_STORE_TOKEN: anyone who reaches that port can join"
+
+# The same on a host declared single (MT_NNODES=1): the store is on loopback, still open to the
+# host's other users, and rank 0 says so.
+PORT=$(free_port)
+ONE=(WORLD_SIZE=2 MT_NNODES=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT MT_RDZV_ID=byhand MT_TIMEOUT_S=30)
+start s1 RANK=1 "${ONE[@]}"
+start s0 RANK=0 "${ONE[@]}"
+for r in 0 1; do expect_rc s$r 0 60; done
+expect_text s0 err "(loopback) without MT_STORE_TOKEN: any local user can join, read or stop the job"
+if grep -qF "without MT_STORE_TOKEN" "$TMP/single.err"; then
+    fail "a single process warns about a store token it drew itself"
+else
+    pass "a single process does not warn about the store token"
+fi
 finish

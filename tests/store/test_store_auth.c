@@ -15,6 +15,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +112,19 @@ static void test_tokens(void) {
     mt_store_server_stop(server);
 }
 
+/* Sends a HELLO (built in *b) and reads the challenge into got (at least 41 bytes). */
+static void send_hello(int fd, mt_store_buf *b, unsigned char *got) {
+    uint8_t nonce[MT_STORE_NONCE_LEN] = {7};
+    mt_store_buf_begin(b, MT_STORE_OP_HELLO);
+    mt_store_buf_u32(b, MT_STORE_MAGIC);
+    mt_store_buf_u32(b, MT_STORE_HANDSHAKE_FORMAT);
+    mt_store_buf_bytes(b, nonce, sizeof nonce);
+    mt_store_buf_finish(b);
+    CHECK(raw_send(fd, b->data, b->len));
+    CHECK(recv(fd, got, 4 + 1 + 4 + MT_STORE_NONCE_LEN, MSG_WAITALL) ==
+          4 + 1 + 4 + MT_STORE_NONCE_LEN);
+}
+
 /* A stranger (no token) sends a HELLO, then an AUTH with a wrong MAC, another version and
  * another job: all it gets back is 32 random bytes and the one-byte refusal. */
 static void test_stranger_learns_nothing(void) {
@@ -118,17 +132,9 @@ static void test_stranger_learns_nothing(void) {
     if (!server) return;
     int port = mt_store_server_port(server);
     int fd = raw_connect(port);
-    uint8_t nonce[MT_STORE_NONCE_LEN] = {7};
     mt_store_buf b = {0};
-    mt_store_buf_begin(&b, MT_STORE_OP_HELLO);
-    mt_store_buf_u32(&b, MT_STORE_MAGIC);
-    mt_store_buf_u32(&b, MT_STORE_HANDSHAKE_FORMAT);
-    mt_store_buf_bytes(&b, nonce, sizeof nonce);
-    mt_store_buf_finish(&b);
-    CHECK(raw_send(fd, b.data, b.len));
     unsigned char got[256];
-    CHECK(recv(fd, got, 4 + 1 + 4 + MT_STORE_NONCE_LEN, MSG_WAITALL) ==
-          4 + 1 + 4 + MT_STORE_NONCE_LEN);
+    send_hello(fd, &b, got);
     CHECK(mt_store_get_be32(got) == 1 + 4 + MT_STORE_NONCE_LEN && got[4] == MT_STORE_R_OK);
 
     uint8_t mac[MT_STORE_MAC_LEN] = {0};
@@ -209,18 +215,55 @@ static void *fake_store(void *arg) {
     return NULL;
 }
 
-static void test_fake_store(void) {
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+/* A listener on a free loopback port whose one connection `serve` plays (given &*lfd). */
+static pthread_t start_fake(void *(*serve)(void *), int *lfd, int *port) {
+    *lfd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof a;
-    CHECK(bind(lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(lfd, 4) == 0 &&
-          getsockname(lfd, (struct sockaddr *)&a, &len) == 0);
+    CHECK(bind(*lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(*lfd, 4) == 0 &&
+          getsockname(*lfd, (struct sockaddr *)&a, &len) == 0);
+    *port = ntohs(a.sin_port);
     pthread_t t;
-    pthread_create(&t, NULL, fake_store, &lfd);
+    pthread_create(&t, NULL, serve, lfd);
+    return t;
+}
+
+static void test_fake_store(void) {
+    int lfd, port;
+    pthread_t t = start_fake(fake_store, &lfd, &port);
     mt_store *c = NULL;
-    CHECK_ERR(join(ntohs(a.sin_port), TOKEN, 5, &c), MT_ERR_MISMATCH,
+    CHECK_ERR(join(port, TOKEN, 5, &c), MT_ERR_MISMATCH,
               "did not prove that it knows this job's store token");
+    CHECK(c == NULL);
+    pthread_join(t, NULL);
+    close(lfd);
+}
+
+/* A peer on the store's port that answers HELLO with a length prefix of 100 MiB: the client
+ * refuses it at once, before allocating it or waiting for its bytes (it has not proven it is the
+ * store). */
+static void *huge_answer_store(void *arg) {
+    int lfd = *(int *)arg;
+    int fd = accept(lfd, NULL, NULL);
+    if (fd < 0) return NULL;
+    unsigned char in[1024];
+    if (recv(fd, in, sizeof in, 0) > 0) raw_send(fd, "\x06\x40\x00\x00\x00", 5);
+    unsigned char sink[64];
+    while (recv(fd, sink, sizeof sink, 0) > 0) {
+    }
+    close(fd);
+    return NULL;
+}
+
+static void test_fake_store_huge_answer(void) {
+    int lfd, port;
+    pthread_t t = start_fake(huge_answer_store, &lfd, &port);
+    mt_store *c = NULL;
+    double t0 = mt_clock_now_s();
+    CHECK_ERR(join(port, TOKEN, 5, &c), MT_ERR_PROTOCOL, "104857600 bytes",
+              "proven it knows the token");
+    CHECK_MSG(mt_clock_now_s() - t0 < 2, "took %g s", mt_clock_now_s() - t0);
     CHECK(c == NULL);
     pthread_join(t, NULL);
     close(lfd);
@@ -284,6 +327,63 @@ static void test_client_limit(void) {
     c[2] = NULL;
     CHECK_OK(join(port, TOKEN, 5, &c[2]));
     for (int i = 0; i < 3; i++) mt_store_close(c[i]);
+    mt_store_server_stop(server);
+}
+
+/* Opens silent connections every 20 ms until told to stop (a flood at the client limit). */
+typedef struct flood {
+    int port;
+    atomic_bool stop;
+    int fds[512];
+    int n;
+} flood;
+
+static void *flood_main(void *arg) {
+    flood *f = arg;
+    while (!atomic_load(&f->stop) && f->n < (int)(sizeof f->fds / sizeof *f->fds)) {
+        f->fds[f->n++] = raw_connect(f->port);
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* At the client limit, during a flood of silent connections: a connection between HELLO and
+ * AUTH is not evicted for a newcomer (it was, as the oldest unauthenticated one), and a new client
+ * of the job connects. */
+static void test_flood_spares_handshake(void) {
+    mt_store_server *server = start(TOKEN, 8, 0);
+    if (!server) return;
+    int port = mt_store_server_port(server);
+    int mid = raw_connect(port);
+    mt_store_buf b = {0};
+    unsigned char got[64];
+    send_hello(mid, &b, got);
+    mt_store_buf_free(&b);
+    static flood f;
+    f.port = port;
+    atomic_init(&f.stop, false);
+    pthread_t t;
+    pthread_create(&t, NULL, flood_main, &f);
+    /* 0.3 s: the flood fills the 7 other slots within 0.15 s and keeps arriving. */
+    CHECK_MSG(!raw_closed_within(mid, 300), "a connection between HELLO and AUTH was evicted for "
+              "a silent newcomer");
+    mt_store *job = NULL;
+    CHECK_OK(join(port, TOKEN, 5, &job));
+    if (job) CHECK_OK(mt_store_set(job, "joined", "during the flood", 16));
+    atomic_store(&f.stop, true);
+    pthread_join(t, NULL);
+    mt_store_server_stats st;
+    mt_store_server_get_stats(server, &st);
+    CHECK_MSG(st.clients_peak <= 8, "clients peak %u over the limit of 8", st.clients_peak);
+    /* The flood went past the limit: some of it was evicted or turned away. */
+    CHECK_MSG(f.n > 8 && st.refused + st.busy >= (uint64_t)(f.n - 8), "flood %d refused %llu "
+              "busy %llu", f.n,
+              (unsigned long long)st.refused, (unsigned long long)st.busy);
+    for (int i = 0; i < f.n; i++)
+        if (f.fds[i] >= 0) close(f.fds[i]);
+    close(mid);
+    mt_store_close(job);
     mt_store_server_stop(server);
 }
 
@@ -361,6 +461,14 @@ static void test_token_file(void) {
     char text[MT_STORE_TOKEN_MAX + 2];
     CHECK_OK(mt_store_token_read_file(path, text, sizeof text));
     CHECK(strcmp(text, TOKEN) == 0);
+    /* Another user's file, even of mode 0600, is refused (only root can make one here). */
+    if (chown(path, geteuid() + 1, (gid_t)-1) == 0) {
+        CHECK_ERR(mt_store_token_read_file(path, text, sizeof text), MT_ERR_INVALID_ARG, path,
+                  "is owned by uid", "not by this process's user");
+        CHECK(chown(path, geteuid(), (gid_t)-1) == 0);
+    } else {
+        printf("test_store_auth: not root, the token file owner check is not exercised\n");
+    }
     chmod(path, 0644);
     CHECK_ERR(mt_store_token_read_file(path, text, sizeof text), MT_ERR_INVALID_ARG, path,
               "mode 0644", "chmod 600");
@@ -417,8 +525,10 @@ int main(void) {
     test_tokens();
     test_stranger_learns_nothing();
     test_fake_store();
+    test_fake_store_huge_answer();
     test_preauth_frame_limit();
     test_client_limit();
+    test_flood_spares_handshake();
     test_byte_limit();
     test_env_ranges();
     test_token_file();

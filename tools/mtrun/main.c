@@ -101,7 +101,10 @@ static int run(mtrun_options *o, mtrun_binding *binding) {
     int port = o->master_port;
     if (o->hosts_store) {
         int bad = mtrun_security_store_bind(o);
-        if (bad >= 0) return bad;
+        if (bad >= 0) {
+            close(sigfd);
+            return bad;
+        }
         mt_store_server_opts so = {.bind_addr = o->store_listen, .port = o->master_port,
                                    .job_id = o->rdzv_id,
                                    .max_clients = mtrun_security_max_clients(o)};
