@@ -135,7 +135,17 @@ struct mt_store_server {
     pthread_mutex_t stats_mu;
     mt_store_server_stats stats;
     uint64_t buffered;
+    struct pollfd *fds; /* the server thread's poll set */
+    size_t fds_cap;
+    /* Tests (mt_store_server_test_open): no thread, no listener, and a clock that moves only
+     * when the test says, so that a fuzzer's runs repeat. */
+    bool test_clock;
+    double test_now;
 };
+
+static double server_now(const mt_store_server *s) {
+    return s->test_clock ? s->test_now : mt_clock_now_s();
+}
 
 /* Printable form of a key for logs (keys are usually text, but a client chooses them). */
 static void printable(mt_store_bytes b, char *out, size_t cap) {
@@ -169,7 +179,7 @@ static void log_abuse(mt_store_server *s, const char *peer, const char *why) {
     pthread_mutex_lock(&s->stats_mu);
     s->stats.refused++;
     pthread_mutex_unlock(&s->stats_mu);
-    abuse_window_roll(a, mt_clock_now_s());
+    abuse_window_roll(a, server_now(s));
     if (a->shown >= ABUSE_LOG_PER_S) {
         a->suppressed++;
         return;
@@ -194,7 +204,7 @@ static void fifo_enter(client *c, client_fifo *q) {
     fifo_remove(c);
     if (!q) return;
     c->fifo = q;
-    c->stage_since = mt_clock_now_s();
+    c->stage_since = server_now(c->server);
     c->fifo_prev = q->tail;
     if (q->tail) q->tail->fifo_next = c;
     else q->head = c;
@@ -598,7 +608,7 @@ static void serve(mt_store_server *s, client *c) {
             break;
         }
         c->pending = true;
-        c->deadline = mt_clock_now_s() + (double)c->req.timeout_ms / 1000.0;
+        c->deadline = server_now(s) + (double)c->req.timeout_ms / 1000.0;
         break;
     case MT_STORE_OP_ADD:
         serve_add(s, c);
@@ -722,6 +732,43 @@ static void refuse_busy(mt_store_server *s, int fd, const char *peer) {
     log_abuse(s, peer, msg);
 }
 
+/* Takes a connected socket as a new client, or turns it away at the client limit; false (the
+ * socket closed) when out of memory. */
+static bool add_client(mt_store_server *s, int fd, const char *peer, double now) {
+    if (s->nclients == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        client **grown = realloc(s->clients, cap * sizeof *grown);
+        if (!grown) {
+            close(fd);
+            return false;
+        }
+        s->clients = grown;
+        s->cap = cap;
+    }
+    if (!make_room(s, now)) {
+        refuse_busy(s, fd, peer);
+        return true;
+    }
+    client *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return false;
+    }
+    c->server = s;
+    c->fd = fd;
+    snprintf(c->peer, sizeof c->peer, "%s", peer);
+    c->hello_deadline = now + s->handshake_timeout;
+    c->accepted_at = now;
+    s->clients[s->nclients++] = c;
+    s->live++;
+    fifo_enter(c, &s->fresh);
+    pthread_mutex_lock(&s->stats_mu);
+    uint32_t live = (uint32_t)s->live; /* open descriptors, not the dead awaiting sweep() */
+    if (live > s->stats.clients_peak) s->stats.clients_peak = live;
+    pthread_mutex_unlock(&s->stats_mu);
+    return true;
+}
+
 static void accept_clients(mt_store_server *s, double now) {
     for (int accepted = 0; accepted < ACCEPTS_PER_PASS; accepted++) {
         struct sockaddr_storage addr;
@@ -737,45 +784,15 @@ static void accept_clients(mt_store_server *s, double now) {
             }
             return;
         }
-        if (s->nclients == s->cap) {
-            size_t cap = s->cap ? s->cap * 2 : 16;
-            client **grown = realloc(s->clients, cap * sizeof *grown);
-            if (!grown) {
-                close(fd);
-                return;
-            }
-            s->clients = grown;
-            s->cap = cap;
-        }
         char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?", peer[80];
         getnameinfo((struct sockaddr *)&addr, alen, host, sizeof host, serv, sizeof serv,
                     NI_NUMERICHOST | NI_NUMERICSERV);
         const char *shown = strncmp(host, "::ffff:", 7) == 0 ? host + 7 : host; /* IPv4 */
         snprintf(peer, sizeof peer, "%s:%s", shown, serv);
-        if (!make_room(s, now)) {
-            refuse_busy(s, fd, peer);
-            continue;
-        }
-        client *c = calloc(1, sizeof *c);
-        if (!c) {
-            close(fd);
-            return;
-        }
-        c->server = s;
         /* A client whose host vanished without a reset is dropped (and its waits with it) rather
          * than kept for the kernel's default of hours; a failure only costs that. */
         (void)mt_store_socket_tune(fd);
-        c->fd = fd;
-        snprintf(c->peer, sizeof c->peer, "%s", peer);
-        c->hello_deadline = now + s->handshake_timeout;
-        c->accepted_at = now;
-        s->clients[s->nclients++] = c;
-        s->live++;
-        fifo_enter(c, &s->fresh);
-        pthread_mutex_lock(&s->stats_mu);
-        uint32_t live = (uint32_t)s->live; /* open descriptors, not the dead awaiting sweep() */
-        if (live > s->stats.clients_peak) s->stats.clients_peak = live;
-        pthread_mutex_unlock(&s->stats_mu);
+        if (!add_client(s, fd, peer, now)) return;
     }
 }
 
@@ -834,65 +851,69 @@ static double expire(mt_store_server *s, double now) {
     return next;
 }
 
+/* One turn of the server: expire deadlines, poll every socket for at most the time until the
+ * next deadline (0: do not wait), serve what is ready. False when poll failed for good. */
+static bool server_turn(mt_store_server *s, bool may_wait) {
+    double now = server_now(s);
+    double wait_s = expire(s, now);
+    sweep(s);
+    if (s->fds_cap < s->nclients + 2) {
+        size_t cap = (s->nclients + 2) * 2;
+        struct pollfd *grown = realloc(s->fds, cap * sizeof *grown);
+        if (!grown) {
+            mt_log(MT_LOG_ERROR, "store: out of memory; retrying");
+            struct timespec ts = {0, 100000000};
+            nanosleep(&ts, NULL);
+            return true;
+        }
+        s->fds = grown;
+        s->fds_cap = cap;
+    }
+    struct pollfd *fds = s->fds;
+    fds[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+    bool listening = s->listen_fd >= 0 && s->listen_paused_until <= now;
+    fds[1] = (struct pollfd){.fd = listening ? s->listen_fd : -1, .events = POLLIN};
+    for (size_t i = 0; i < s->nclients; i++) {
+        client *c = s->clients[i];
+        short ev = POLLRDHUP;
+        if (!c->frame_ready) ev |= POLLIN;
+        if (c->out_off < c->out.len) ev |= POLLOUT;
+        fds[i + 2] = (struct pollfd){.fd = c->fd, .events = ev};
+    }
+    int timeout_ms = may_wait ? (int)ceil(wait_s * 1000.0) : 0;
+    if (timeout_ms < 0) timeout_ms = 0;
+    int n = poll(fds, s->nclients + 2, timeout_ms);
+    if (n < 0) {
+        if (errno == EINTR) return true;
+        mt_log(MT_LOG_ERROR, "store: poll failed: %s", strerror(errno));
+        return false;
+    }
+    if (fds[0].revents) {
+        char buf[64];
+        while (read(s->wake[0], buf, sizeof buf) > 0) {
+        }
+    }
+    /* Clients accepted below are not in fds yet; only the first `polled` are. */
+    size_t polled = s->nclients;
+    for (size_t i = 0; i < polled; i++) {
+        client *c = s->clients[i];
+        short re = fds[i + 2].revents;
+        if (!re || c->dead) continue;
+        if (re & POLLOUT) flush(c);
+        if (!c->dead && (re & POLLIN)) read_client(s, c);
+        if (!c->dead && (re & (POLLERR | POLLHUP | POLLRDHUP)) && c->frame_ready)
+            drop(c, c->pending ? NULL : "disconnected before reading its reply");
+        if (!c->dead && (re & (POLLERR | POLLHUP | POLLNVAL)) && !(re & POLLIN))
+            drop(c, NULL);
+    }
+    if (listening && (fds[1].revents & POLLIN)) accept_clients(s, server_now(s));
+    return true;
+}
+
 static void *server_main(void *arg) {
     mt_store_server *s = arg;
-    struct pollfd *fds = NULL;
-    size_t fds_cap = 0;
-    while (!atomic_load(&s->stop)) {
-        double now = mt_clock_now_s();
-        double wait_s = expire(s, now);
-        sweep(s);
-        if (fds_cap < s->nclients + 2) {
-            size_t cap = (s->nclients + 2) * 2;
-            struct pollfd *grown = realloc(fds, cap * sizeof *grown);
-            if (!grown) {
-                mt_log(MT_LOG_ERROR, "store: out of memory; retrying");
-                struct timespec ts = {0, 100000000};
-                nanosleep(&ts, NULL);
-                continue;
-            }
-            fds = grown;
-            fds_cap = cap;
-        }
-        fds[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
-        bool listening = s->listen_paused_until <= now;
-        fds[1] = (struct pollfd){.fd = listening ? s->listen_fd : -1, .events = POLLIN};
-        for (size_t i = 0; i < s->nclients; i++) {
-            client *c = s->clients[i];
-            short ev = POLLRDHUP;
-            if (!c->frame_ready) ev |= POLLIN;
-            if (c->out_off < c->out.len) ev |= POLLOUT;
-            fds[i + 2] = (struct pollfd){.fd = c->fd, .events = ev};
-        }
-        int timeout_ms = (int)ceil(wait_s * 1000.0);
-        if (timeout_ms < 0) timeout_ms = 0;
-        int n = poll(fds, s->nclients + 2, timeout_ms);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            mt_log(MT_LOG_ERROR, "store: poll failed: %s", strerror(errno));
-            break;
-        }
-        if (fds[0].revents) {
-            char buf[64];
-            while (read(s->wake[0], buf, sizeof buf) > 0) {
-            }
-        }
-        /* Clients accepted below are not in fds yet; only the first `polled` are. */
-        size_t polled = s->nclients;
-        for (size_t i = 0; i < polled; i++) {
-            client *c = s->clients[i];
-            short re = fds[i + 2].revents;
-            if (!re || c->dead) continue;
-            if (re & POLLOUT) flush(c);
-            if (!c->dead && (re & POLLIN)) read_client(s, c);
-            if (!c->dead && (re & (POLLERR | POLLHUP | POLLRDHUP)) && c->frame_ready)
-                drop(c, c->pending ? NULL : "disconnected before reading its reply");
-            if (!c->dead && (re & (POLLERR | POLLHUP | POLLNVAL)) && !(re & POLLIN))
-                drop(c, NULL);
-        }
-        if (listening && (fds[1].revents & POLLIN)) accept_clients(s, mt_clock_now_s());
-    }
-    free(fds);
+    while (!atomic_load(&s->stop))
+        if (!server_turn(s, true)) break;
     return NULL;
 }
 
@@ -982,14 +1003,12 @@ mt_status mt_store_server_start(const char *bind_addr, int port, const char *job
     return mt_store_server_start_opts(&o, out, &listen_err);
 }
 
-mt_status mt_store_server_start_opts(const mt_store_server_opts *o, mt_store_server **out,
-                                     int *listen_err) {
+/* A configured server without a listener or a thread (st != MT_OK: *out is NULL). */
+static mt_status server_new(const mt_store_server_opts *o, mt_store_server **out) {
     *out = NULL;
-    *listen_err = 0;
-    int port = o->port;
     const char *job_id = o->job_id ? o->job_id : "";
-    if (port < 0 || port > 65535)
-        return mt_error(MT_ERR_INVALID_ARG, "store server: port %d is outside 0..65535", port);
+    if (o->port < 0 || o->port > 65535)
+        return mt_error(MT_ERR_INVALID_ARG, "store server: port %d is outside 0..65535", o->port);
     if (strlen(job_id) > MT_STORE_MAX_JOB_ID)
         return mt_error(MT_ERR_INVALID_ARG, "store server: job id is longer than %d bytes",
                         MT_STORE_MAX_JOB_ID);
@@ -1003,16 +1022,24 @@ mt_status mt_store_server_start_opts(const mt_store_server_opts *o, mt_store_ser
                                   "how long a new client may take to introduce itself",
                                   &s->handshake_timeout);
     if (st == MT_OK) st = configure(s, o);
+    if (st == MT_OK && pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) != 0)
+        st = mt_error_errno(MT_ERR_SYSTEM, errno, "cannot create its wake-up pipe");
     if (st != MT_OK) {
-        st = mt_error_wrap(st, "store server");
-        goto fail;
+        mt_store_server_stop(s);
+        return mt_error_wrap(st, "store server");
     }
-    st = open_listener(o->bind_addr, port, &s->listen_fd, &s->port, listen_err);
+    *out = s;
+    return MT_OK;
+}
+
+mt_status mt_store_server_start_opts(const mt_store_server_opts *o, mt_store_server **out,
+                                     int *listen_err) {
+    *out = NULL;
+    *listen_err = 0;
+    mt_store_server *s;
+    MT_TRY(server_new(o, &s));
+    mt_status st = open_listener(o->bind_addr, o->port, &s->listen_fd, &s->port, listen_err);
     if (st != MT_OK) goto fail;
-    if (pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
-        st = mt_error_errno(MT_ERR_SYSTEM, errno, "store server: cannot create its wake-up pipe");
-        goto fail;
-    }
     /* The server thread takes no signals: the host process (mtrun) handles them on its own. */
     sigset_t all, old;
     sigfillset(&all);
@@ -1064,6 +1091,7 @@ void mt_store_server_stop(mt_store_server *s) {
     }
     for (size_t i = 0; i < s->nclients; i++) free_client(s->clients[i]);
     free(s->clients);
+    free(s->fds);
     if (s->abuse.suppressed)
         mt_log(MT_LOG_WARN, "store: closed %u more unauthenticated connections without logging "
                "each", s->abuse.suppressed);
@@ -1082,4 +1110,35 @@ void mt_store_server_stop(mt_store_server *s) {
     OPENSSL_cleanse(&s->token, sizeof s->token);
     pthread_mutex_destroy(&s->stats_mu);
     free(s);
+}
+
+/* ---- driving the server from a test (store_internal.h) ------------------------------------- */
+
+mt_status mt_store_server_test_open(const mt_store_server_opts *opts, mt_store_server **out) {
+    MT_TRY(server_new(opts, out));
+    (*out)->test_clock = true;
+    (*out)->test_now = 1000.0;
+    return MT_OK;
+}
+
+mt_status mt_store_server_test_adopt(mt_store_server *s, int fd, const char *peer) {
+    if (!s->test_clock || fd < 0)
+        return mt_error(MT_ERR_INVALID_ARG, "store server: test_adopt needs a server from "
+                        "mt_store_server_test_open and a connected socket (fd %d)", fd);
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+        int err = errno;
+        close(fd);
+        return mt_error_errno(MT_ERR_SYSTEM, err, "store server: cannot make socket %d of %s "
+                              "non-blocking", fd, peer);
+    }
+    if (!add_client(s, fd, peer, s->test_now))
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "store server: out of memory adopting %s", peer);
+    return MT_OK;
+}
+
+void mt_store_server_test_step(mt_store_server *s, double advance_s) {
+    if (!s->test_clock) return;
+    if (advance_s > 0) s->test_now += advance_s;
+    server_turn(s, false);
 }

@@ -105,4 +105,18 @@ mt_status mt_store_stats(mt_store *store, mt_store_server_stats *out);
  * stopping its server; tests). */
 int mt_store_server_clients(mt_store_server *server);
 
+/* For tests only (the state-machine fuzzer, tests/fuzz/fuzz_store_server.c): a server with no
+ * listener and no thread whose clock stands still (at 1000 s) until a step moves it, so that a
+ * test drives its per-connection logic in its own thread, run after run alike. Stop it with
+ * mt_store_server_stop. */
+mt_status mt_store_server_test_open(const mt_store_server_opts *opts, mt_store_server **out);
+
+/* Makes a connected socket (one end of a socketpair) a new client of a test server, which owns
+ * and closes it from then on; at the client limit it is turned away as accept() would. */
+mt_status mt_store_server_test_adopt(mt_store_server *server, int fd, const char *peer);
+
+/* Moves a test server's clock by advance_s (>= 0) and runs one turn of its loop without waiting:
+ * deadlines that passed expire, and what the sockets hold is read, served and answered. */
+void mt_store_server_test_step(mt_store_server *server, double advance_s);
+
 #endif

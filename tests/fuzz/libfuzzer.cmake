@@ -4,7 +4,7 @@
 # MT_FUZZ_SOURCES_<harness>.
 set(MT_FUZZ_SOURCES_fuzz_safetensors ${CMAKE_SOURCE_DIR}/tools/mt-ckpt/safetensors.c)
 if(MT_LIBFUZZER)
-  foreach(harness fuzz_store_frame fuzz_topo_nccl fuzz_topo_hwloc fuzz_safetensors)
+  foreach(harness fuzz_store_frame fuzz_store_server fuzz_topo_nccl fuzz_topo_hwloc fuzz_safetensors)
     add_executable(${harness}_libfuzzer ${CMAKE_CURRENT_LIST_DIR}/${harness}.c
                    ${MT_FUZZ_SOURCES_${harness}})
     set_target_properties(${harness}_libfuzzer PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${MT_TEST_BIN})
