@@ -12,12 +12,14 @@
 #include "mesh/runtime_env.h"
 #include "mesh/runtime_device.h"
 #include "mesh/runtime_topo.h"
+#include "store/auth.h"
 #include "store/store_internal.h"
 #include "comm/abort_probe.h"
 #include "comm/transport.h"
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/fd_limit.h"
 #include "core/log_internal.h"
 #include "core/thread_pool.h"
 #include "topo/classify.h"
@@ -26,6 +28,8 @@
 #include <meshtrain/log.h>
 #include <meshtrain/runtime.h>
 #include <meshtrain/version.h>
+
+#include <openssl/crypto.h>
 
 #include <errno.h>
 #include <sched.h>
@@ -113,26 +117,70 @@ static void linger_for_clients(mt_store_server *server, double limit_s) {
 
 /* ---- joining ------------------------------------------------------------------------------- */
 
+/* A job whose ranks all run on this host: its store and UCX listen on loopback only. */
+static bool single_host(const mt_runtime_env *env) {
+    return env->source == MT_ENV_SINGLE || env->num_nodes == 1 || env->world_size == 1;
+}
+
+/* Rank 0 hosts the store (no launcher did): on loopback for a single host, else on the address
+ * that reaches MASTER_ADDR; *host is where this rank connects, *token what it proves. */
+static mt_status host_store(mt_runtime *rt, char *host, size_t cap, const char **token,
+                            char fresh[MT_STORE_TOKEN_HEX_LEN]) {
+    const mt_runtime_env *env = &rt->env;
+    bool single = single_host(env);
+    char listen_at[64];
+    MT_TRY(mt_netif_store_bind(env->master_addr, single, listen_at, host,
+                               cap < sizeof listen_at ? cap : sizeof listen_at));
+    const char *given = getenv("MT_STORE_TOKEN");
+    *token = NULL; /* MT_STORE_TOKEN */
+    if ((!given || !*given) && rt->world == 1) {
+        /* A single process is its store's only client: a secret nobody else ever sees. */
+        MT_TRY(mt_store_token_generate(fresh));
+        *token = fresh;
+    } else if ((!given || !*given) && !single) {
+        mt_log(MT_LOG_WARN, "rank 0 hosts the rendezvous store on %s:%d without MT_STORE_TOKEN: "
+               "anyone who reaches that port can join, read or stop the job (docs/security.md)",
+               host, env->master_port);
+    }
+    int max_clients = mt_store_default_max_clients(rt->world, 1);
+    char what[96];
+    snprintf(what, sizeof what, "rank 0's rendezvous store for %d ranks", rt->world);
+    MT_TRY(mt_fd_limit_raise((uint64_t)max_clients + 64, what, NULL));
+    mt_store_server_opts o = {.bind_addr = listen_at, .port = env->master_port,
+                              .job_id = env->job_id,
+                              .token = *token, .max_clients = max_clients};
+    int listen_err;
+    mt_status st = mt_store_server_start_opts(&o, &rt->server, &listen_err);
+    if (st != MT_OK)
+        return mt_error_wrap(st, "rank 0 hosts the rendezvous store (no MT_STORE_HOSTED=1 from "
+                             "a launcher)");
+    return MT_OK;
+}
+
 static mt_status open_store(mt_runtime *rt) {
     const mt_runtime_env *env = &rt->env;
     int port = env->master_port;
-    const char *host = env->master_addr;
-    char ifaddr[64];
+    char host[64];
+    snprintf(host, sizeof host, "%s", env->master_addr);
+    const char *token = NULL;
+    char fresh[MT_STORE_TOKEN_HEX_LEN] = "";
     bool hosting = env->source == MT_ENV_SINGLE || (rt->rank == 0 && !env->store_hosted);
+    /* Every rank may hold a store connection, UCX endpoints and files: whatever the hard limit
+     * allows, so that a large job does not meet a low soft limit halfway through. */
+    MT_TRY(mt_fd_limit_raise(0, NULL, NULL));
     if (hosting) {
-        const char *bind_addr;
-        MT_TRY(mt_netif_store_bind(ifaddr, sizeof ifaddr, &bind_addr));
-        mt_status st = mt_store_server_start(bind_addr, port, env->job_id, &rt->server);
-        if (st != MT_OK)
-            return mt_error_wrap(st, "rank 0 hosts the rendezvous store (no MT_STORE_HOSTED=1 from "
-                                 "a launcher)");
+        MT_TRY(host_store(rt, host, sizeof host, &token, fresh));
+        /* The host connects to the address its server listens on: MASTER_ADDR may resolve to
+         * another interface, or to loopback, where nothing listens. */
         port = mt_store_server_port(rt->server);
-        /* Without MT_SOCKET_IFNAME the server listens on every interface; talking to it over
-         * loopback avoids depending on how MASTER_ADDR resolves on the host itself. */
-        host = bind_addr ? bind_addr : "127.0.0.1";
+    } else if (strlen(env->master_addr) >= sizeof host) {
+        return mt_error(MT_ERR_INVALID_ARG, "MASTER_ADDR '%s' is too long", env->master_addr);
     }
     snprintf(rt->store_addr, sizeof rt->store_addr, "%s:%d", env->master_addr, port);
-    MT_TRY(mt_store_connect(host, port, env->job_id, rt->timeout, &rt->store));
+    mt_status st = mt_store_connect_token(host, port, env->job_id, mt_version(), token,
+                                          rt->timeout, &rt->store);
+    OPENSSL_cleanse(fresh, sizeof fresh);
+    MT_TRY(st);
     /* A restarted job's rounds share the launcher's store: each round keeps to its own keys. */
     return mt_store_set_prefix(rt->store, env->store_prefix);
 }
@@ -287,21 +335,37 @@ static mt_status open_device(mt_runtime *rt) {
     return MT_OK;
 }
 
-static void apply_socket_ifname(void) {
+/* Points UCX's network transports at the interface the job listens on (UCX_NET_DEVICES, unless
+ * the user set it): MT_SOCKET_IFNAME; loopback for a single-host job; else the interface that
+ * reaches the store's address. Without this UCX's TCP listeners open on every interface. */
+static void apply_ucx_devices(const mt_runtime *rt) {
     const char *ifname = getenv("MT_SOCKET_IFNAME");
-    if (!ifname || !*ifname) return;
     const char *ucx = getenv("UCX_NET_DEVICES");
     if (ucx && *ucx) {
-        mt_log(MT_LOG_DEBUG, "UCX_NET_DEVICES=%s is set; MT_SOCKET_IFNAME=%s not applied to UCX",
-               ucx, ifname);
+        mt_log(MT_LOG_DEBUG, "UCX_NET_DEVICES=%s is set; left as it is", ucx);
         return;
     }
+    char name[64] = "lo", addr[64];
+    if (ifname && *ifname) {
+        snprintf(name, sizeof name, "%s", ifname);
+    } else if (!single_host(&rt->env)) {
+        mt_status st = mt_netif_route_source(rt->env.master_addr, addr, sizeof addr);
+        if (st == MT_OK && mt_netif_is_loopback(addr) && !mt_netif_is_loopback(rt->env.master_addr))
+            /* MASTER_ADDR is a name of this host mapped to loopback: which interface the other
+             * nodes come in by is unknown here (mt_netif_store_bind warned). */
+            return;
+        if (st == MT_OK) st = mt_netif_name_of(addr, name, sizeof name);
+        if (st != MT_OK) {
+            mt_log(MT_LOG_WARN, "UCX may listen on every interface: %s", mt_last_error());
+            return;
+        }
+    }
     /* UCX reads its configuration when the context is created, right after this. */
-    setenv("UCX_NET_DEVICES", ifname, 0);
+    setenv("UCX_NET_DEVICES", name, 0);
 }
 
 static mt_status start_transport(mt_runtime *rt) {
-    apply_socket_ifname();
+    apply_ucx_devices(rt);
     MT_TRY(mt_transport_create(rt, &rt->transport));
     return mt_transport_world_group(rt, rt->transport, &rt->world_group);
 }

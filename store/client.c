@@ -1,6 +1,7 @@
 /* The rendezvous store client: one TCP connection, requests serialized by a mutex, every wait
  * bounded by a deadline. Blocking get/wait are waited for by the server; the client only waits
  * for the reply, a little longer than the server's deadline so that a dead server is noticed. */
+#include "store/auth.h"
 #include "store/keepalive.h"
 #include "store/store_internal.h"
 #include "store/wire.h"
@@ -11,6 +12,8 @@
 
 #include <meshtrain/log.h>
 #include <meshtrain/version.h>
+
+#include <openssl/crypto.h>
 
 #include <errno.h>
 #include <inttypes.h>
@@ -223,71 +226,141 @@ static int try_connect(const char *host, int port, double deadline, char *why, s
     return fd;
 }
 
-/* Sends the handshake and reads the answer. A refusal is final (MT_ERR_MISMATCH); anything else
- * that fails may be retried by the caller (*retry). */
-static mt_status handshake(int fd, const char *addr, const char *job_id, const char *version,
-                           double deadline, bool *retry) {
+/* One request-reply exchange of the handshake; a failure may be retried (*retry). */
+static mt_status hs_exchange(int fd, const char *addr, mt_store_buf *b, double deadline,
+                             uint8_t **reply, size_t *len, bool *retry) {
+    if (!mt_store_buf_finish(b))
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "store at %s: out of memory", addr);
+    int err = 0;
+    io_result r = send_all(fd, b->data, b->len, deadline, &err);
+    if (r == IO_OK) r = read_frame(fd, deadline, reply, len, &err);
+    if (r == IO_OK) return MT_OK;
+    *retry = true;
+    return mt_error(r == IO_TIMEOUT ? MT_ERR_TIMEOUT : MT_ERR_PEER_LOST,
+                    "the store at %s did not complete the handshake: %s", addr,
+                    r == IO_TIMEOUT ? "no answer" : r == IO_CLOSED ? "connection closed"
+                                                                   : strerror(err));
+}
+
+/* Answers every handshake reply may be that are not the expected one. */
+static mt_status hs_unexpected(const char *addr, uint8_t code, const mt_store_token *token) {
+    if (code == MT_STORE_R_REFUSED)
+        return mt_error(MT_ERR_MISMATCH, "the store at %s refused the handshake: this process %s; "
+                        "every node of a job needs the same token (MT_STORE_TOKEN or --rdzv_conf "
+                        "token_file; the store's log says more)", addr,
+                        token->len ? "has a store token the store does not accept"
+                                   : "has no store token (MT_STORE_TOKEN) and the store wants one");
+    return mt_error(MT_ERR_PROTOCOL, "the store at %s answered the handshake with unknown code "
+                    "%u (is it a meshtrain store of this version?)", addr, code);
+}
+
+/* Reads mac_s from an AUTH reply and checks it: a server that cannot prove it knows the token is
+ * not believed, whatever it says. */
+static mt_status hs_check_server(const char *addr, mt_store_reader *rd, const mt_store_token *t,
+                                 const uint8_t *cn, const uint8_t *sn, const uint8_t *mac_c) {
+    mt_store_bytes proof = mt_store_read_bytes(rd, MT_STORE_MAC_LEN);
+    uint8_t want[MT_STORE_MAC_LEN];
+    if (rd->bad || proof.len != MT_STORE_MAC_LEN ||
+        !mt_store_mac(t, "mtstore-server", cn, sn, mac_c, MT_STORE_MAC_LEN, want) ||
+        !mt_store_mac_equal(want, proof.data))
+        return mt_error(MT_ERR_MISMATCH, "the store at %s did not prove that it knows this job's "
+                        "store token: not this job's store, or a stranger on its port", addr);
+    return MT_OK;
+}
+
+mt_status mt_store_client_handshake(int fd, const char *addr, const char *job_id,
+                                    const char *version, const char *token_text, double deadline,
+                                    bool *retry) {
     *retry = false;
+    mt_store_token token;
+    MT_TRY(mt_store_token_resolve(token_text, &token));
+    uint8_t cn[MT_STORE_NONCE_LEN], sn[MT_STORE_NONCE_LEN], mac_c[MT_STORE_MAC_LEN];
+    mt_status st = mt_store_random(cn, sizeof cn);
     mt_store_buf b = {0};
+    uint8_t *reply = NULL;
+    size_t len = 0;
+    if (st != MT_OK) goto out;
     mt_store_buf_begin(&b, MT_STORE_OP_HELLO);
     mt_store_buf_u32(&b, MT_STORE_MAGIC);
+    mt_store_buf_u32(&b, MT_STORE_HANDSHAKE_FORMAT);
+    mt_store_buf_bytes(&b, cn, sizeof cn);
+    st = hs_exchange(fd, addr, &b, deadline, &reply, &len, retry);
+    if (st != MT_OK) goto out;
+    mt_store_reader rd = {reply + 1, len - 1, false};
+    if (reply[0] != MT_STORE_R_OK) {
+        st = reply[0] == MT_STORE_R_BUSY ? MT_ERR_PEER_LOST : hs_unexpected(addr, reply[0], &token);
+        if (st == MT_ERR_PEER_LOST) {
+            *retry = true;
+            st = mt_error(st, "the store at %s is at its client limit (MT_STORE_MAX_CLIENTS)",
+                          addr);
+        }
+        goto out;
+    }
+    mt_store_bytes nonce = mt_store_read_bytes(&rd, MT_STORE_NONCE_LEN);
+    if (rd.bad || nonce.len != MT_STORE_NONCE_LEN) {
+        st = mt_error(MT_ERR_PROTOCOL, "the store at %s sent a malformed challenge", addr);
+        goto out;
+    }
+    memcpy(sn, nonce.data, sizeof sn);
+    free(reply);
+    reply = NULL;
+
+    /* AUTH: the MAC covers the fields exactly as they are sent. */
+    mt_store_buf_begin(&b, MT_STORE_OP_AUTH);
+    size_t signed_from = b.len;
     mt_store_buf_u32(&b, MT_STORE_PROTO_VERSION);
     mt_store_buf_str(&b, version);
     mt_store_buf_str(&b, job_id);
-    if (!mt_store_buf_finish(&b)) {
-        mt_store_buf_free(&b);
-        return mt_error(MT_ERR_OUT_OF_MEMORY, "store at %s: out of memory", addr);
+    if (b.failed || !mt_store_mac(&token, "mtstore-client", cn, sn, b.data + signed_from,
+                                  b.len - signed_from, mac_c)) {
+        st = mt_error(MT_ERR_SYSTEM, "store at %s: cannot compute the handshake's proof "
+                      "(libcrypto or memory)", addr);
+        goto out;
     }
-    int err = 0;
-    uint8_t *reply = NULL;
-    size_t len = 0;
-    io_result r = send_all(fd, b.data, b.len, deadline, &err);
-    mt_store_buf_free(&b);
-    if (r == IO_OK) r = read_frame(fd, deadline, &reply, &len, &err);
-    if (r != IO_OK) {
-        *retry = true;
-        return mt_error(r == IO_TIMEOUT ? MT_ERR_TIMEOUT : MT_ERR_PEER_LOST,
-                        "the store at %s did not complete the handshake: %s", addr,
-                        r == IO_TIMEOUT ? "no answer" : r == IO_CLOSED ? "connection closed"
-                                                                       : strerror(err));
+    mt_store_buf_bytes(&b, mac_c, sizeof mac_c);
+    st = hs_exchange(fd, addr, &b, deadline, &reply, &len, retry);
+    if (st != MT_OK) goto out;
+    rd = (mt_store_reader){reply + 1, len - 1, false};
+    uint8_t code = reply[0];
+    if (code != MT_STORE_R_OK && code != MT_STORE_R_BAD_JOB && code != MT_STORE_R_BAD_VERSION) {
+        st = hs_unexpected(addr, code, &token);
+        goto out;
     }
-    mt_store_reader rd = {reply + 1, len - 1, false};
-    mt_status st = MT_OK;
-    mt_store_bytes s;
-    switch (reply[0]) {
-    case MT_STORE_R_OK:
-        break;
-    case MT_STORE_R_BAD_JOB:
-        s = mt_store_read_bytes(&rd, MT_STORE_MAX_JOB_ID);
+    st = hs_check_server(addr, &rd, &token, cn, sn, mac_c);
+    if (st != MT_OK || code == MT_STORE_R_OK) goto out;
+    if (code == MT_STORE_R_BAD_JOB) {
+        mt_store_bytes s = mt_store_read_bytes(&rd, MT_STORE_MAX_JOB_ID);
         st = mt_error(MT_ERR_MISMATCH, "store at %s belongs to job '%.*s', this process is in job "
                       "'%s'", addr, rd.bad ? 1 : (int)s.len, rd.bad ? "?" : (const char *)s.data,
                       job_id);
-        break;
-    case MT_STORE_R_BAD_VERSION: {
-        uint32_t proto = mt_store_read_u32(&rd);
-        s = mt_store_read_bytes(&rd, MT_STORE_MAX_VERSION);
-        char theirs[MT_STORE_MAX_VERSION + 1] = "?";
-        if (!rd.bad) snprintf(theirs, sizeof theirs, "%.*s", (int)s.len, (const char *)s.data);
-        if (strcmp(theirs, version) != 0 || rd.bad)
-            st = mt_error(MT_ERR_MISMATCH, "meshtrain version mismatch: server %s, client %s: "
-                          "mixed builds are not supported (store at %s)", theirs, version, addr);
-        else
-            st = mt_error(MT_ERR_MISMATCH, "store protocol mismatch: server protocol %u, client "
-                          "protocol %u: mixed builds are not supported (store at %s)", proto,
-                          MT_STORE_PROTO_VERSION, addr);
-        break;
+        goto out;
     }
-    default:
-        st = mt_error(MT_ERR_PROTOCOL, "the store at %s answered the handshake with unknown code "
-                      "%u (is it a meshtrain store?)", addr, reply[0]);
-        break;
-    }
+    uint32_t proto = mt_store_read_u32(&rd);
+    mt_store_bytes s = mt_store_read_bytes(&rd, MT_STORE_MAX_VERSION);
+    char theirs[MT_STORE_MAX_VERSION + 1] = "?";
+    if (!rd.bad) snprintf(theirs, sizeof theirs, "%.*s", (int)s.len, (const char *)s.data);
+    if (strcmp(theirs, version) != 0 || rd.bad)
+        st = mt_error(MT_ERR_MISMATCH, "meshtrain version mismatch: server %s, client %s: "
+                      "mixed builds are not supported (store at %s)", theirs, version, addr);
+    else
+        st = mt_error(MT_ERR_MISMATCH, "store protocol mismatch: server protocol %u, client "
+                      "protocol %u: mixed builds are not supported (store at %s)", proto,
+                      MT_STORE_PROTO_VERSION, addr);
+out:
+    mt_store_buf_free(&b);
     free(reply);
+    OPENSSL_cleanse(&token, sizeof token);
     return st;
 }
 
 mt_status mt_store_connect_version(const char *host, int port, const char *job_id,
                                    const char *version, double timeout_s, mt_store **out) {
+    return mt_store_connect_token(host, port, job_id, version, NULL, timeout_s, out);
+}
+
+mt_status mt_store_connect_token(const char *host, int port, const char *job_id,
+                                 const char *version, const char *token, double timeout_s,
+                                 mt_store **out) {
     *out = NULL;
     if (!host || !*host) host = "127.0.0.1";
     if (!job_id) job_id = "";
@@ -298,6 +371,9 @@ mt_status mt_store_connect_version(const char *host, int port, const char *job_i
                         MT_STORE_MAX_JOB_ID);
     if (strlen(version) > MT_STORE_MAX_VERSION)
         return mt_error(MT_ERR_INVALID_ARG, "store: version string too long");
+    mt_store_token checked; /* a malformed token fails now, not after the connect deadline */
+    MT_TRY(mt_store_token_resolve(token, &checked));
+    OPENSSL_cleanse(&checked, sizeof checked);
     mt_store *st = calloc(1, sizeof *st);
     if (!st) return mt_error(MT_ERR_OUT_OF_MEMORY, "store: out of memory");
     snprintf(st->addr, sizeof st->addr, "%s:%d", host, port);
@@ -311,7 +387,8 @@ mt_status mt_store_connect_version(const char *host, int port, const char *job_i
             /* A live server answers the handshake at once; a few seconds even past a short
              * connect timeout, so that a loaded machine does not turn into a refusal. */
             double hs_deadline = fmax(deadline, mt_clock_now_s() + 5.0);
-            mt_status s = handshake(fd, st->addr, job_id, version, hs_deadline, &retry);
+            mt_status s = mt_store_client_handshake(fd, st->addr, job_id, version, token,
+                                                    hs_deadline, &retry);
             if (s == MT_OK) {
                 st->fd = fd;
                 pthread_mutex_init(&st->mu, NULL);
@@ -621,6 +698,34 @@ mt_status mt_store_delete(mt_store *s, const char *key, bool *existed) {
         } else {
             st = unexpected(s, "delete", key, reply, rlen);
         }
+        free(reply);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+mt_status mt_store_stats(mt_store *s, mt_store_server_stats *out) {
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&s->mu);
+    mt_store_buf_begin(&s->req, MT_STORE_OP_STATS);
+    uint8_t *reply;
+    size_t rlen;
+    mt_status st = roundtrip(s, "stats", "-", mt_default_timeout(), &reply, &rlen);
+    if (st == MT_OK) {
+        mt_store_reader rd = {reply + 1, rlen - 1, false};
+        out->kv_bytes = mt_store_read_u64(&rd);
+        out->kv_peak = mt_store_read_u64(&rd);
+        out->buffered_bytes = mt_store_read_u64(&rd);
+        out->buffered_peak = mt_store_read_u64(&rd);
+        out->total_peak = mt_store_read_u64(&rd);
+        out->refused = mt_store_read_u64(&rd);
+        out->busy = mt_store_read_u64(&rd);
+        out->clients = mt_store_read_u32(&rd);
+        out->clients_peak = mt_store_read_u32(&rd);
+        out->max_clients = mt_store_read_u32(&rd);
+        out->max_bytes = mt_store_read_u64(&rd);
+        if (reply[0] != MT_STORE_R_OK || rd.bad || rd.left)
+            st = unexpected(s, "stats", "-", reply, rlen);
         free(reply);
     }
     pthread_mutex_unlock(&s->mu);

@@ -51,6 +51,14 @@ static bool grow(mt_store_kv *m) {
     return true;
 }
 
+/* What an entry costs against the byte cap: its key, its value and its bookkeeping. */
+static size_t entry_bytes(size_t klen, size_t vlen) { return klen + vlen + sizeof(entry); }
+
+size_t mt_store_kv_bytes_after_put(const mt_store_kv *m, mt_store_bytes key, size_t len) {
+    const entry *e = find(m, key);
+    return e ? m->bytes - e->vlen + len : m->bytes + entry_bytes(key.len, len);
+}
+
 bool mt_store_kv_get(const mt_store_kv *m, mt_store_bytes key, mt_store_bytes *value) {
     const entry *e = find(m, key);
     if (e && value) *value = (mt_store_bytes){e->value, e->vlen};
@@ -81,9 +89,12 @@ bool mt_store_kv_put(mt_store_kv *m, mt_store_bytes key, const void *value, size
         e->hash = h;
         *slot = e;
         m->count++;
+        m->bytes += entry_bytes(key.len, 0);
     } else {
         free(e->value);
+        m->bytes -= e->vlen;
     }
+    m->bytes += len;
     e->value = copy;
     e->vlen = len;
     return true;
@@ -95,6 +106,7 @@ bool mt_store_kv_delete(mt_store_kv *m, mt_store_bytes key) {
     entry *e = *slot;
     if (!e) return false;
     *slot = e->next;
+    m->bytes -= entry_bytes(e->klen, e->vlen);
     free(e->key);
     free(e->value);
     free(e);

@@ -16,7 +16,11 @@ typedef struct mt_store_kv_entry mt_store_kv_entry;
 typedef struct mt_store_kv {
     mt_store_kv_entry **buckets;
     size_t nbuckets, count;
+    size_t bytes; /* keys + values + per-entry bookkeeping: what the server's byte cap counts */
 } mt_store_kv;
+
+/* m->bytes once key is set to a value of len bytes (the server checks it against its cap). */
+size_t mt_store_kv_bytes_after_put(const mt_store_kv *m, mt_store_bytes key, size_t len);
 
 /* Whether key is present; if so and value is not NULL, *value points at the stored value, valid
  * until the key is next changed or deleted. */

@@ -7,7 +7,14 @@
  * kernel socket buffers. Blocking get/wait are answered by the server when the key appears or the
  * deadline passes; clients never poll. Any malformed input drops that client with a warning.
  * The keys and values themselves live in the map of store/kv.c.
+ *
+ * Strangers are kept small (docs/security.md): until a client has proven it knows the job's
+ * token (the handshake in store/wire.h) its frames are at most MT_STORE_MAX_PREAUTH_FRAME bytes
+ * and it may send nothing but the handshake; connections are capped (MT_STORE_MAX_CLIENTS), and
+ * so are the bytes of keys and values (MT_STORE_MAX_BYTES). Closing a stranger's connection is
+ * logged at most ABUSE_LOG_PER_S times a second, so a flood cannot flood the log too.
  */
+#include "store/auth.h"
 #include "store/keepalive.h"
 #include "store/kv.h"
 #include "store/store_internal.h"
@@ -18,6 +25,8 @@
 #include "core/error.h"
 
 #include <meshtrain/log.h>
+
+#include <openssl/crypto.h>
 #include <meshtrain/version.h>
 
 #include <arpa/inet.h>
@@ -43,14 +52,25 @@
 #define HANDSHAKE_TIMEOUT_DEFAULT_S 30.0
 /* A timed-out wait names at most this many missing keys; the count says how many there were. */
 #define WAIT_TIMEOUT_KEYS_LISTED 32
+#define ABUSE_LOG_PER_S 5
+#define MAX_CLIENTS_DEFAULT 1024
+#define MAX_CLIENTS_LIMIT 1000000
+#define MAX_BYTES_DEFAULT ((uint64_t)1 << 30)
+#define MAX_BYTES_MIN ((uint64_t)1 << 20)
+#define MAX_BYTES_LIMIT ((uint64_t)1 << 50)
 
 /* ---- clients and the server ---------------------------------------------------------------- */
 
+typedef enum hs_stage { HS_NEW, HS_CHALLENGED, HS_AUTHED } hs_stage;
+
 typedef struct client {
+    struct mt_store_server *server;
     int fd;
     char peer[80];
-    bool greeted;
-    double hello_deadline;
+    hs_stage stage;
+    uint8_t client_nonce[MT_STORE_NONCE_LEN], server_nonce[MT_STORE_NONCE_LEN];
+    double hello_deadline, accepted_at;
+    size_t charged; /* frame + reply buffer bytes counted in the server's buffered total */
     uint8_t head[4];
     size_t head_got;
     uint8_t *frame;
@@ -65,11 +85,20 @@ typedef struct client {
     bool dead;
 } client;
 
+/* Closing strangers' connections: how many were logged in the current one-second window. */
+typedef struct abuse_log {
+    double window_start;
+    unsigned shown, suppressed;
+} abuse_log;
+
 struct mt_store_server {
     int listen_fd;
     int wake[2];
     int port;
     char job_id[MT_STORE_MAX_JOB_ID + 1];
+    mt_store_token token;
+    int max_clients;
+    uint64_t max_bytes;
     double handshake_timeout;
     pthread_t thread;
     bool thread_started;
@@ -79,6 +108,12 @@ struct mt_store_server {
     size_t nclients, cap;
     double listen_paused_until;
     mt_store_kv kv;
+    abuse_log abuse;
+    /* Memory and clients, for mt_store_server_stats; written by the server thread only, read
+     * under stats_mu by others. */
+    pthread_mutex_t stats_mu;
+    mt_store_server_stats stats;
+    uint64_t buffered;
 };
 
 /* Printable form of a key for logs (keys are usually text, but a client chooses them). */
@@ -95,10 +130,54 @@ static void printable(mt_store_bytes b, char *out, size_t cap) {
     out[j] = '\0';
 }
 
+/* Logs the closing of a stranger's connection, at most ABUSE_LOG_PER_S lines a second; the
+ * lines left out are counted in the next one. */
+static void log_abuse(mt_store_server *s, const char *peer, const char *why) {
+    abuse_log *a = &s->abuse;
+    double now = mt_clock_now_s();
+    pthread_mutex_lock(&s->stats_mu);
+    s->stats.refused++;
+    pthread_mutex_unlock(&s->stats_mu);
+    if (now - a->window_start >= 1.0) {
+        if (a->suppressed)
+            mt_log(MT_LOG_WARN, "store: closed %u more unauthenticated connections in the last "
+                   "second without logging each", a->suppressed);
+        a->window_start = now;
+        a->shown = a->suppressed = 0;
+    }
+    if (a->shown >= ABUSE_LOG_PER_S) {
+        a->suppressed++;
+        return;
+    }
+    a->shown++;
+    mt_log(MT_LOG_WARN, "store: closing unauthenticated connection from %s: %s", peer, why);
+}
+
 static void drop(client *c, const char *why) {
     if (c->dead) return;
-    if (why) mt_log(MT_LOG_WARN, "store: dropping client %s: %s", c->peer, why);
+    if (why && c->stage != HS_AUTHED)
+        log_abuse(c->server, c->peer, why);
+    else if (why)
+        mt_log(MT_LOG_WARN, "store: dropping client %s: %s", c->peer, why);
     c->dead = true;
+}
+
+/* Keeps the server's count of buffered bytes (frames being read, replies being written) and
+ * its peaks up to date after c's buffers changed. */
+static void recharge(client *c) {
+    mt_store_server *s = c->server;
+    size_t now = c->frame_cap + c->out.cap;
+    s->buffered = s->buffered - c->charged + now;
+    c->charged = now;
+    pthread_mutex_lock(&s->stats_mu);
+    mt_store_server_stats *st = &s->stats;
+    st->buffered_bytes = s->buffered;
+    st->kv_bytes = s->kv.bytes;
+    if (st->buffered_bytes > st->buffered_peak) st->buffered_peak = st->buffered_bytes;
+    if (st->kv_bytes > st->kv_peak) st->kv_peak = st->kv_bytes;
+    if (st->buffered_bytes + st->kv_bytes > st->total_peak)
+        st->total_peak = st->buffered_bytes + st->kv_bytes;
+    pthread_mutex_unlock(&s->stats_mu);
 }
 
 static void reset_frame(client *c) {
@@ -110,6 +189,7 @@ static void reset_frame(client *c) {
     free(c->frame);
     c->frame = NULL;
     c->frame_cap = 0;
+    recharge(c);
 }
 
 static void flush(client *c) {
@@ -129,6 +209,7 @@ static void flush(client *c) {
     if (c->dead) return;
     c->out.len = c->out_off = 0;
     if (c->out.cap > (1u << 20)) mt_store_buf_free(&c->out);
+    recharge(c);
     if (c->closing) {
         c->dead = true;
         return;
@@ -143,6 +224,7 @@ static void send_reply(client *c) {
         return;
     }
     c->pending = false;
+    recharge(c);
     flush(c);
 }
 
@@ -219,6 +301,20 @@ static void answer_timeout(mt_store_server *s, client *c) {
     send_reply(c);
 }
 
+/* Whether setting key to a value of len bytes keeps the store under MT_STORE_MAX_BYTES; if not,
+ * the client is told so (the connection stays usable). */
+static bool fits(mt_store_server *s, client *c, mt_store_bytes key, size_t len) {
+    size_t after = mt_store_kv_bytes_after_put(&s->kv, key, len);
+    if (after <= s->kv.bytes || after <= s->max_bytes) return true;
+    char name[96], msg[320];
+    printable(key, name, sizeof name);
+    snprintf(msg, sizeof msg, "the store is full: setting '%s' to %zu bytes would hold %zu bytes "
+             "of keys and values, over MT_STORE_MAX_BYTES=%" PRIu64, name, len, after,
+             s->max_bytes);
+    reply_error(c, msg);
+    return false;
+}
+
 /* Parses a store value as a decimal int64; false when it is not one. */
 static bool parse_int(const uint8_t *p, size_t n, int64_t *out) {
     if (n == 0 || n > 20) return false;
@@ -256,6 +352,7 @@ static void serve_add(mt_store_server *s, client *c) {
     v += d;
     char text[32];
     int n = snprintf(text, sizeof text, "%" PRId64, v);
+    if (!fits(s, c, c->req.key, (size_t)n)) return;
     if (!mt_store_kv_put(&s->kv, c->req.key, text, (size_t)n)) {
         reply_error(c, "the store server is out of memory");
         return;
@@ -273,6 +370,7 @@ static void serve_cas(mt_store_server *s, client *c) {
                          (cur.len == 0 || memcmp(cur.data, c->req.expected.data, cur.len) == 0))
                       : c->req.expected.len == 0;
     if (match) {
+        if (!fits(s, c, c->req.key, c->req.value.len)) return;
         if (!mt_store_kv_put(&s->kv, c->req.key, c->req.value.data, c->req.value.len)) {
             reply_error(c, "the store server is out of memory");
             return;
@@ -286,8 +384,51 @@ static void serve_cas(mt_store_server *s, client *c) {
     if (match) wake_waiters(s);
 }
 
-static void serve_hello(mt_store_server *s, client *c) {
+/* The one answer a client that failed the handshake gets, whatever went wrong: REFUSED. */
+static void refuse(client *c, const char *why) {
+    log_abuse(c->server, c->peer, why);
+    c->closing = true;
+    reply_code(c, MT_STORE_R_REFUSED);
+}
+
+static void serve_hello(client *c) {
+    if (c->stage != HS_NEW) {
+        refuse(c, "a second HELLO");
+        return;
+    }
+    if (mt_store_random(c->server_nonce, sizeof c->server_nonce) != MT_OK) {
+        mt_log(MT_LOG_ERROR, "store: %s", mt_last_error());
+        drop(c, NULL);
+        return;
+    }
+    memcpy(c->client_nonce, c->req.nonce.data, MT_STORE_NONCE_LEN);
+    c->stage = HS_CHALLENGED;
+    mt_store_buf_begin(&c->out, MT_STORE_R_OK);
+    mt_store_buf_bytes(&c->out, c->server_nonce, MT_STORE_NONCE_LEN);
+    send_reply(c);
+}
+
+/* Checks mac_c before anything else in AUTH is looked at; then answers with mac_s, and with the
+ * server's version or job id when they differ (the client has the token: it may know them). */
+static void serve_auth(mt_store_server *s, client *c) {
     const mt_store_request *r = &c->req;
+    if (c->stage != HS_CHALLENGED) {
+        refuse(c, "AUTH without a HELLO first");
+        return;
+    }
+    uint8_t want[MT_STORE_MAC_LEN], proof[MT_STORE_MAC_LEN];
+    if (!mt_store_mac(&s->token, "mtstore-client", c->client_nonce, c->server_nonce,
+                      r->signed_part.data, r->signed_part.len, want) ||
+        !mt_store_mac_equal(want, r->mac.data)) {
+        refuse(c, "wrong store token (MT_STORE_TOKEN / --rdzv_conf token_file differ, or a "
+               "stranger)");
+        return;
+    }
+    if (!mt_store_mac(&s->token, "mtstore-server", c->client_nonce, c->server_nonce, r->mac.data,
+                      MT_STORE_MAC_LEN, proof)) {
+        refuse(c, "libcrypto failed to compute the server's proof");
+        return;
+    }
     const char *mine = mt_version();
     if (r->proto != MT_STORE_PROTO_VERSION || r->version.len != strlen(mine) ||
         memcmp(r->version.data, mine, r->version.len) != 0) {
@@ -297,6 +438,7 @@ static void serve_hello(mt_store_server *s, client *c) {
                "runs meshtrain %s (protocol %u)", c->peer, theirs, r->proto, mine,
                MT_STORE_PROTO_VERSION);
         mt_store_buf_begin(&c->out, MT_STORE_R_BAD_VERSION);
+        mt_store_buf_bytes(&c->out, proof, sizeof proof);
         mt_store_buf_u32(&c->out, MT_STORE_PROTO_VERSION);
         mt_store_buf_str(&c->out, mine);
         c->closing = true;
@@ -309,37 +451,71 @@ static void serve_hello(mt_store_server *s, client *c) {
         mt_log(MT_LOG_WARN, "store: refusing client %s: it is in job '%s', this store belongs to "
                "job '%s'", c->peer, theirs, s->job_id);
         mt_store_buf_begin(&c->out, MT_STORE_R_BAD_JOB);
+        mt_store_buf_bytes(&c->out, proof, sizeof proof);
         mt_store_buf_str(&c->out, s->job_id);
         c->closing = true;
         send_reply(c);
         return;
     }
-    c->greeted = true;
-    reply_code(c, MT_STORE_R_OK);
+    c->stage = HS_AUTHED;
+    mt_store_buf_begin(&c->out, MT_STORE_R_OK);
+    mt_store_buf_bytes(&c->out, proof, sizeof proof);
+    send_reply(c);
+}
+
+static void serve_stats(mt_store_server *s, client *c) {
+    mt_store_server_stats st;
+    mt_store_server_get_stats(s, &st);
+    mt_store_buf_begin(&c->out, MT_STORE_R_OK);
+    mt_store_buf_u64(&c->out, st.kv_bytes);
+    mt_store_buf_u64(&c->out, st.kv_peak);
+    mt_store_buf_u64(&c->out, st.buffered_bytes);
+    mt_store_buf_u64(&c->out, st.buffered_peak);
+    mt_store_buf_u64(&c->out, st.total_peak);
+    mt_store_buf_u64(&c->out, st.refused);
+    mt_store_buf_u64(&c->out, st.busy);
+    mt_store_buf_u32(&c->out, st.clients);
+    mt_store_buf_u32(&c->out, st.clients_peak);
+    mt_store_buf_u32(&c->out, st.max_clients);
+    mt_store_buf_u64(&c->out, st.max_bytes);
+    send_reply(c);
 }
 
 static void serve(mt_store_server *s, client *c) {
     char why[160];
+    bool authed = c->stage == HS_AUTHED;
     if (!mt_store_parse_request(c->frame, c->frame_len, &c->req, why, sizeof why)) {
         char msg[200];
         snprintf(msg, sizeof msg, "invalid request: %s", why);
-        drop(c, msg);
+        /* A stranger gets the same one byte whatever it sent; a client of this job is dropped. */
+        if (authed)
+            drop(c, msg);
+        else
+            refuse(c, msg);
         return;
     }
-    if (!c->greeted && c->req.op != MT_STORE_OP_HELLO) {
-        drop(c, "the first request was not the handshake");
+    bool handshake = c->req.op == MT_STORE_OP_HELLO || c->req.op == MT_STORE_OP_AUTH;
+    if (!authed && !handshake) {
+        refuse(c, "a request before the handshake");
         return;
     }
-    if (c->greeted && c->req.op == MT_STORE_OP_HELLO) {
+    if (authed && handshake) {
         drop(c, "a second handshake on one connection");
         return;
     }
     mt_store_bytes value;
     switch (c->req.op) {
     case MT_STORE_OP_HELLO:
-        serve_hello(s, c);
+        serve_hello(c);
+        break;
+    case MT_STORE_OP_AUTH:
+        serve_auth(s, c);
+        break;
+    case MT_STORE_OP_STATS:
+        serve_stats(s, c);
         break;
     case MT_STORE_OP_SET:
+        if (!fits(s, c, c->req.key, c->req.value.len)) break;
         if (!mt_store_kv_put(&s->kv, c->req.key, c->req.value.data, c->req.value.len)) {
             reply_error(c, "the store server is out of memory");
             break;
@@ -399,6 +575,7 @@ static void read_client(mt_store_server *s, client *c) {
                 }
                 c->frame = grown;
                 c->frame_cap = cap;
+                recharge(c);
             }
             dst = c->frame + c->frame_got;
             want = c->frame_cap - c->frame_got;
@@ -420,6 +597,13 @@ static void read_client(mt_store_server *s, client *c) {
             c->head_got += (size_t)n;
             if (c->head_got < 4) continue;
             uint32_t len = mt_store_get_be32(c->head);
+            if (c->stage != HS_AUTHED && len > MT_STORE_MAX_PREAUTH_FRAME) {
+                char msg[160];
+                snprintf(msg, sizeof msg, "a frame of %u bytes before authenticating (at most "
+                         "%u)", len, MT_STORE_MAX_PREAUTH_FRAME);
+                drop(c, msg);
+                return;
+            }
             if (len == 0 || len > MT_STORE_MAX_FRAME) {
                 char msg[160];
                 snprintf(msg, sizeof msg, "frame length %u is outside 1..%zu (garbage or an "
@@ -437,6 +621,43 @@ static void read_client(mt_store_server *s, client *c) {
             }
         }
     }
+}
+
+/* At the client limit, room for one more: the oldest connection that has not authenticated yet
+ * is closed (it had the longest time to do so; a client of the job needs one round trip), else
+ * nothing. */
+static bool make_room(mt_store_server *s) {
+    size_t live = 0;
+    client *oldest = NULL;
+    for (size_t i = 0; i < s->nclients; i++) {
+        client *c = s->clients[i];
+        if (c->dead) continue;
+        live++;
+        if (c->stage != HS_AUTHED && (!oldest || c->accepted_at < oldest->accepted_at))
+            oldest = c;
+    }
+    if (live < (size_t)s->max_clients) return true;
+    if (!oldest) return false;
+    char msg[160];
+    snprintf(msg, sizeof msg, "the store is at its limit of %d connections "
+             "(MT_STORE_MAX_CLIENTS) and this one had not authenticated", s->max_clients);
+    drop(oldest, msg);
+    return true;
+}
+
+/* Tells a connection over the limit so in one byte-sized frame and closes it. */
+static void refuse_busy(mt_store_server *s, int fd, const char *peer) {
+    static const uint8_t busy[5] = {0, 0, 0, 1, MT_STORE_R_BUSY};
+    ssize_t w = send(fd, busy, sizeof busy, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w;
+    close(fd);
+    pthread_mutex_lock(&s->stats_mu);
+    s->stats.busy++;
+    pthread_mutex_unlock(&s->stats_mu);
+    char msg[160];
+    snprintf(msg, sizeof msg, "the store is at its limit of %d authenticated clients "
+             "(MT_STORE_MAX_CLIENTS)", s->max_clients);
+    log_abuse(s, peer, msg);
 }
 
 static void accept_clients(mt_store_server *s, double now) {
@@ -464,6 +685,15 @@ static void accept_clients(mt_store_server *s, double now) {
             s->clients = grown;
             s->cap = cap;
         }
+        char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?", peer[80];
+        getnameinfo((struct sockaddr *)&addr, alen, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV);
+        const char *shown = strncmp(host, "::ffff:", 7) == 0 ? host + 7 : host; /* IPv4 */
+        snprintf(peer, sizeof peer, "%s:%s", shown, serv);
+        if (!make_room(s)) {
+            refuse_busy(s, fd, peer);
+            continue;
+        }
         client *c = calloc(1, sizeof *c);
         if (!c) {
             close(fd);
@@ -471,17 +701,19 @@ static void accept_clients(mt_store_server *s, double now) {
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->server = s;
         /* A client whose host vanished without a reset is dropped (and its waits with it) rather
          * than kept for the kernel's default of hours; a failure only costs that. */
         (void)mt_store_keepalive_apply(fd, mt_default_timeout());
         c->fd = fd;
-        char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
-        getnameinfo((struct sockaddr *)&addr, alen, host, sizeof host, serv, sizeof serv,
-                    NI_NUMERICHOST | NI_NUMERICSERV);
-        const char *shown = strncmp(host, "::ffff:", 7) == 0 ? host + 7 : host; /* IPv4 */
-        snprintf(c->peer, sizeof c->peer, "%s:%s", shown, serv);
+        snprintf(c->peer, sizeof c->peer, "%s", peer);
         c->hello_deadline = now + s->handshake_timeout;
+        c->accepted_at = now;
         s->clients[s->nclients++] = c;
+        pthread_mutex_lock(&s->stats_mu);
+        uint32_t live = (uint32_t)s->nclients;
+        if (live > s->stats.clients_peak) s->stats.clients_peak = live;
+        pthread_mutex_unlock(&s->stats_mu);
     }
 }
 
@@ -489,6 +721,8 @@ static void free_client(client *c) {
     close(c->fd);
     free(c->frame);
     mt_store_buf_free(&c->out);
+    c->frame_cap = 0;
+    recharge(c);
     free(c);
 }
 
@@ -502,6 +736,9 @@ static void sweep(mt_store_server *s) {
     }
     s->nclients = j;
     atomic_store(&s->nclients_public, (int)j);
+    pthread_mutex_lock(&s->stats_mu);
+    s->stats.clients = (uint32_t)j;
+    pthread_mutex_unlock(&s->stats_mu);
 }
 
 /* Drops silent clients, answers expired waits; returns the time until the next deadline. */
@@ -509,10 +746,18 @@ static double expire(mt_store_server *s, double now) {
     double next = 1.0;
     if (s->listen_paused_until > now && s->listen_paused_until - now < next)
         next = s->listen_paused_until - now;
+    /* The count of unlogged closings is said once its window is over, even if no more come. */
+    if (s->abuse.suppressed && now - s->abuse.window_start >= 1.0) {
+        mt_log(MT_LOG_WARN, "store: closed %u more unauthenticated connections in the last "
+               "second without logging each", s->abuse.suppressed);
+        s->abuse.suppressed = 0;
+        s->abuse.shown = 0;
+        s->abuse.window_start = now;
+    }
     for (size_t i = 0; i < s->nclients; i++) {
         client *c = s->clients[i];
         if (c->dead) continue;
-        if (!c->greeted) {
+        if (c->stage != HS_AUTHED) {
             /* Also bounds how long a refused client may take to read its refusal. */
             if (now >= c->hello_deadline) {
                 char msg[120];
@@ -657,35 +902,56 @@ static mt_status open_listener(const char *bind_addr, int port, int *out_fd, int
     return MT_OK;
 }
 
+static mt_status configure(mt_store_server *s, const mt_store_server_opts *o) {
+    MT_TRY(mt_store_token_resolve(o->token, &s->token));
+    long long clients;
+    size_t bytes;
+    MT_TRY(mt_env_int("MT_STORE_MAX_CLIENTS", 1, MAX_CLIENTS_LIMIT,
+                      o->max_clients > 0 ? o->max_clients : MAX_CLIENTS_DEFAULT,
+                      "connections the store accepts at once", &clients));
+    MT_TRY(mt_env_bytes("MT_STORE_MAX_BYTES", MAX_BYTES_MIN, MAX_BYTES_LIMIT,
+                        o->max_bytes > 0 ? (size_t)o->max_bytes : MAX_BYTES_DEFAULT,
+                        "bytes of keys and values the store holds", &bytes));
+    s->max_clients = (int)clients;
+    s->max_bytes = bytes;
+    s->stats.max_clients = (uint32_t)clients;
+    s->stats.max_bytes = bytes;
+    return MT_OK;
+}
+
 mt_status mt_store_server_start(const char *bind_addr, int port, const char *job_id,
                                 mt_store_server **out) {
     int listen_err;
-    return mt_store_server_start_err(bind_addr, port, job_id, out, &listen_err);
+    mt_store_server_opts o = {.bind_addr = bind_addr, .port = port, .job_id = job_id};
+    return mt_store_server_start_opts(&o, out, &listen_err);
 }
 
-mt_status mt_store_server_start_err(const char *bind_addr, int port, const char *job_id,
-                                    mt_store_server **out, int *listen_err) {
+mt_status mt_store_server_start_opts(const mt_store_server_opts *o, mt_store_server **out,
+                                     int *listen_err) {
     *out = NULL;
     *listen_err = 0;
+    int port = o->port;
+    const char *job_id = o->job_id ? o->job_id : "";
     if (port < 0 || port > 65535)
         return mt_error(MT_ERR_INVALID_ARG, "store server: port %d is outside 0..65535", port);
-    if (!job_id) job_id = "";
     if (strlen(job_id) > MT_STORE_MAX_JOB_ID)
         return mt_error(MT_ERR_INVALID_ARG, "store server: job id is longer than %d bytes",
                         MT_STORE_MAX_JOB_ID);
     mt_store_server *s = calloc(1, sizeof *s);
     if (!s) return mt_error(MT_ERR_OUT_OF_MEMORY, "store server: out of memory");
     s->listen_fd = s->wake[0] = s->wake[1] = -1;
+    pthread_mutex_init(&s->stats_mu, NULL);
     snprintf(s->job_id, sizeof s->job_id, "%s", job_id);
     mt_status st = mt_env_seconds("MT_STORE_HANDSHAKE_TIMEOUT_S", 0.001, 1e6,
                                   HANDSHAKE_TIMEOUT_DEFAULT_S,
                                   "how long a new client may take to introduce itself",
                                   &s->handshake_timeout);
+    if (st == MT_OK) st = configure(s, o);
     if (st != MT_OK) {
         st = mt_error_wrap(st, "store server");
         goto fail;
     }
-    st = open_listener(bind_addr, port, &s->listen_fd, &s->port, listen_err);
+    st = open_listener(o->bind_addr, port, &s->listen_fd, &s->port, listen_err);
     if (st != MT_OK) goto fail;
     if (pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
         st = mt_error_errno(MT_ERR_SYSTEM, errno, "store server: cannot create its wake-up pipe");
@@ -702,12 +968,26 @@ mt_status mt_store_server_start_err(const char *bind_addr, int port, const char 
         goto fail;
     }
     s->thread_started = true;
-    mt_log(MT_LOG_DEBUG, "store: serving job '%s' on port %d", s->job_id, s->port);
+    mt_log(MT_LOG_DEBUG, "store: serving job '%s' on %s:%d (%s, at most %d clients and %" PRIu64
+           " bytes of keys and values)", s->job_id, o->bind_addr && *o->bind_addr ? o->bind_addr
+           : "*", s->port, s->token.len ? "token required" : "no token", s->max_clients,
+           s->max_bytes);
     *out = s;
     return MT_OK;
 fail:
     mt_store_server_stop(s);
     return st;
+}
+
+void mt_store_server_get_stats(mt_store_server *s, mt_store_server_stats *out) {
+    pthread_mutex_lock(&s->stats_mu);
+    *out = s->stats;
+    pthread_mutex_unlock(&s->stats_mu);
+}
+
+int mt_store_default_max_clients(int world, int nnodes) {
+    int64_t n = (int64_t)(world > 0 ? world : 1) + 3 * (int64_t)(nnodes > 0 ? nnodes : 1) + 32;
+    return n > MAX_CLIENTS_LIMIT ? MAX_CLIENTS_LIMIT : (int)n;
 }
 
 int mt_store_server_port(const mt_store_server *server) { return server ? server->port : -1; }
@@ -728,9 +1008,22 @@ void mt_store_server_stop(mt_store_server *s) {
     }
     for (size_t i = 0; i < s->nclients; i++) free_client(s->clients[i]);
     free(s->clients);
+    if (s->abuse.suppressed)
+        mt_log(MT_LOG_WARN, "store: closed %u more unauthenticated connections without logging "
+               "each", s->abuse.suppressed);
+    if (s->thread_started) {
+        mt_store_server_stats st = s->stats;
+        mt_log(MT_LOG_DEBUG, "store: stopped; peak %" PRIu64 " bytes of keys and values, %" PRIu64
+               " bytes buffered, %" PRIu64 " together (cap %" PRIu64 "), %u clients at once, %"
+               PRIu64 " unauthenticated connections closed, %" PRIu64 " turned away at the "
+               "client limit", st.kv_peak, st.buffered_peak, st.total_peak, st.max_bytes,
+               st.clients_peak, st.refused, st.busy);
+    }
     mt_store_kv_free(&s->kv);
     if (s->listen_fd >= 0) close(s->listen_fd);
     if (s->wake[0] >= 0) close(s->wake[0]);
     if (s->wake[1] >= 0) close(s->wake[1]);
+    OPENSSL_cleanse(&s->token, sizeof s->token);
+    pthread_mutex_destroy(&s->stats_mu);
     free(s);
 }

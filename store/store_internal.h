@@ -8,12 +8,27 @@
 #include <meshtrain/status.h>
 #include <meshtrain/store.h>
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Client connect with an explicit meshtrain version string: the tests use it to play a client of
  * another build. mt_store_connect passes mt_version(). */
 mt_status mt_store_connect_version(const char *host, int port, const char *job_id,
                                    const char *version, double timeout_s, mt_store **out);
+
+/* The most general connect: also the token (NULL: MT_STORE_TOKEN from the environment; "": none).
+ * A wrong token fails at once with MT_ERR_MISMATCH, whose message says only that the store
+ * refused the handshake (the server tells a client without the token nothing more). */
+mt_status mt_store_connect_token(const char *host, int port, const char *job_id,
+                                 const char *version, const char *token, double timeout_s,
+                                 mt_store **out);
+
+/* Runs the client side of the handshake on a connected socket (tests drive raw connections
+ * with it). A refusal is final (*retry false); anything else may be retried. */
+mt_status mt_store_client_handshake(int fd, const char *addr, const char *job_id,
+                                    const char *version, const char *token, double deadline,
+                                    bool *retry);
 
 /* Waits until any of the keys exists; *which is its index and *value (may be NULL; malloc'd,
  * NUL-terminated, caller frees) its value. The timeout error names the keys. */
@@ -54,10 +69,41 @@ mt_status mt_timeout_from_env(double *out);
 /* "host:port" of a client's server, for messages. */
 const char *mt_store_address(const mt_store *store);
 
-/* mt_store_server_start that also says why the port could not be listened on: *listen_err is
- * that errno (EADDRINUSE: the port is taken), 0 when the failure was another one. */
-mt_status mt_store_server_start_err(const char *bind_addr, int port, const char *job_id,
-                                    mt_store_server **out, int *listen_err);
+/* How a server is started (mt_store_server_start_opts). */
+typedef struct mt_store_server_opts {
+    const char *bind_addr; /* NULL or "": every interface */
+    int port;              /* 0: a free port */
+    const char *job_id;
+    const char *token;     /* NULL: MT_STORE_TOKEN from the environment; "": none */
+    int max_clients;       /* connections at once; 0: 1024. MT_STORE_MAX_CLIENTS wins when set */
+    uint64_t max_bytes;    /* keys + values; 0: 1 GiB. MT_STORE_MAX_BYTES wins when set */
+} mt_store_server_opts;
+
+/* The client limit a job's store gets by default: a connection per rank, three per node's mtrun
+ * (its main, heartbeat and watcher connections) and a margin for reconnects and tools. */
+int mt_store_default_max_clients(int world, int nnodes);
+
+/* Starts a server; *listen_err is the errno of a failed listen (EADDRINUSE: the port is taken),
+ * 0 when the failure was another one. A bad token or MT_STORE_MAX_* is an error that says which. */
+mt_status mt_store_server_start_opts(const mt_store_server_opts *opts, mt_store_server **out,
+                                     int *listen_err);
+
+/* What a server holds and has held: the bound on its memory that docs/security.md promises is
+ * kv + buffered <= MT_STORE_MAX_BYTES + connections x the largest frame each may send. */
+typedef struct mt_store_server_stats {
+    uint64_t kv_bytes, kv_peak;             /* keys + values + bookkeeping (the capped part) */
+    uint64_t buffered_bytes, buffered_peak; /* frames being read and replies being written */
+    uint64_t total_peak;                    /* the largest kv + buffered seen at once */
+    uint64_t refused;                       /* unauthenticated connections closed */
+    uint64_t busy;                          /* connections turned away at the client limit */
+    uint32_t clients, clients_peak, max_clients;
+    uint64_t max_bytes;
+} mt_store_server_stats;
+
+/* The server's counters, from any thread. A client of the job can read the same through
+ * mt_store_stats (the STATS request), which a stranger cannot send. */
+void mt_store_server_get_stats(mt_store_server *server, mt_store_server_stats *out);
+mt_status mt_store_stats(mt_store *store, mt_store_server_stats *out);
 
 /* Number of clients currently connected to a server (the runtime waits for them to leave before
  * stopping its server; tests). */

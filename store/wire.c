@@ -197,12 +197,30 @@ bool mt_store_parse_request(const uint8_t *payload, size_t len, mt_store_request
     switch (op) {
     case MT_STORE_OP_HELLO:
         req->magic = mt_store_read_u32(&r);
-        req->proto = mt_store_read_u32(&r);
+        req->format = mt_store_read_u32(&r);
         if (!r.bad && req->magic != MT_STORE_MAGIC)
             return fail(why, why_cap, "handshake with a wrong magic number (not a meshtrain client)");
+        if (!r.bad && req->format != MT_STORE_HANDSHAKE_FORMAT) {
+            snprintf(why, why_cap, "handshake format %u, this store speaks %u (an older or newer "
+                     "meshtrain)", req->format, MT_STORE_HANDSHAKE_FORMAT);
+            return false;
+        }
+        req->nonce = mt_store_read_bytes(&r, MT_STORE_NONCE_LEN);
+        if (r.bad || req->nonce.len != MT_STORE_NONCE_LEN)
+            return fail(why, why_cap, "malformed handshake");
+        break;
+    case MT_STORE_OP_AUTH: {
+        const uint8_t *start = r.p;
+        req->proto = mt_store_read_u32(&r);
         req->version = mt_store_read_bytes(&r, MT_STORE_MAX_VERSION);
         req->job_id = mt_store_read_bytes(&r, MT_STORE_MAX_JOB_ID);
-        if (r.bad) return fail(why, why_cap, "malformed handshake");
+        req->signed_part = (mt_store_bytes){start, (size_t)(r.p - start)};
+        req->mac = mt_store_read_bytes(&r, MT_STORE_MAC_LEN);
+        if (r.bad || req->mac.len != MT_STORE_MAC_LEN)
+            return fail(why, why_cap, "malformed authentication");
+        break;
+    }
+    case MT_STORE_OP_STATS:
         break;
     case MT_STORE_OP_SET:
         ok = read_key(&r, &req->key, why, why_cap) && read_value(&r, &req->value, why, why_cap);

@@ -6,8 +6,23 @@
  * payload starts with an opcode byte, a reply's with a reply code byte; the fields that follow
  * are fixed-size big-endian integers and byte strings (4-byte length, then the bytes). Payloads
  * are bounded by MT_STORE_MAX_FRAME so that a reader can refuse a frame from its length prefix
- * alone. The first request on a connection must be HELLO (magic, protocol version, meshtrain
- * version, job id); the server refuses another job or another build with a reply that says why.
+ * alone; before a client has authenticated, by MT_STORE_MAX_PREAUTH_FRAME.
+ *
+ * The handshake (docs/security.md) is a challenge-response over the job's token (store/auth.h):
+ *   client: HELLO  magic, handshake format, client nonce (32 random bytes)
+ *   server: OK     server nonce (32 random bytes)
+ *   client: AUTH   proto, version, job id, mac_c
+ *                  mac_c = HMAC-SHA256(token, "mtstore-client\0" || nonces || AUTH fields before
+ *                  mac_c, as sent)
+ *   server: OK mac_s | BAD_VERSION mac_s proto version | BAD_JOB mac_s job id | REFUSED
+ *                  mac_s = HMAC-SHA256(token, "mtstore-server\0" || nonces || mac_c)
+ * The server checks mac_c (CRYPTO_memcmp) before it looks at the version or the job id, so a
+ * client without the token gets the one-byte REFUSED whatever it sent and learns neither. The
+ * client checks mac_s before it believes any answer, so a stranger posing as the store cannot
+ * feed it keys. A store without a token uses the empty key: the same exchange, no protection.
+ * HELLO and AUTH keep their layout across builds (the handshake format); proto and version are
+ * compared after authentication, so clients of another build get a clear "mixed builds" error.
+ * Only an authenticated client may send any other request.
  */
 #ifndef MT_STORE_WIRE_H
 #define MT_STORE_WIRE_H
@@ -18,17 +33,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store/auth.h"
+
 #define MT_STORE_MAGIC 0x4d545354u /* "MTST" */
-#define MT_STORE_PROTO_VERSION 1u
+/* The layout of HELLO and AUTH; 1 was the unauthenticated HELLO of meshtrain <= 0.3.0. */
+#define MT_STORE_HANDSHAKE_FORMAT 2u
+#define MT_STORE_PROTO_VERSION 2u
 #define MT_STORE_MAX_JOB_ID 255
 #define MT_STORE_MAX_VERSION 64
 /* WAIT takes at most this many keys (bounded so a frame cannot ask for unbounded work). */
 #define MT_STORE_MAX_WAIT_KEYS 65536
 /* compare_set carries two values and a key; nothing else is larger. */
 #define MT_STORE_MAX_FRAME ((size_t)2 * MT_STORE_MAX_VALUE + MT_STORE_MAX_KEY + 64)
+/* Before authentication a frame is at most this long (AUTH, the largest, is under 400 bytes):
+ * a stranger cannot make the server buffer more than this per connection. */
+#define MT_STORE_MAX_PREAUTH_FRAME 1024u
 
 typedef enum mt_store_op {
-    MT_STORE_OP_HELLO = 1,   /* u32 magic, u32 proto, str version, str job id */
+    MT_STORE_OP_HELLO = 1,   /* u32 magic, u32 handshake format, 32-byte client nonce */
     MT_STORE_OP_SET = 2,     /* key, value */
     MT_STORE_OP_GET = 3,     /* key, u64 timeout ms (server-side wait) */
     MT_STORE_OP_TRY_GET = 4, /* key */
@@ -36,7 +58,9 @@ typedef enum mt_store_op {
     MT_STORE_OP_CAS = 6,     /* key, expected, desired */
     MT_STORE_OP_WAIT = 7,    /* u8 any, u64 timeout ms, u32 n, n keys; reply u32 index (+ the
                               * value of that key in any mode) */
-    MT_STORE_OP_DELETE = 8   /* key */
+    MT_STORE_OP_DELETE = 8,  /* key */
+    MT_STORE_OP_AUTH = 9,    /* u32 proto, str version, str job id, 32-byte mac_c */
+    MT_STORE_OP_STATS = 10   /* reply: the server's memory and clients (mt_store_server_stats) */
 } mt_store_op;
 
 typedef enum mt_store_reply {
@@ -44,8 +68,10 @@ typedef enum mt_store_reply {
     MT_STORE_R_NOT_FOUND = 1,   /* try_get: no such key */
     MT_STORE_R_TIMEOUT = 2,     /* get/wait: deadline passed; wait: u32 n + the missing keys */
     MT_STORE_R_ERROR = 3,       /* str message (e.g. add on a non-integer value) */
-    MT_STORE_R_BAD_JOB = 4,     /* hello refused: str the server's job id */
-    MT_STORE_R_BAD_VERSION = 5  /* hello refused: u32 server proto, str server version */
+    MT_STORE_R_BAD_JOB = 4,     /* auth: mac_s, str the server's job id */
+    MT_STORE_R_BAD_VERSION = 5, /* auth: mac_s, u32 server proto, str server version */
+    MT_STORE_R_REFUSED = 6,     /* handshake refused; nothing follows, whatever the reason */
+    MT_STORE_R_BUSY = 7         /* the server is at its client limit; nothing follows */
 } mt_store_reply;
 
 /* A byte string inside a frame (not NUL-terminated). */
@@ -63,8 +89,12 @@ typedef struct mt_store_request {
     int64_t delta;           /* ADD */
     uint64_t timeout_ms;     /* GET, WAIT */
     bool any;                /* WAIT: done when any key exists instead of all */
-    uint32_t magic, proto;   /* HELLO */
+    uint32_t magic, format;  /* HELLO */
+    mt_store_bytes nonce;    /* HELLO: MT_STORE_NONCE_LEN bytes */
+    uint32_t proto;          /* AUTH */
     mt_store_bytes version, job_id;
+    mt_store_bytes mac;      /* AUTH: MT_STORE_MAC_LEN bytes */
+    mt_store_bytes signed_part; /* AUTH: the fields mac_c covers (proto .. job id) */
     uint32_t nkeys;          /* WAIT: the keys follow at keys_at, each a length-prefixed string */
     const uint8_t *keys_at;
     size_t keys_len;

@@ -1,8 +1,12 @@
 /* Rendezvous store: a TCP key-value store in the spirit of PyTorch's TCPStore.
  *
  * node 0's mtrun (or rank 0 when a program starts without mtrun) hosts the server; every process
- * connects as a client. The handshake carries the job id and the meshtrain version: a client of
- * another job or another build is refused with a message. Keys are at most MT_STORE_MAX_KEY bytes,
+ * connects as a client. Every connection first proves that it knows the job's store token
+ * (MT_STORE_TOKEN, read by mt_store_server_start and mt_store_connect; none when unset) with an
+ * HMAC-SHA256 challenge-response; then the job id and the meshtrain version are compared: a client
+ * of another job or another build is refused with a message, a client without the token with
+ * nothing (docs/security.md). The server caps its connections (MT_STORE_MAX_CLIENTS, 1024) and the
+ * bytes of its keys and values (MT_STORE_MAX_BYTES, 1 GiB). Keys are at most MT_STORE_MAX_KEY bytes,
  * values at most MT_STORE_MAX_VALUE bytes. Every blocking call takes a timeout in seconds; a
  * negative timeout means the default, MT_TIMEOUT_S (300 when unset).
  *
@@ -29,7 +33,8 @@ typedef struct mt_store_server mt_store_server;
 typedef struct mt_store mt_store;
 
 /* Starts a server on bind_addr:port (NULL or "" = all interfaces; port 0 = a free port) that
- * serves on its own thread and admits only clients of job_id. */
+ * serves on its own thread and admits only clients of job_id that know MT_STORE_TOKEN. A bad
+ * MT_STORE_TOKEN, MT_STORE_MAX_CLIENTS or MT_STORE_MAX_BYTES is an error naming it. */
 MT_API mt_status mt_store_server_start(const char *bind_addr, int port, const char *job_id,
                                        mt_store_server **out);
 

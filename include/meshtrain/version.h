@@ -9,7 +9,7 @@ extern "C" {
 #endif
 
 #define MT_VERSION_MAJOR 0
-#define MT_VERSION_MINOR 3
+#define MT_VERSION_MINOR 4
 #define MT_VERSION_PATCH 0
 
 /* "MAJOR.MINOR.PATCH" of the library linked at run time. */

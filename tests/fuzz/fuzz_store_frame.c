@@ -1,12 +1,16 @@
 /* Fuzzes the store server's request parser, the code that reads bytes a remote peer chose.
  *
  * Property: parsing never reads out of bounds (ASan), and whatever parses re-encodes to exactly
- * the input bytes with every field within its bound, so nothing malformed is accepted.
+ * the input bytes with every field within its bound, so nothing malformed is accepted. The
+ * handshake is driven too: an AUTH that parses is checked the way the server checks it, and only
+ * the unmutated one, whose MAC was made with the token over its own bytes, may pass; a mutated
+ * HELLO or AUTH never passes for a good one.
  *
  * With libFuzzer (clang, ASan+UBSan), for as long as you like (docs/fuzzing.md):
  *   scripts/fuzz 600 fuzz_store_frame
  * Without it (ctest), a built-in driver mutates valid requests of every opcode with a fixed seed.
  */
+#include "store/auth.h"
 #include "store/wire.h"
 
 #include <stdio.h>
@@ -18,9 +22,16 @@ static void encode(const mt_store_request *r, mt_store_buf *b) {
     switch (r->op) {
     case MT_STORE_OP_HELLO:
         mt_store_buf_u32(b, r->magic);
+        mt_store_buf_u32(b, r->format);
+        mt_store_buf_bytes(b, r->nonce.data, r->nonce.len);
+        break;
+    case MT_STORE_OP_AUTH:
         mt_store_buf_u32(b, r->proto);
         mt_store_buf_bytes(b, r->version.data, r->version.len);
         mt_store_buf_bytes(b, r->job_id.data, r->job_id.len);
+        mt_store_buf_bytes(b, r->mac.data, r->mac.len);
+        break;
+    case MT_STORE_OP_STATS:
         break;
     case MT_STORE_OP_SET:
         mt_store_buf_bytes(b, r->key.data, r->key.len);
@@ -62,6 +73,23 @@ static void fail(const char *what, const uint8_t *data, size_t size) {
     abort();
 }
 
+/* The handshake's fixed inputs: a token and the two nonces of one exchange. */
+static const char TOKEN[] = "fuzz-token-0123456789abcdef0123456789abcdef";
+static const uint8_t CLIENT_NONCE[MT_STORE_NONCE_LEN] = {1, 2, 3};
+static const uint8_t SERVER_NONCE[MT_STORE_NONCE_LEN] = {4, 5, 6};
+/* The one AUTH payload that carries a valid MAC (built in auth_seed). */
+static uint8_t good_auth[512];
+static size_t good_auth_len;
+
+/* The server's check of an AUTH request (store/server.c serve_auth). */
+static bool auth_passes(const mt_store_request *r) {
+    mt_store_token t;
+    uint8_t want[MT_STORE_MAC_LEN];
+    if (mt_store_token_resolve(TOKEN, &t) != MT_OK) abort();
+    return mt_store_mac(&t, "mtstore-client", CLIENT_NONCE, SERVER_NONCE, r->signed_part.data,
+                        r->signed_part.len, want) && mt_store_mac_equal(want, r->mac.data);
+}
+
 static void check_one(const uint8_t *data, size_t size) {
     mt_store_request r;
     char why[160];
@@ -69,7 +97,21 @@ static void check_one(const uint8_t *data, size_t size) {
         if (!why[0]) fail("rejected without a reason", data, size);
         return;
     }
-    bool keyed = r.op != MT_STORE_OP_HELLO && r.op != MT_STORE_OP_WAIT;
+    if (r.op == MT_STORE_OP_HELLO &&
+        (r.magic != MT_STORE_MAGIC || r.format != MT_STORE_HANDSHAKE_FORMAT ||
+         r.nonce.len != MT_STORE_NONCE_LEN))
+        fail("accepted a malformed HELLO", data, size);
+    if (r.op == MT_STORE_OP_AUTH) {
+        if (r.mac.len != MT_STORE_MAC_LEN || r.signed_part.data != data + 1 ||
+            r.signed_part.len + 4 + MT_STORE_MAC_LEN + 1 != size)
+            fail("AUTH's signed part is not exactly the fields before the MAC", data, size);
+        bool good = size == good_auth_len && memcmp(data, good_auth, size) == 0;
+        if (auth_passes(&r) != good)
+            fail(good ? "the genuine AUTH does not verify" : "a mutated AUTH verifies", data,
+                 size);
+    }
+    bool keyed = r.op != MT_STORE_OP_HELLO && r.op != MT_STORE_OP_WAIT &&
+                 r.op != MT_STORE_OP_AUTH && r.op != MT_STORE_OP_STATS;
     if (keyed && (r.key.len == 0 || r.key.len > MT_STORE_MAX_KEY))
         fail("accepted a key out of bounds", data, size);
     if (r.value.len > MT_STORE_MAX_VALUE || r.expected.len > MT_STORE_MAX_VALUE)
@@ -91,8 +133,28 @@ static void check_one(const uint8_t *data, size_t size) {
     mt_store_buf_free(&b);
 }
 
+/* Builds the genuine AUTH (a finished frame in b) and remembers its payload in good_auth. */
+static void auth_seed(mt_store_buf *b) {
+    mt_store_token t;
+    uint8_t mac[MT_STORE_MAC_LEN];
+    if (mt_store_token_resolve(TOKEN, &t) != MT_OK) abort();
+    mt_store_buf_begin(b, MT_STORE_OP_AUTH);
+    mt_store_buf_u32(b, MT_STORE_PROTO_VERSION);
+    mt_store_buf_str(b, "0.3.0");
+    mt_store_buf_str(b, "job");
+    if (!mt_store_mac(&t, "mtstore-client", CLIENT_NONCE, SERVER_NONCE, b->data + 5, b->len - 5,
+                      mac))
+        abort();
+    mt_store_buf_bytes(b, mac, sizeof mac);
+    mt_store_buf_finish(b);
+    good_auth_len = b->len - 4;
+    memcpy(good_auth, b->data + 4, good_auth_len);
+}
+
 #ifdef MT_FUZZ_LIBFUZZER
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static mt_store_buf seed;
+    if (!good_auth_len) auth_seed(&seed);
     check_one(data, size);
     return 0;
 }
@@ -111,9 +173,11 @@ static int seeds(mt_store_buf *out) {
     int n = 0;
     mt_store_buf_begin(&out[n], MT_STORE_OP_HELLO);
     mt_store_buf_u32(&out[n], MT_STORE_MAGIC);
-    mt_store_buf_u32(&out[n], MT_STORE_PROTO_VERSION);
-    mt_store_buf_str(&out[n], "0.1.0");
-    mt_store_buf_str(&out[n++], "job");
+    mt_store_buf_u32(&out[n], MT_STORE_HANDSHAKE_FORMAT);
+    mt_store_buf_bytes(&out[n++], CLIENT_NONCE, MT_STORE_NONCE_LEN);
+    auth_seed(&out[n++]);
+    mt_store_buf_begin(&out[n], MT_STORE_OP_STATS);
+    n++;
     mt_store_buf_begin(&out[n], MT_STORE_OP_SET);
     mt_store_buf_str(&out[n], "key");
     mt_store_buf_str(&out[n++], "value");

@@ -3,6 +3,8 @@
  * On failure it prints the error on stderr and exits 2.
  *
  *   prog_init              run as a rank
+ *   prog_init --hold S     run as a rank, staying S seconds after the all_reduce (with its store
+ *                          connection and UCX endpoints open: tests look at its sockets)
  *   prog_init --free-port  print a TCP port that is free now (for MASTER_PORT) and exit */
 #include <meshtrain/comm.h>
 #include <meshtrain/runtime.h>
@@ -10,6 +12,7 @@
 
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -35,6 +38,7 @@ static int fail(const char *what, mt_status st) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--free-port")) return free_port();
+    unsigned hold = argc > 2 && !strcmp(argv[1], "--hold") ? (unsigned)atoi(argv[2]) : 0;
     mt_runtime *rt;
     mt_status st = mt_init(&rt, &argc, &argv);
     if (st != MT_OK) return fail("mt_init", st);
@@ -54,6 +58,8 @@ int main(int argc, char **argv) {
         return 3;
     }
     printf("rank=%d allreduce ok\n", rank);
+    fflush(stdout);
+    if (hold) sleep(hold);
     mt_finalize(rt);
     return 0;
 }

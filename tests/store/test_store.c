@@ -2,6 +2,9 @@
  * limits, and misbehaving clients on raw sockets. After each bad client the server must still
  * serve a good one, and the good client's error messages must say what matters. */
 #include "check.h"
+#include "store/store_raw.h"
+
+#include "core/clock.h"
 
 #include "store/store_internal.h"
 #include "store/wire.h"
@@ -9,13 +12,9 @@
 #include <meshtrain/store.h>
 #include <meshtrain/version.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,61 +37,15 @@ static bool has(const char *text, const char *word) { return strstr(text, word) 
                       mt_last_error());                                                            \
     } while (0)
 
-/* ---- raw sockets --------------------------------------------------------------------------- */
+/* ---- raw sockets (store_raw.h) ------------------------------------------------------------ */
 
-static int raw_connect(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static bool raw_send(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n) {
-        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
-        if (w <= 0) return false;
-        c += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-/* True when the server closes the connection within ms (any reply bytes are skipped). */
-static bool raw_closed_within(int fd, int ms) {
-    char buf[4096];
-    for (int waited = 0; waited < ms; waited += 10) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 10) <= 0) continue;
-        ssize_t n = recv(fd, buf, sizeof buf, 0);
-        if (n <= 0) return true;
-    }
-    return false;
-}
-
-static void frame_hello(mt_store_buf *b, const char *version, const char *job) {
-    mt_store_buf_begin(b, MT_STORE_OP_HELLO);
-    mt_store_buf_u32(b, MT_STORE_MAGIC);
-    mt_store_buf_u32(b, MT_STORE_PROTO_VERSION);
-    mt_store_buf_str(b, version);
-    mt_store_buf_str(b, job);
-    mt_store_buf_finish(b);
-}
-
-/* A greeted raw connection (the handshake reply is read and checked). */
+/* A raw connection that has passed the handshake (as a client without a token, like the server). */
 static int raw_greeted(int port) {
     int fd = raw_connect(port);
-    mt_store_buf b = {0};
-    frame_hello(&b, mt_version(), JOB);
-    bool ok = fd >= 0 && raw_send(fd, b.data, b.len);
-    mt_store_buf_free(&b);
-    uint8_t reply[5];
-    ok = ok && recv(fd, reply, 5, MSG_WAITALL) == 5 && reply[4] == MT_STORE_R_OK;
-    CHECK(ok);
+    bool retry;
+    CHECK(fd >= 0);
+    CHECK_OK(mt_store_client_handshake(fd, "raw", JOB, mt_version(), "", mt_clock_now_s() + 5,
+                                       &retry));
     return fd;
 }
 

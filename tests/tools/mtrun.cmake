@@ -13,3 +13,12 @@ foreach(t env failure crossnode signal node_lost rdzv_errors sigterm options c10
 endforeach()
 # Where no user and network namespace can be made, the link-cut test says so and is skipped.
 set_tests_properties(mtrun_link_cut PROPERTIES SKIP_RETURN_CODE 77)
+
+# The store's security under mtrun: loopback-only listeners (ss), token files and tokens across
+# nodes, MT_SOCKET_IFNAME on a real interface; prog_init (tests/mesh) is a rank with a store
+# connection and UCX endpoints.
+mt_add_mp_test(mtrun_security
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mtrun_security.sh $<TARGET_FILE:mtrun>
+          $<TARGET_FILE:prog_mtrun_worker> $<TARGET_FILE:prog_mtrun_freeport>
+          $<TARGET_FILE:prog_init>
+  TIMEOUT 180)

@@ -582,9 +582,9 @@ int mtrun_cluster_join(mtrun_options *o, int port, double join_s, double timeout
         return 1;
     }
 
-    /* The hosting node talks to its own server over loopback: the master address may name an
-     * interface that only other hosts route to. */
-    const char *host = o->hosts_store ? "127.0.0.1" : c->addr;
+    /* The hosting node talks to its own server at the address it listens on: the master
+     * address may resolve elsewhere on this host (loopback, another interface). */
+    const char *host = o->hosts_store ? o->store_bind : c->addr;
     double deadline = mtrun_now() + join_s;
     int code = connect_until(c, host, deadline, sigfd, &c->main_conn);
     if (code < 0 && c->node < 0) {

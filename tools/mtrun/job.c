@@ -278,7 +278,11 @@ static void start_ranks(job *j) {
     }
     mtrun_launch l = {.path = path, .argv = o->program_argv, .nnodes = o->nnodes,
                       .nproc_per_node = o->nproc_per_node, .node_rank = o->node_rank,
-                      .master_addr = o->master_addr, .master_port = j->port,
+                      /* The hosting node's ranks reach its store where it listens (on
+                       * every interface: by the name the other nodes use too). */
+                      .master_addr = o->hosts_store && o->store_listen[0] ? o->store_bind
+                                                                          : o->master_addr,
+                      .master_port = j->port,
                       .job_id = o->rdzv_id, .role = o->role, .restart_count = j->round,
                       .max_restarts = o->max_restarts};
     for (int i = 0; i < j->n && j->ph == RUNNING; i++) {

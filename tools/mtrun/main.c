@@ -7,10 +7,10 @@
 #include "msg.h"
 #include "options.h"
 #include "restart.h"
+#include "security.h"
 
 #include "core/env.h"
-#include "mesh/netif.h"
-#include "store/store_internal.h" /* mt_store_server_start_err */
+#include "store/store_internal.h" /* mt_store_server_start_opts */
 
 #include <meshtrain/store.h>
 
@@ -100,15 +100,13 @@ static int run(mtrun_options *o, mtrun_binding *binding) {
     mt_store_server *server = NULL;
     int port = o->master_port;
     if (o->hosts_store) {
-        char ifaddr[64];
-        const char *bind_addr = NULL;
-        if (mt_netif_store_bind(ifaddr, sizeof ifaddr, &bind_addr) != MT_OK) {
-            mtrun_msg("%s", mt_last_error());
-            return 2;
-        }
+        int bad = mtrun_security_store_bind(o);
+        if (bad >= 0) return bad;
+        mt_store_server_opts so = {.bind_addr = o->store_listen, .port = o->master_port,
+                                   .job_id = o->rdzv_id,
+                                   .max_clients = mtrun_security_max_clients(o)};
         int listen_err = 0;
-        if (mt_store_server_start_err(bind_addr, o->master_port, o->rdzv_id, &server,
-                                      &listen_err) != MT_OK) {
+        if (mt_store_server_start_opts(&so, &server, &listen_err) != MT_OK) {
             if (listen_err != EADDRINUSE || !c10d_may_leave_hosting(o)) {
                 mtrun_msg("cannot host the rendezvous store on port %d: %s", o->master_port,
                           mt_last_error());
@@ -148,6 +146,8 @@ int main(int argc, char **argv) {
     /* The topology is read before any thread exists, and a bad MT_TOPO_FILE stops this node
      * before it joins the job. */
     o.hosts_store = decide_hosting(&o);
+    r = mtrun_security_prepare(&o);
+    if (r >= 0) return r;
     mtrun_binding *binding = NULL;
     r = mtrun_binding_prepare(&o, &binding);
     if (r != 0) return r;

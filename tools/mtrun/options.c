@@ -37,7 +37,8 @@ static const char usage_text[] =
     "  --rdzv_backend B      static (node_rank 0 hosts the store; the default) or c10d\n"
     "  --rdzv_id ID          job id; every node of one job passes the same (default none)\n"
     "  --rdzv_conf K=V,...   join_timeout=S (wait for all nodes, default MT_TIMEOUT_S),\n"
-    "                        last_call_timeout=S (accepted, no effect), is_host=true|false\n"
+    "                        last_call_timeout=S (accepted, no effect), is_host=true|false,\n"
+    "                        token_file=PATH (the store token, mode 0600; else MT_STORE_TOKEN)\n"
     "  --local_addr ADDR     this node's address, to decide whether it hosts the store (c10d)\n"
     "  --role NAME           ROLE_NAME for the ranks (default \"default\")\n"
     "  --max_restarts N      after a rank fails, restart every rank up to N times (0)\n"
@@ -154,7 +155,7 @@ static int parse_nnodes(const char *name, const char *value, mtrun_options *o) {
     return MTRUN_PARSE_RUN;
 }
 
-/* --rdzv_conf key=value,...: join_timeout, last_call_timeout, is_host. */
+/* --rdzv_conf key=value,...: join_timeout, last_call_timeout, is_host, token_file. */
 static int parse_conf(const char *name, const char *value, mtrun_options *o) {
     const char *p = value;
     while (*p) {
@@ -185,9 +186,12 @@ static int parse_conf(const char *name, const char *value, mtrun_options *o) {
             if (!strcmp(v, "true") || !strcmp(v, "1")) o->is_host = 1;
             else if (!strcmp(v, "false") || !strcmp(v, "0")) o->is_host = 0;
             else return bad_value("rdzv_conf is_host", v, "true, false, 1 or 0");
+        } else if (!strcmp(key, "token_file")) {
+            if (!*v) return bad_value("rdzv_conf token_file", v, "a file name");
+            snprintf(o->token_file, sizeof o->token_file, "%s", v);
         } else {
-            mtrun_msg("unknown --%s key '%s' (known: join_timeout, last_call_timeout, is_host)",
-                      name, key);
+            mtrun_msg("unknown --%s key '%s' (known: join_timeout, last_call_timeout, is_host, "
+                      "token_file)", name, key);
             return 2;
         }
         p += len + (comma ? 1 : 0);

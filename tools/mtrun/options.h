@@ -21,10 +21,13 @@ typedef struct mtrun_options {
     double join_timeout;        /* --rdzv_conf join_timeout; < 0: MT_TIMEOUT_S */
     double last_call_timeout;   /* accepted; no effect while membership is fixed */
     int is_host;                /* --rdzv_conf is_host: 1, 0, or -1 to decide by address */
+    char token_file[256];       /* --rdzv_conf token_file: "" when not given */
     const char *role;           /* --role: ROLE_NAME */
     int max_restarts;           /* --max_restarts: rounds after the first one (restart.c) */
     double monitor_interval;    /* accepted; mtrun is woken by SIGCHLD rather than polling */
     bool hosts_store;           /* decided in main: this mtrun hosts the rendezvous store */
+    char store_listen[64];      /* where the hosted store listens ("": every interface) */
+    char store_bind[64];        /* where this node's mtrun and ranks reach the hosted store */
     char endpoint_host[256];    /* --rdzv_endpoint's host (master_addr points here) */
     const char *log_dir;  /* NULL: no log files unless --redirects/--tee (a temporary dir) */
     const char *redirects, *tee; /* --redirects/--tee as given (checked); NULL when absent */
