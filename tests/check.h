@@ -7,6 +7,7 @@
 #include <meshtrain/status.h>
 
 #include <stdio.h>
+#include <string.h>
 
 static int check_passed_;
 static int check_failed_;
@@ -38,6 +39,17 @@ static int check_failed_;
     do {                                                                                           \
         mt_status check_s_ = (call);                                                               \
         CHECK_MSG(check_s_ == MT_OK, "%s: %s", mt_status_str(check_s_), mt_last_error());          \
+    } while (0)
+
+/* Checks that a call returned status and that its error message holds every word given. */
+#define CHECK_ERR(call, status, ...)                                                               \
+    do {                                                                                           \
+        mt_status check_s_ = (call);                                                               \
+        CHECK_MSG(check_s_ == (status), "got %s (%s)", mt_status_str(check_s_), mt_last_error());  \
+        const char *check_words_[] = {__VA_ARGS__};                                                \
+        for (size_t w_ = 0; w_ < sizeof check_words_ / sizeof *check_words_; w_++)                 \
+            CHECK_MSG(strstr(mt_last_error(), check_words_[w_]) != NULL, "'%s' not in: %s",       \
+                      check_words_[w_], mt_last_error());                                          \
     } while (0)
 
 static inline int check_report(const char *name) {

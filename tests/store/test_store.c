@@ -27,16 +27,6 @@ static void sleep_ms(int ms) {
 
 static bool has(const char *text, const char *word) { return strstr(text, word) != NULL; }
 
-#define CHECK_ERR(call, status, ...)                                                               \
-    do {                                                                                           \
-        mt_status s_ = (call);                                                                     \
-        CHECK_MSG(s_ == (status), "got %s (%s)", mt_status_str(s_), mt_last_error());              \
-        const char *words_[] = {__VA_ARGS__};                                                      \
-        for (size_t w_ = 0; w_ < sizeof words_ / sizeof *words_; w_++)                             \
-            CHECK_MSG(has(mt_last_error(), words_[w_]), "'%s' not in: %s", words_[w_],             \
-                      mt_last_error());                                                            \
-    } while (0)
-
 /* ---- raw sockets (store_raw.h) ------------------------------------------------------------ */
 
 /* A raw connection that has passed the handshake (as a client without a token, like the server). */

@@ -27,18 +27,6 @@
 #define TOKEN "0123456789abcdef0123456789abcdef-token-A"
 #define OTHER "0123456789abcdef0123456789abcdef-token-B"
 
-static bool has(const char *text, const char *word) { return strstr(text, word) != NULL; }
-
-#define CHECK_ERR(call, status, ...)                                                               \
-    do {                                                                                           \
-        mt_status s_ = (call);                                                                     \
-        CHECK_MSG(s_ == (status), "got %s (%s)", mt_status_str(s_), mt_last_error());              \
-        const char *words_[] = {__VA_ARGS__};                                                      \
-        for (size_t w_ = 0; w_ < sizeof words_ / sizeof *words_; w_++)                             \
-            CHECK_MSG(has(mt_last_error(), words_[w_]), "'%s' not in: %s", words_[w_],             \
-                      mt_last_error());                                                            \
-    } while (0)
-
 static mt_store_server *start(const char *token, int max_clients, uint64_t max_bytes) {
     mt_store_server_opts o = {.bind_addr = "127.0.0.1", .job_id = JOB, .token = token,
                               .max_clients = max_clients, .max_bytes = max_bytes};
