@@ -65,6 +65,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
         sleep((unsigned)(sleep_ms / 1000 + 1)); /* for the test to ask for a diagnosis */
+        mt_mesh_destroy(mesh);
         mt_finalize(rt);
         return 0;
     }
