@@ -156,8 +156,7 @@ void mt_shm_close(mt_transport *tr) {
 /* An ack travels from the reader (group rank `reader`) to the sender: the tag the reader's own
  * data would carry, plus the ack bit, which no data or descriptor has. */
 static uint64_t ack_tag_of(const mt_work *w, int reader, uint32_t sub) {
-    bool p2p = w->kind == MT_OP_SEND || w->kind == MT_OP_RECV;
-    return mt_tag_make(w->group, p2p, w->seq, reader, sub) | MT_TAG_ACK_BIT;
+    return mt_tag_make(w, reader, sub) | MT_TAG_ACK_BIT;
 }
 
 uint64_t mt_shm_recv_mask(const mt_task *task) {

@@ -45,9 +45,24 @@ void mt_describe_rank(mt_transport *tr, int global_rank, char *out, size_t cap) 
     snprintf(out, cap, "rank %d (host %s)", global_rank, host ? host : "?");
 }
 
-uint64_t mt_tag_make(const mt_group *group, bool p2p, uint32_t seq, int src, uint32_t sub) {
-    return ((uint64_t)(group->id & 0xffffu) << MT_TAG_GROUP_SHIFT) | (p2p ? MT_TAG_P2P_BIT : 0) |
-           ((uint64_t)(seq & MT_TAG_SEQ_MASK) << MT_TAG_SEQ_SHIFT) |
+/* The operation's code in the tag: a send and a receive are the same point-to-point exchange. */
+static uint64_t tag_op_of(mt_op_kind kind) {
+    switch (kind) {
+    case MT_OP_ALL_GATHER: return 0;
+    case MT_OP_REDUCE_SCATTER: return 1;
+    case MT_OP_ALL_REDUCE: return 2;
+    case MT_OP_BROADCAST: return 3;
+    case MT_OP_BARRIER: return 4;
+    case MT_OP_SEND:
+    case MT_OP_RECV: return 5;
+    }
+    return MT_TAG_OP_MASK;
+}
+
+uint64_t mt_tag_make(const mt_work *w, int src, uint32_t sub) {
+    return ((uint64_t)(w->group->id & 0xffffu) << MT_TAG_GROUP_SHIFT) |
+           (tag_op_of(w->kind) << MT_TAG_OP_SHIFT) |
+           ((uint64_t)(w->seq & MT_TAG_SEQ_MASK) << MT_TAG_SEQ_SHIFT) |
            ((uint64_t)((uint32_t)src & MT_TAG_SRC_MASK) << MT_TAG_SRC_SHIFT) |
            (uint64_t)(sub & MT_TAG_SUB_MASK);
 }
@@ -102,7 +117,6 @@ mt_status mt_transport_post(mt_transport *tr, mt_task *task) {
     mt_work *w = task->work;
     mt_group *g = w->group;
     int peer_global = g->ranks[task->peer];
-    bool p2p = w->kind == MT_OP_SEND || w->kind == MT_OP_RECV;
     ucp_request_param_t param;
     memset(&param, 0, sizeof param);
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -119,13 +133,13 @@ mt_status mt_transport_post(mt_transport *tr, mt_task *task) {
     }
     task->state = MT_TASK_POSTED;
     if (task->kind == MT_TASK_SEND) {
-        uint64_t tag = mt_tag_make(g, p2p, w->seq, g->rank, task->sub);
+        uint64_t tag = mt_tag_make(w, g->rank, task->sub);
         w->inflight_send++;
         if (mt_shm_try_send(tr, task, tag, peer_global)) return w->failing ? w->status : MT_OK;
         param.cb.send = send_cb;
         req = ucp_tag_send_nbx(tr->eps[peer_global], task->src, task->bytes, tag, &param);
     } else {
-        uint64_t tag = mt_tag_make(g, p2p, w->seq, task->peer, task->sub);
+        uint64_t tag = mt_tag_make(w, task->peer, task->sub);
         /* Always through the callback, which sees the sender's tag and the length (UCX 1.13
          * leaves recv_info unfilled when a receive completes at once). */
         param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;

@@ -22,14 +22,18 @@
 
 struct mt_task;
 
-/* Tag layout (64 bits): group id 16 | p2p 1 | sequence 15 | sender group rank 12 | desc 1 |
+/* Tag layout (64 bits): group id 16 | operation 3 | sequence 13 | sender group rank 12 | desc 1 |
  * ack 1 | sub 18. Different groups, operations, senders and chunks never match each other. The
+ * operation (all_gather, reduce_scatter, ..., or point-to-point) is in the tag so that ranks that
+ * disagree on what their n-th collective of a group is wait, and their timeout and the flight
+ * recorder say so, instead of exchanging same-sized messages and completing with wrong data. The
  * desc bit marks a shared-memory descriptor sent instead of the data (comm/host/shm.c): receives
  * ignore it so that either form matches; the ack bit marks the receiver's reply to one. */
 #define MT_TAG_GROUP_SHIFT 48
-#define MT_TAG_P2P_BIT (UINT64_C(1) << 47)
+#define MT_TAG_OP_SHIFT 45
+#define MT_TAG_OP_MASK 0x7u
 #define MT_TAG_SEQ_SHIFT 32
-#define MT_TAG_SEQ_MASK 0x7fffu
+#define MT_TAG_SEQ_MASK 0x1fffu
 #define MT_TAG_SRC_SHIFT 20
 #define MT_TAG_SRC_MASK 0xfffu
 #define MT_TAG_SUB_MASK 0x3ffffu
@@ -81,7 +85,7 @@ struct mt_transport {
     mt_group *world_group;
 };
 
-uint64_t mt_tag_make(const mt_group *group, bool p2p, uint32_t seq, int src, uint32_t sub);
+uint64_t mt_tag_make(const struct mt_work *w, int src, uint32_t sub);
 /* Posts a task's message on the worker (progress thread). */
 mt_status mt_transport_post(mt_transport *tr, struct mt_task *task);
 /* Cancels a task's outstanding requests (progress thread, failing work). */

@@ -4,9 +4,10 @@
 #   A. one rank of four SIGSTOPped, MT_TIMEOUT_S=5: the others time out and mtrun's diagnosis
 #      names the stopped rank first, as stopped; the rings are written as JSON lines into
 #      --log_dir; the ring files are removed when mtrun ends;
-#   B. a rank issues a reduce_scatter where its dp peer issues an all_gather (same sizes: it
-#      completes, silently wrong): `mtrun --diagnose=PID` and SIGUSR1 both name the disagreement,
-#      and the job goes on to exit 0;
+#   B. a rank issues a reduce_scatter where its dp peer issues an all_gather of the same sizes:
+#      the two wait (the host backend's messages carry the operation) while `mtrun --diagnose=PID`
+#      and SIGUSR1 both name the disagreement; then they time out, the job fails, and the
+#      automatic diagnosis names the disagreement and calls nobody behind;
 #   C. SIGUSR1 to a healthy job: "no rank is behind", and the job finishes with 0;
 #   D. MT_FLIGHT_RECORDER=0: no ring files, SIGUSR1 says the recorder is off; out of range: exit 2;
 #   E. two nodes: SIGUSR1 to node 1 makes node 0 print the diagnosis of all 4 ranks; then a rank
@@ -63,7 +64,14 @@ check "B: SIGUSR1 prints it too" wait_for_text "$TMP/mm.err" "$WANT" 10
 print_diagnosis "$TMP/mm.err"
 check "B: seq 10: rank 1 issued all_gather, rank 3 reduce_scatter" grep -qE \
     "seq 10: rank 1 issued all_gather, rank 3 reduce_scatter$" "$TMP/mm.err"
-expect_rc mm 0 60
+wait_rc "$PID_mm" 90
+check "B: the mismatched ranks time out and the job fails (rc $RC)" \
+    bash -c "[ '$RC' != timeout ] && [ '$RC' != 0 ]"
+grep -A3 "diagnosis (rank" "$TMP/mm.err" | sed 's/^/diagnosis: /'
+n=$(grep -cE "^mtrun:   ranks disagree at group dp#[0-9]+ seq 10: rank 1 issued all_gather, rank 3 reduce_scatter$" "$TMP/mm.err")
+check "B: the diagnosis of the failure names the disagreement too (SIGUSR1's and its: $n)" \
+    test "$n" = 2
+check "B: ... and calls nobody behind" bash -c "! grep -q 'is behind' '$TMP/mm.err'"
 
 # C
 MT_TIMEOUT_S=30 start_bg ok "$MTRUN" --standalone --nproc_per_node 4 "$LOOP" loop 400 10 "$MARKER"

@@ -4,8 +4,10 @@
  *                        of "computation"; rank 0 says "iteration N" every 10, and each rank
  *                        writes its pid into $FR_PID_DIR/rank<R>.pid first (to be stopped).
  *   mismatch - SLEEP_MS  10 all_reduces on dp, then the last rank issues a reduce_scatter where
- *                        the others issue an all_gather (which completes: same sizes); rank 0
- *                        says "mismatch issued", then all sleep SLEEP_MS and end.
+ *                        the others issue an all_gather of the same sizes: the last rank and
+ *                        its dp peer wait until their timeout (the host backend's messages
+ *                        carry the operation) and exit 1; rank 0's group completes, it says
+ *                        "mismatch issued", then the others sleep SLEEP_MS and end.
  * Exits 0 when every collective succeeded, 1 otherwise. */
 #include <meshtrain/meshtrain.h>
 
@@ -55,8 +57,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 10; i++)
             if (mt_all_reduce(dp, buf, buf, 256, MT_F32, MT_REDUCE_SUM, NULL) != MT_OK)
                 return fail(rt, "all_reduce");
-        /* Same message sizes: the host backend completes it without noticing, the silent kind
-         * of disagreement only the rings show. */
+        /* Same message sizes: only the operation in the messages' tags keeps the two from
+         * completing with wrong data. */
         st = rank == world - 1 ? mt_reduce_scatter(dp, out, buf, 64, MT_F32, MT_REDUCE_SUM, NULL)
                                : mt_all_gather(dp, buf, out, 64, MT_F32, NULL);
         if (st != MT_OK) return fail(rt, "the mismatched collective");

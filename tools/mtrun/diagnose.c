@@ -12,6 +12,8 @@
  * is stopped, are the causes and are named first; the others follow as consequences. */
 #include "diagnose.h"
 
+#include <meshtrain/dtype.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,8 +141,10 @@ static int list_groups(const mtrun_fr_rank *ranks, int nranks, char (*names)[MTR
     return n;
 }
 
-/* The lowest seq of group where members recorded different collectives: one line, or false. */
-static bool disagreement(const mtrun_fr_rank *ranks, int nranks, const char *group, text *t) {
+/* The lowest seq of group where members recorded different collectives: one line and that seq,
+ * or false. */
+static bool disagreement(const mtrun_fr_rank *ranks, int nranks, const char *group, text *t,
+                         uint32_t *at) {
     uint32_t lo = UINT32_MAX, hi = 0;
     for (int r = 0; r < nranks; r++)
         for (int i = 0; i < ranks[r].n; i++) {
@@ -163,10 +167,16 @@ static bool disagreement(const mtrun_fr_rank *ranks, int nranks, const char *gro
             }
         }
         for (int i = 1; i < n && !found; i++)
-            found = what[i]->op != what[0]->op || what[i]->bytes != what[0]->bytes;
+            found = what[i]->op != what[0]->op || what[i]->bytes != what[0]->bytes ||
+                    what[i]->dtype != what[0]->dtype;
         if (!found) continue;
-        bool by_op = false;
-        for (int i = 1; i < n; i++) by_op = by_op || what[i]->op != what[0]->op;
+        *at = (uint32_t)s;
+        /* Named by the first of operation, size, dtype that differs. */
+        bool by_op = false, by_bytes = false;
+        for (int i = 1; i < n; i++) {
+            by_op = by_op || what[i]->op != what[0]->op;
+            by_bytes = by_bytes || what[i]->bytes != what[0]->bytes;
+        }
         put(t, "ranks disagree at group %s seq %llu:", group, (unsigned long long)s);
         /* one clause per distinct collective, in the order the ranks come */
         bool *said = calloc((size_t)n, sizeof *said);
@@ -176,16 +186,19 @@ static bool disagreement(const mtrun_fr_rank *ranks, int nranks, const char *gro
             int m = 0;
             for (int j = i; j < n; j++)
                 if (!said[j] && what[j]->op == what[i]->op &&
-                    (by_op || what[j]->bytes == what[i]->bytes)) {
+                    (by_op || (by_bytes ? what[j]->bytes == what[i]->bytes
+                                        : what[j]->dtype == what[i]->dtype))) {
                     said[j] = true;
                     these[m++] = who[j];
                 }
             put(t, "%s ", i ? "," : "");
             put_ranks(t, these, m);
             put(t, i ? " %s" : " issued %s", mtrun_fr_op_name(what[i]->op));
-            if (!by_op) {
+            if (!by_op && by_bytes) {
                 put(t, " of ");
                 put_bytes(t, what[i]->bytes);
+            } else if (!by_op) {
+                put(t, " of %s", mt_dtype_name((mt_dtype)what[i]->dtype));
             }
         }
         put(t, "\n");
@@ -215,9 +228,11 @@ static void describe_behind(const mtrun_fr_rank *b, const char *group, text *t, 
     else if (b->state == '-' && b->pid != 0) put(t, "; its process is gone");
 }
 
-/* Findings of group: ranks behind its front while others wait there. */
+/* Findings of group: ranks behind its front while others wait there. A front where members
+ * disagree (disagree_at, -1: none) has none: they wait because of the disagreement (the host
+ * backend's messages carry the operation, so they never match). */
 static int behind_in(const mtrun_fr_rank *ranks, int nranks, const char *group, double now,
-                     double min_wait_s, finding *out, int max) {
+                     double min_wait_s, int64_t disagree_at, finding *out, int max) {
     /* the front: the highest seq issued, with its collective */
     const mtrun_fr_entry *front = NULL;
     int size = 0;
@@ -227,7 +242,7 @@ static int behind_in(const mtrun_fr_rank *ranks, int nranks, const char *group, 
         if (!front || e->seq > front->seq) front = e;
         if (e->group_size > size) size = e->group_size;
     }
-    if (!front) return 0;
+    if (!front || (int64_t)front->seq == disagree_at) return 0;
     int *waiters = malloc((size_t)nranks * sizeof *waiters);
     int *behind = malloc((size_t)nranks * sizeof *behind);
     int *votes = calloc((size_t)nranks, sizeof *votes);
@@ -364,11 +379,18 @@ int mtrun_diagnose(const mtrun_fr_rank *ranks, int nranks, double now, double mi
     }
     int ng = list_groups(ranks, nranks, groups, MAX_GROUPS);
     int problems = 0, lines = 0;
-    for (int g = 0; g < ng; g++)
-        if (disagreement(ranks, nranks, groups[g], &t)) problems++;
+    int64_t *disagree_at = malloc((size_t)(ng > 0 ? ng : 1) * sizeof *disagree_at);
+    for (int g = 0; g < ng; g++) {
+        uint32_t at = 0;
+        bool found = disagreement(ranks, nranks, groups[g], &t, &at);
+        problems += found;
+        if (disagree_at) disagree_at[g] = found ? (int64_t)at : -1;
+    }
     int nf = 0;
     for (int g = 0; g < ng && nf < MAX_FINDINGS; g++)
-        nf += behind_in(ranks, nranks, groups[g], now, min_wait_s, f + nf, MAX_FINDINGS - nf);
+        nf += behind_in(ranks, nranks, groups[g], now, min_wait_s,
+                        disagree_at ? disagree_at[g] : -1, f + nf, MAX_FINDINGS - nf);
+    free(disagree_at);
     lines = problems;
     /* Causes first, one line per rank; then what follows from them. */
     bool any_cause = false;
