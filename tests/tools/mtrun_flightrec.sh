@@ -10,6 +10,8 @@
 #      automatic diagnosis names the disagreement and calls nobody behind;
 #   C. SIGUSR1 to a healthy job: "no rank is behind", and the job finishes with 0;
 #   D. MT_FLIGHT_RECORDER=0: no ring files, SIGUSR1 says the recorder is off; out of range: exit 2;
+#      ring files left by an mtrun that is gone (SIGKILLed) are removed by the next mtrun, those of
+#      a live one are kept;
 #   E. two nodes: SIGUSR1 to node 1 makes node 0 print the diagnosis of all 4 ranks; then a rank
 #      of node 1 stopped: node 0's diagnosis names it, with its node.
 # The diagnosis lines are printed ("diagnosis: ...") for the record.
@@ -98,6 +100,23 @@ rc=$?
 check "D: MT_FLIGHT_RECORDER=-1 is refused with 2 (got $rc)" test "$rc" = 2
 check "D: ... saying what is wrong" grep -qF \
     "MT_FLIGHT_RECORDER=-1 is not an integer in 0..1048576" "$TMP/bad.out"
+
+# a dead pid: a child that has been waited for; a live one: this shell
+sh -c 'exit 0' & dead=$!
+wait "$dead"
+: >"/dev/shm/mt-fr-$dead-0"
+: >"/dev/shm/mt-fr-$dead-1"
+: >"/dev/shm/mt-fr-$$-0"
+"$MTRUN" --standalone "$LOOP" loop 1 1 "$MARKER" >"$TMP/sweep.out" 2>&1
+rc=$?
+check "D: an mtrun after one that was killed runs (rc $rc)" test "$rc" = 0
+check "D: ... and removes the dead mtrun's 2 ring files" bash -c \
+    "[ ! -e /dev/shm/mt-fr-$dead-0 ] && [ ! -e /dev/shm/mt-fr-$dead-1 ]"
+check "D: ... saying so" grep -qF \
+    "mtrun: removed 2 flight recorder files of mtrun processes that are gone (/dev/shm/mt-fr-*)" \
+    "$TMP/sweep.out"
+check "D: ... and keeps a live process's" test -e "/dev/shm/mt-fr-$$-0"
+rm -f "/dev/shm/mt-fr-$$-0" "/dev/shm/mt-fr-$dead-0" "/dev/shm/mt-fr-$dead-1"
 
 # E
 mkdir -p "$TMP/pids_e"

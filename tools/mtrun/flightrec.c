@@ -8,8 +8,10 @@
 
 #include <meshtrain/status.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,33 @@ struct mtrun_fr {
     bool off;           /* a file could not be made: no rank gets one */
     char (*paths)[PATH_MAX];
 };
+
+/* Ring files of mtrun processes that are gone (SIGKILLed, or the machine's OOM killer: nothing
+ * removed them) would fill /dev/shm, which is memory, run after run: this user's are removed. A
+ * pid that lives again in another process keeps its files until that one ends. */
+static void sweep_stale_rings(void) {
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    int removed = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        long pid;
+        int local, end = 0;
+        if (sscanf(de->d_name, "mt-fr-%ld-%d%n", &pid, &local, &end) != 2 ||
+            de->d_name[end] != '\0' || pid <= 0 || pid == (long)getpid())
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+            st.st_uid != geteuid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (unlinkat(dirfd(d), de->d_name, 0) == 0) removed++;
+    }
+    closedir(d);
+    if (removed)
+        mtrun_msg("removed %d flight recorder file%s of mtrun processes that are gone "
+                  "(/dev/shm/mt-fr-*)", removed, removed == 1 ? "" : "s");
+}
 
 int mtrun_fr_create(int nproc, mtrun_fr **out) {
     *out = NULL;
@@ -42,6 +71,7 @@ int mtrun_fr_create(int nproc, mtrun_fr **out) {
         mtrun_msg("out of memory for the flight recorder; it is off");
         return 0;
     }
+    sweep_stale_rings();
     f->nproc = nproc;
     f->capacity = (uint32_t)n;
     for (int i = 0; i < nproc; i++)

@@ -13,7 +13,8 @@
 typedef struct mtrun_fr mtrun_fr;
 
 /* Reads MT_FLIGHT_RECORDER (records per rank, default 2048, 0: off) for this node's nproc ranks
- * (files /dev/shm/mt-fr-<mtrun pid>-<local rank>). *out is NULL when the recorder is off.
+ * (files /dev/shm/mt-fr-<mtrun pid>-<local rank>). *out is NULL when the recorder is off. When on,
+ * first removes this user's ring files of mtrun processes that no longer exist (says how many).
  * Returns 0, or 2 after printing why (a value out of range). */
 int mtrun_fr_create(int nproc, mtrun_fr **out);
 
