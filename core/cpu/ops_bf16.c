@@ -86,7 +86,7 @@ mt_status mt_cpu_op_linear_backward_bf16(mt_device *dev, const float *d_out, con
                             d_w);
     /* The bias gradient is a plain f32 sum of the unrounded gradient: no product, nothing for
      * autocast to round. */
-    if (st == MT_OK && d_bias) mt_cpu_add_column_sums(d_out, rows, fout, d_bias);
+    if (st == MT_OK && d_bias) st = mt_cpu_add_column_sums(d_out, rows, fout, d_bias);
     mt_device_free(dev, g_r);
     mt_device_free(dev, in_r);
     mt_device_free(dev, fw);

@@ -4,6 +4,7 @@
 #include "core/cpu/ops_cpu.h"
 
 #include "core/cpu/adamw_host.h"
+#include "core/cpu/parallel.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 
@@ -30,17 +31,30 @@ mt_status mt_cpu_op_gemm(bool trans_a, bool trans_b, int m, int n, int k, float 
     return MT_OK;
 }
 
+typedef struct bias_job {
+    const float *src;
+    float *dst;
+    size_t rows, cols;
+} bias_job;
+
+/* Rows [begin, end) of out set to the bias (or 0). */
+static void bias_rows(void *ctx, size_t chunk, size_t begin, size_t end) {
+    const bias_job *j = ctx;
+    for (size_t r = begin; r < end; r++) {
+        float *o = j->dst + r * j->cols;
+        if (j->src)
+            for (size_t k = 0; k < j->cols; k++) o[k] = j->src[k];
+        else
+            for (size_t k = 0; k < j->cols; k++) o[k] = 0.0f;
+    }
+}
+
 mt_status mt_cpu_op_linear_forward(const float *in, const float *w, const float *bias, float *out,
                                    int batch, int in_features, int out_features) {
     size_t rows = (size_t)batch, cols = (size_t)out_features;
     /* Start from the bias rows so that the product adds onto them (beta = 1). */
-    for (size_t r = 0; r < rows; r++) {
-        float *o = out + r * cols;
-        if (bias)
-            for (size_t j = 0; j < cols; j++) o[j] = bias[j];
-        else
-            for (size_t j = 0; j < cols; j++) o[j] = 0.0f;
-    }
+    bias_job job = {bias, out, rows, cols};
+    MT_TRY(mt_cpu_parallel("linear_forward", rows, mt_cpu_row_grain(cols), bias_rows, &job));
     return mt_cpu_op_gemm(false, true, batch, out_features, in_features, 1.0f, in, w, 1.0f, out);
 }
 
@@ -53,15 +67,22 @@ mt_status mt_cpu_op_linear_backward(const float *d_out, const float *in, const f
                               1.0f, d_in));
     MT_TRY(mt_cpu_op_gemm(true, false, out_features, in_features, batch, 1.0f, d_out, in, 1.0f,
                           d_w));
-    if (d_bias) mt_cpu_add_column_sums(d_out, rows, cols, d_bias);
-    return MT_OK;
+    return d_bias ? mt_cpu_add_column_sums(d_out, rows, cols, d_bias) : MT_OK;
 }
 
-void mt_cpu_add_column_sums(const float *g, size_t rows, size_t cols, float *d_bias) {
-    for (size_t r = 0; r < rows; r++) {
-        const float *row = g + r * cols;
-        for (size_t j = 0; j < cols; j++) d_bias[j] += row[j];
+/* Columns [begin, end) of d_bias, the rows in order: any split gives one thread's bits. */
+static void column_sums(void *ctx, size_t chunk, size_t begin, size_t end) {
+    const bias_job *j = ctx;
+    for (size_t r = 0; r < j->rows; r++) {
+        const float *row = j->src + r * j->cols;
+        for (size_t k = begin; k < end; k++) j->dst[k] += row[k];
     }
+}
+
+mt_status mt_cpu_add_column_sums(const float *g, size_t rows, size_t cols, float *d_bias) {
+    if (rows == 0) return MT_OK;
+    bias_job job = {g, d_bias, rows, cols};
+    return mt_cpu_parallel("column sums", cols, MT_CPU_COL_GRAIN, column_sums, &job);
 }
 
 mt_status mt_cpu_op_relu_forward(const float *in, float *out, size_t n) {

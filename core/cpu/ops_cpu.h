@@ -19,8 +19,9 @@ mt_status mt_cpu_op_linear_forward(const float *in, const float *w, const float 
 mt_status mt_cpu_op_linear_backward(const float *d_out, const float *in, const float *w,
                                     float *d_in, float *d_w, float *d_bias, int batch,
                                     int in_features, int out_features);
-/* d_bias[j] += the column sums of g (rows x cols), rows in order: the linear's bias gradient. */
-void mt_cpu_add_column_sums(const float *g, size_t rows, size_t cols, float *d_bias);
+/* d_bias[j] += the column sums of g (rows x cols), rows in order (split by columns over the
+ * pool, so any thread count gives the same bits): the linear's bias gradient. */
+mt_status mt_cpu_add_column_sums(const float *g, size_t rows, size_t cols, float *d_bias);
 /* bf16 products (mt_op_gemm_ex, mt_op_linear_*_ex with bf16): dev is the CPU device, for the
  * scratch copies of rounded inputs (charged to activations). */
 mt_status mt_cpu_op_gemm_bf16(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k,

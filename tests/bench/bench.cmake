@@ -23,3 +23,6 @@ mt_add_mp_test(bench_offload_smoke TIMEOUT 120 LABELS bench ENV MT_DEVICE=cpu
 # mt-bench-adamw on a small array: its lines per path and thread count, its option errors.
 mt_add_mp_test(bench_adamw_smoke TIMEOUT 120 LABELS bench
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_adamw_smoke.sh $<TARGET_FILE:mt-bench-adamw>)
+# mt-bench-cpu-ops at tiny sizes: a line per op on 1 and 3 threads, its option errors.
+mt_add_mp_test(bench_cpu_ops_smoke TIMEOUT 120 LABELS bench
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_cpu_ops_smoke.sh $<TARGET_FILE:mt-bench-cpu-ops>)

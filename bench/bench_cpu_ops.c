@@ -1,0 +1,244 @@
+/* mt-bench-cpu-ops: the CPU GPT ops (core/cpu/ops_*.c) one by one at train_gpt's shapes.
+ *
+ *   mt-bench-cpu-ops [--rows 256] [--channels 768] [--heads 12] [--seq 64] [--vocab 256]
+ *                    [--reps 20]
+ *
+ * Each op runs --reps times after one warm-up on the rank's pool (MT_NUM_THREADS sets its size);
+ * the median time is printed with the bytes it must move (GB/s: inputs read once, outputs
+ * written once; an accumulated output counts twice) or, for attention and the product, its
+ * multiply-adds (GFLOP/s), so that each op reads against the memory bandwidth or the sgemm of the
+ * same run. The ops' entry points only (mt_op_*) and clock_gettime: the same file built in an
+ * older tree gives the before figures of docs/benchmarks.md ("CPU ops"). */
+#include "core/ops_internal.h"
+
+#include <meshtrain/device.h>
+#include <meshtrain/dtype.h>
+#include <meshtrain/ops.h>
+#include <meshtrain/status.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PROG "mt-bench-cpu-ops"
+
+typedef struct shape {
+    long rows, channels, heads, seq, vocab, reps;
+} shape;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One op bound to its buffers: returns MT_OK or the op's status. */
+typedef struct bench_ctx bench_ctx;
+typedef mt_status (*op_fn)(bench_ctx *b);
+
+struct bench_ctx {
+    mt_device *dev;
+    shape s;
+    int *ids;
+    float *x, *y, *z, *dx, *big, *big2, *big3, *gamma, *beta, *mean, *rstd, *qkv, *d_qkv, *att,
+        *w, *wte, *logits, *d_logits, *mx, *sum, *tl, *loss;
+    uint16_t *half;
+};
+
+#define B_ROWS ((size_t)b->s.rows)
+#define B_C ((int)b->s.channels)
+
+static mt_status op_embedding_forward(bench_ctx *b) {
+    return mt_op_embedding_forward(b->dev, b->ids, B_ROWS, b->wte, 0, (int)b->s.vocab, B_C, b->y,
+                                   false);
+}
+static mt_status op_embedding_backward(bench_ctx *b) {
+    return mt_op_embedding_backward(b->dev, b->ids, B_ROWS, b->x, 0, (int)b->s.vocab, B_C,
+                                    b->wte);
+}
+static mt_status op_position_forward(bench_ctx *b) {
+    return mt_op_position_forward(b->dev, b->z, (int)(b->s.rows / b->s.seq), (int)b->s.seq, B_C,
+                                  b->y);
+}
+static mt_status op_position_backward(bench_ctx *b) {
+    return mt_op_position_backward(b->dev, b->x, (int)(b->s.rows / b->s.seq), (int)b->s.seq, B_C,
+                                   b->z);
+}
+static mt_status op_layernorm_forward(bench_ctx *b) {
+    return mt_op_layernorm_forward(b->dev, b->x, b->gamma, b->beta, B_ROWS, B_C, b->y, b->mean,
+                                   b->rstd);
+}
+static mt_status op_layernorm_backward(bench_ctx *b) {
+    return mt_op_layernorm_backward(b->dev, b->y, b->x, b->gamma, b->mean, b->rstd, B_ROWS, B_C,
+                                    b->dx, b->z, b->beta + 0);
+}
+static mt_status op_gelu_forward(bench_ctx *b) {
+    return mt_op_gelu_forward(b->dev, b->big, b->big2, B_ROWS * 4 * (size_t)B_C);
+}
+static mt_status op_gelu_backward(bench_ctx *b) {
+    return mt_op_gelu_backward(b->dev, b->big, b->big2, b->big3, B_ROWS * 4 * (size_t)B_C);
+}
+static mt_status op_add(bench_ctx *b) {
+    return mt_op_add(b->dev, b->x, b->y, b->dx, B_ROWS * (size_t)B_C);
+}
+static mt_status op_attention_forward(bench_ctx *b) {
+    return mt_op_attention_forward(b->dev, b->qkv, (int)(b->s.rows / b->s.seq), (int)b->s.seq,
+                                   (int)b->s.heads, B_C / (int)b->s.heads, b->y, b->att);
+}
+static mt_status op_attention_backward(bench_ctx *b) {
+    return mt_op_attention_backward(b->dev, b->x, b->qkv, b->att, (int)(b->s.rows / b->s.seq),
+                                    (int)b->s.seq, (int)b->s.heads, B_C / (int)b->s.heads,
+                                    b->d_qkv);
+}
+static mt_status op_xent_max(bench_ctx *b) {
+    return mt_op_xent_local_max(b->dev, b->logits, B_ROWS, (int)b->s.vocab, b->mx);
+}
+static mt_status op_xent_sums(bench_ctx *b) {
+    return mt_op_xent_local_sums(b->dev, b->logits, b->ids, B_ROWS, 0, (int)b->s.vocab, b->mx,
+                                 b->sum, b->tl);
+}
+static mt_status op_xent_loss_backward(bench_ctx *b) {
+    return mt_op_xent_loss_backward(b->dev, b->logits, b->ids, B_ROWS, 0, (int)b->s.vocab, b->mx,
+                                    b->sum, b->tl, 1.0f, b->loss, b->d_logits);
+}
+static mt_status op_cast(bench_ctx *b) {
+    return mt_op_cast(b->dev, b->big, MT_F32, b->half, MT_BF16, B_ROWS * 4 * (size_t)B_C);
+}
+static mt_status op_accumulate(bench_ctx *b) {
+    return mt_op_accumulate(b->dev, b->big3, b->half, MT_BF16, B_ROWS * 4 * (size_t)B_C);
+}
+static mt_status op_linear_backward_bias(bench_ctx *b) {
+    /* in_features 1: the product is next to nothing, the bias column sums are the op. */
+    return mt_op_linear_backward(b->dev, b->big, b->x, b->w, NULL, b->big2, b->z, (int)b->s.rows,
+                                 1, 4 * B_C);
+}
+static mt_status op_linear_forward(bench_ctx *b) {
+    return mt_op_linear_forward(b->dev, b->x, b->w, b->gamma, b->big2, (int)b->s.rows, B_C,
+                                4 * B_C);
+}
+
+/* Times op; prints its median and rate (bytes moved, or flops when flops > 0). */
+static int run(bench_ctx *b, const char *name, op_fn op, double bytes, double flops) {
+    double *t = malloc((size_t)b->s.reps * sizeof *t);
+    if (!t) return 1;
+    mt_status st = op(b);
+    for (long r = 0; st == MT_OK && r < b->s.reps; r++) {
+        double t0 = now_s();
+        st = op(b);
+        t[r] = now_s() - t0;
+    }
+    if (st != MT_OK) {
+        fprintf(stderr, PROG ": %s: %s: %s\n", name, mt_status_str(st), mt_last_error());
+        free(t);
+        return 1;
+    }
+    qsort(t, (size_t)b->s.reps, sizeof *t, cmp_double);
+    double med = t[b->s.reps / 2];
+    if (flops > 0)
+        printf("op %-22s %9.1f us %8.2f GFLOP/s\n", name, med * 1e6, flops / med * 1e-9);
+    else printf("op %-22s %9.1f us %8.2f GB/s\n", name, med * 1e6, bytes / med * 1e-9);
+    free(t);
+    return 0;
+}
+
+static int bad(const char *opt, const char *value) {
+    fprintf(stderr, PROG ": bad option %s%s%s (see the header of bench/bench_cpu_ops.c)\n", opt,
+            value ? " " : "", value ? value : "");
+    return 2;
+}
+
+static int parse(int argc, char **argv, shape *s) {
+    *s = (shape){256, 768, 12, 64, 256, 20};
+    for (int i = 1; i < argc; i++) {
+        static const char *const names[] = {"--rows", "--channels", "--heads", "--seq",
+                                            "--vocab", "--reps"};
+        long *fields[] = {&s->rows, &s->channels, &s->heads, &s->seq, &s->vocab, &s->reps};
+        int k = 0;
+        while (k < 6 && strcmp(argv[i], names[k]) != 0) k++;
+        if (k == 6 || i + 1 >= argc) return bad(argv[i], NULL);
+        char *end = NULL;
+        long v = strtol(argv[++i], &end, 10);
+        if (!*argv[i] || *end || v < 1 || v > (1L << 24)) return bad(argv[i - 1], argv[i]);
+        *fields[k] = v;
+    }
+    if (s->rows % s->seq || s->channels % s->heads)
+        return bad("--rows/--channels", "rows must be a multiple of seq, channels of heads");
+    return 0;
+}
+
+static float *filled(size_t n, uint64_t *rng) {
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    for (size_t i = 0; p && i < n; i++) {
+        *rng = *rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        p[i] = (float)((double)(*rng >> 40) / (double)(1ULL << 24) * 2.0 - 1.0);
+    }
+    return p;
+}
+
+int main(int argc, char **argv) {
+    shape s;
+    int rc = parse(argc, argv, &s);
+    if (rc) return rc;
+    bench_ctx b = {.s = s};
+    if (mt_device_open_cpu(0, &b.dev) != MT_OK) {
+        fprintf(stderr, PROG ": opening the CPU device: %s\n", mt_last_error());
+        return 1;
+    }
+    uint64_t rng = 42;
+    size_t r = (size_t)s.rows, c = (size_t)s.channels, v = (size_t)s.vocab;
+    size_t nb = r / (size_t)s.seq, t = (size_t)s.seq, nh = (size_t)s.heads;
+    b.ids = malloc(r * sizeof *b.ids);
+    for (size_t i = 0; b.ids && i < r; i++) b.ids[i] = (int)((i * 7919) % v);
+    b.x = filled(r * c, &rng), b.y = filled(r * c, &rng), b.z = filled(r * c, &rng);
+    b.dx = filled(r * c, &rng), b.big = filled(r * 4 * c, &rng), b.big2 = filled(r * 4 * c, &rng);
+    b.big3 = filled(r * 4 * c, &rng), b.gamma = filled(4 * c, &rng), b.beta = filled(c, &rng);
+    b.mean = filled(r, &rng), b.rstd = filled(r, &rng), b.qkv = filled(r * 3 * c, &rng);
+    b.d_qkv = filled(r * 3 * c, &rng), b.att = filled(nb * nh * t * t, &rng);
+    b.w = filled(4 * c * c, &rng), b.wte = filled(v * c, &rng), b.logits = filled(r * v, &rng);
+    b.d_logits = filled(r * v, &rng), b.mx = filled(r, &rng), b.sum = filled(r, &rng);
+    b.tl = filled(r, &rng), b.loss = filled(r, &rng);
+    b.half = malloc(r * 4 * c * sizeof *b.half);
+    if (!b.ids || !b.x || !b.y || !b.z || !b.dx || !b.big || !b.big2 || !b.big3 || !b.gamma ||
+        !b.beta || !b.mean || !b.rstd || !b.qkv || !b.d_qkv || !b.att || !b.w || !b.wte ||
+        !b.logits || !b.d_logits || !b.mx || !b.sum || !b.tl || !b.loss || !b.half) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return 1;
+    }
+    const char *threads = getenv("MT_NUM_THREADS");
+    printf("rows %zu channels %zu heads %zu seq %zu vocab %zu reps %ld threads %s\n", r, c, nh, t,
+           v, s.reps, threads ? threads : "(default)");
+    double f = 4.0, rc_b = (double)(r * c) * f, big_b = rc_b * 4.0;
+    /* causal attention: QK^T and att V over about half of the T x T scores, 2 flops a madd */
+    double att_flops = 2.0 * 2.0 * (double)nb * (double)nh * (double)(t * (t + 1) / 2) *
+                       (double)(c / nh);
+    int fail = 0;
+    fail |= run(&b, "embedding_forward", op_embedding_forward, 2 * rc_b, 0);
+    fail |= run(&b, "embedding_backward", op_embedding_backward, 3 * rc_b, 0);
+    fail |= run(&b, "position_forward", op_position_forward, 2 * rc_b, 0);
+    fail |= run(&b, "position_backward", op_position_backward, rc_b + 2 * f * (double)(t * c), 0);
+    fail |= run(&b, "layernorm_forward", op_layernorm_forward, 2 * rc_b, 0);
+    fail |= run(&b, "layernorm_backward", op_layernorm_backward, 4 * rc_b, 0);
+    fail |= run(&b, "gelu_forward", op_gelu_forward, 2 * big_b, 0);
+    fail |= run(&b, "gelu_backward", op_gelu_backward, 4 * big_b, 0);
+    fail |= run(&b, "add", op_add, 3 * rc_b, 0);
+    fail |= run(&b, "attention_forward", op_attention_forward, 0, att_flops);
+    fail |= run(&b, "attention_backward", op_attention_backward, 0, 2.0 * att_flops);
+    double lv = (double)(r * v) * f;
+    fail |= run(&b, "xent_local_max", op_xent_max, lv, 0);
+    fail |= run(&b, "xent_local_sums", op_xent_sums, lv, 0);
+    fail |= run(&b, "xent_loss_backward", op_xent_loss_backward, 3 * lv, 0);
+    fail |= run(&b, "cast_f32_bf16", op_cast, big_b * 1.5, 0);
+    fail |= run(&b, "accumulate_bf16", op_accumulate, big_b * 2.5, 0);
+    fail |= run(&b, "linear_bias_grad", op_linear_backward_bias, big_b, 0);
+    fail |= run(&b, "linear_forward_sgemm", op_linear_forward, 0,
+                2.0 * (double)r * (double)c * 4.0 * (double)c);
+    mt_device_close(b.dev);
+    return fail;
+}

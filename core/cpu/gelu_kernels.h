@@ -1,0 +1,16 @@
+/* Internal: the GELU kernels per vector width (core/cpu/gelu_vec.h), all giving the same bits;
+ * core/cpu/ops_gelu.c picks the widest the CPU runs. forward: out = gelu(in); backward:
+ * d_in += gelu'(in) * d_out. */
+#ifndef MT_CORE_CPU_GELU_KERNELS_H
+#define MT_CORE_CPU_GELU_KERNELS_H
+
+#include <stddef.h>
+
+void mt_gelu_forward_generic(const float *in, float *out, size_t n);
+void mt_gelu_backward_generic(const float *in, const float *d_out, float *d_in, size_t n);
+void mt_gelu_forward_avx2(const float *in, float *out, size_t n);
+void mt_gelu_backward_avx2(const float *in, const float *d_out, float *d_in, size_t n);
+void mt_gelu_forward_avx512(const float *in, float *out, size_t n);
+void mt_gelu_backward_avx512(const float *in, const float *d_out, float *d_in, size_t n);
+
+#endif

@@ -1,0 +1,101 @@
+/* The vocabulary-parallel cross-entropy on the CPU device (include/meshtrain/ops.h, "GPT ops"),
+ * split over the rank's pool by rows: every row's sums run in one thread, in double, in
+ * vocabulary order (the same bits with any pool; the tp tests compare them across slice
+ * splits). The values are checked in the calling thread first, so that an error names the first
+ * bad row whatever the split. */
+#include "core/cpu/ops_cpu.h"
+#include "core/cpu/ops_gpt_internal.h"
+#include "core/cpu/parallel.h"
+#include "core/error.h"
+
+#include <math.h>
+
+typedef struct xent_job {
+    const float *logits, *row_max, *sum_exp, *target_logit;
+    const int *targets;
+    size_t v;
+    int vocab_start, vocab_local;
+    float scale;
+    float *out_max, *out_sum, *out_target, *loss, *d_logits;
+} xent_job;
+
+static void xent_max_rows(void *ctx, size_t chunk, size_t begin, size_t end) {
+    const xent_job *j = ctx;
+    for (size_t i = begin; i < end; i++) {
+        /* An empty slice gives -inf, the identity of the MAX all-reduce. */
+        const float *l = j->logits + i * j->v;
+        float mx = -INFINITY;
+        for (size_t k = 0; k < j->v; k++)
+            if (l[k] > mx) mx = l[k];
+        j->out_max[i] = mx;
+    }
+}
+
+mt_status mt_cpu_op_xent_local_max(const float *logits, size_t n, int vocab_local,
+                                   float *row_max) {
+    xent_job job = {.logits = logits, .v = (size_t)vocab_local, .out_max = row_max};
+    return mt_cpu_parallel("xent_local_max", n, mt_cpu_row_grain(job.v), xent_max_rows, &job);
+}
+
+static void xent_sum_rows(void *ctx, size_t chunk, size_t begin, size_t end) {
+    const xent_job *j = ctx;
+    for (size_t i = begin; i < end; i++) {
+        const float *l = j->logits + i * j->v;
+        float mx = j->row_max[i];
+        /* Every exponent is <= 0 once mx is the all-reduced maximum: nothing overflows. */
+        double s = 0.0;
+        for (size_t k = 0; k < j->v; k++) s += exp((double)(l[k] - mx));
+        j->out_sum[i] = (float)s;
+        long r = mt_cpu_slice_row(j->targets[i], j->vocab_start, j->vocab_local);
+        j->out_target[i] = r >= 0 ? l[r] : 0.0f;
+    }
+}
+
+mt_status mt_cpu_op_xent_local_sums(const float *logits, const int *targets, size_t n,
+                                    int vocab_start, int vocab_local, const float *row_max,
+                                    float *sum_exp, float *target_logit) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(row_max[i]))
+            return mt_error(MT_ERR_INVALID_ARG,
+                            "xent_local_sums: row %zu has maximum %g (a non-finite logit, or no "
+                            "logits at all)",
+                            i, (double)row_max[i]);
+    xent_job job = {.logits = logits, .targets = targets, .v = (size_t)vocab_local,
+                    .vocab_start = vocab_start, .vocab_local = vocab_local, .row_max = row_max,
+                    .out_sum = sum_exp, .out_target = target_logit};
+    return mt_cpu_parallel("xent_local_sums", n, mt_cpu_row_grain(job.v), xent_sum_rows, &job);
+}
+
+static void xent_loss_rows(void *ctx, size_t chunk, size_t begin, size_t end) {
+    const xent_job *j = ctx;
+    for (size_t i = begin; i < end; i++) {
+        double lse = log((double)j->sum_exp[i]) + (double)j->row_max[i];
+        j->loss[i] = (float)(lse - (double)j->target_logit[i]);
+        if (!j->d_logits) continue;
+        const float *l = j->logits + i * j->v;
+        float *d = j->d_logits + i * j->v;
+        /* softmax_k = exp(l_k - lse): one exponential per logit, no division. */
+        for (size_t k = 0; k < j->v; k++) d[k] += j->scale * (float)exp((double)l[k] - lse);
+        long r = mt_cpu_slice_row(j->targets[i], j->vocab_start, j->vocab_local);
+        if (r >= 0) d[r] -= j->scale;
+    }
+}
+
+mt_status mt_cpu_op_xent_loss_backward(const float *logits, const int *targets, size_t n,
+                                       int vocab_start, int vocab_local, const float *row_max,
+                                       const float *sum_exp, const float *target_logit,
+                                       float scale, float *loss, float *d_logits) {
+    for (size_t i = 0; i < n; i++)
+        if (!(sum_exp[i] > 0.0f) || !isfinite(sum_exp[i]) || !isfinite(row_max[i]))
+            return mt_error(MT_ERR_INVALID_ARG,
+                            "xent_loss_backward: row %zu has sum %g and maximum %g (were the "
+                            "all-reduces done?)",
+                            i, (double)sum_exp[i], (double)row_max[i]);
+    /* d_logits may be NULL: an evaluation pass wants the loss only. */
+    xent_job job = {.logits = logits, .targets = targets, .v = (size_t)vocab_local,
+                    .vocab_start = vocab_start, .vocab_local = vocab_local, .row_max = row_max,
+                    .sum_exp = sum_exp, .target_logit = target_logit, .scale = scale,
+                    .loss = loss, .d_logits = d_logits};
+    return mt_cpu_parallel("xent_loss_backward", n, mt_cpu_row_grain(job.v), xent_loss_rows,
+                           &job);
+}

@@ -1,0 +1,422 @@
+/* The CPU GPT ops split over the rank's pool (core/cpu/ops_*.c) give the same bits whatever the
+ * pool's size: each op runs in a child process with MT_NUM_THREADS = 1, 2, 3 and 7 (the pool is
+ * made once per process), on shapes that cut into several chunks with ragged ends, and every
+ * output must match the 1-thread run bit for bit. The 1-thread run is also checked against the
+ * single-threaded loops the ops were before they were split (copied below, so that a change of
+ * the kernels cannot move the reference with them): bit for bit, except GELU, whose vectorised
+ * tanh must stay within 3e-6 * (1 + |reference|) of libm's tanhf formula (docs/cpu-kernels.md). */
+#include "check.h"
+#include "numeric.h"
+
+#include "core/cpu/ops_cpu.h"
+#include "core/ops_internal.h"
+
+#include <meshtrain/device.h>
+#include <meshtrain/dtype.h>
+#include <meshtrain/ops.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Rows 70 of 300 channels: several row chunks, 3 column chunks (the last ragged); 4C = 1200 so
+ * that the elementwise ops run 6 chunks of 16384. */
+enum { B = 7, T = 10, R = B * T, C = 300, C4 = 4 * C, EL = R * C4 };
+enum { VOCAB_START = 5, VOCAB_LOCAL = 25, AB = 2, AT = 9, NH = 3, HD = 8, XV = 300 };
+
+/* One output of one op: name, floats, whether the old loop's bits are required. */
+typedef struct seg {
+    const char *name;
+    size_t n;
+    bool exact;
+    float *data;
+} seg;
+
+enum { MAX_SEGS = 32 };
+typedef struct record {
+    seg s[MAX_SEGS];
+    int count;
+} record;
+
+static void put(record *r, const char *name, const float *data, size_t n, bool exact) {
+    CHECK(r->count < MAX_SEGS);
+    seg *s = &r->s[r->count++];
+    s->name = name;
+    s->n = n;
+    s->exact = exact;
+    s->data = malloc(n * sizeof(float));
+    CHECK(s->data != NULL);
+    memcpy(s->data, data, n * sizeof(float));
+}
+
+/* ---- the single-threaded loops the ops were ------------------------------------------------- */
+
+static long ref_row(int id) {
+    long r = (long)id - VOCAB_START;
+    return (r >= 0 && r < VOCAB_LOCAL) ? r : -1;
+}
+
+static void ref_embedding(const int *ids, const float *wte, float *out, float *d_wte,
+                          const float *d_out) {
+    for (size_t i = 0; i < R; i++) {
+        long r = ref_row(ids[i]);
+        for (size_t j = 0; j < C; j++) out[i * C + j] = r < 0 ? 0.0f : wte[r * C + j];
+    }
+    for (size_t i = 0; i < R; i++) {
+        long r = ref_row(ids[i]);
+        if (r < 0) continue;
+        for (size_t j = 0; j < C; j++) d_wte[r * C + j] += d_out[i * C + j];
+    }
+}
+
+static void ref_position(const float *wpe, float *out, const float *d_out, float *d_wpe) {
+    for (size_t b = 0; b < B; b++)
+        for (size_t i = 0; i < (size_t)T * C; i++) out[b * T * C + i] += wpe[i];
+    for (size_t b = 0; b < B; b++)
+        for (size_t i = 0; i < (size_t)T * C; i++) d_wpe[i] += d_out[b * T * C + i];
+}
+
+static void ref_layernorm(const float *in, const float *g, const float *be, float *out,
+                          float *mean, float *rstd, const float *dy_all, float *d_in, float *dg,
+                          float *db) {
+    for (size_t i = 0; i < R; i++) {
+        const float *x = in + i * C;
+        double m = 0.0, v = 0.0;
+        for (size_t j = 0; j < C; j++) m += x[j];
+        m /= (double)C;
+        for (size_t j = 0; j < C; j++) v += (x[j] - m) * (x[j] - m);
+        v /= (double)C;
+        float mf = (float)m, rs = (float)(1.0 / sqrt(v + 1e-5));
+        for (size_t j = 0; j < C; j++) out[i * C + j] = (x[j] - mf) * rs * g[j] + be[j];
+        mean[i] = mf;
+        rstd[i] = rs;
+    }
+    for (size_t i = 0; i < R; i++) {
+        const float *x = in + i * C, *dy = dy_all + i * C;
+        float m = mean[i], rs = rstd[i];
+        double dn_mean = 0.0, dn_norm_mean = 0.0;
+        for (size_t j = 0; j < C; j++) {
+            double norm = (double)((x[j] - m) * rs), dn = (double)g[j] * dy[j];
+            dn_mean += dn;
+            dn_norm_mean += dn * norm;
+        }
+        dn_mean /= (double)C;
+        dn_norm_mean /= (double)C;
+        for (size_t j = 0; j < C; j++) {
+            float norm = (x[j] - m) * rs, dn = g[j] * dy[j];
+            db[j] += dy[j];
+            dg[j] += norm * dy[j];
+            d_in[i * C + j] += (float)(((double)dn - dn_mean - (double)norm * dn_norm_mean) * rs);
+        }
+    }
+}
+
+static void ref_gelu(const float *in, float *out, const float *d_out, float *d_in) {
+    const float k = 0.7978845608028654f, c = 0.044715f;
+    for (size_t i = 0; i < EL; i++) {
+        float x = in[i], th = tanhf(k * (x + c * x * x * x));
+        out[i] = 0.5f * x * (1.0f + th);
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * k * (1.0f + 3.0f * c * x * x);
+        d_in[i] += grad * d_out[i];
+    }
+}
+
+static float dotf(const float *a, const float *b, size_t n) {
+    float s = 0.0f;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void ref_attention(const float *qkv, float *out, float *att, const float *d_out,
+                          float *d_qkv) {
+    const size_t w = NH * HD, t_n = AT;
+    const float scale = (float)(1.0 / sqrt((double)HD));
+    for (size_t b = 0; b < AB; b++)
+        for (size_t t = 0; t < t_n; t++)
+            for (size_t h = 0; h < NH; h++) {
+                const float *base = qkv + b * t_n * 3 * w, *q = base + t * 3 * w + h * HD;
+                float *a = att + ((b * NH + h) * t_n + t) * t_n, mx = -INFINITY, sum = 0.0f;
+                for (size_t u = 0; u <= t; u++) {
+                    a[u] = dotf(q, base + u * 3 * w + w + h * HD, HD) * scale;
+                    if (a[u] > mx) mx = a[u];
+                }
+                for (size_t u = 0; u <= t; u++) {
+                    a[u] = expf(a[u] - mx);
+                    sum += a[u];
+                }
+                float inv = 1.0f / sum;
+                for (size_t u = 0; u < t_n; u++) a[u] = u <= t ? a[u] * inv : 0.0f;
+                float *o = out + (b * t_n + t) * w + h * HD;
+                for (size_t i = 0; i < HD; i++) o[i] = 0.0f;
+                for (size_t u = 0; u <= t; u++)
+                    for (size_t i = 0; i < HD; i++) o[i] += a[u] * base[u * 3 * w + 2 * w + h * HD + i];
+            }
+    for (size_t b = 0; b < AB; b++)
+        for (size_t t = 0; t < t_n; t++)
+            for (size_t h = 0; h < NH; h++) {
+                const float *base = qkv + b * t_n * 3 * w, *q = base + t * 3 * w + h * HD;
+                float *db = d_qkv + b * t_n * 3 * w, *dq = db + t * 3 * w + h * HD;
+                const float *a = att + ((b * NH + h) * t_n + t) * t_n;
+                const float *dy = d_out + (b * t_n + t) * w + h * HD;
+                float adot = 0.0f;
+                for (size_t u = 0; u <= t; u++)
+                    adot += a[u] * dotf(dy, base + u * 3 * w + 2 * w + h * HD, HD);
+                for (size_t u = 0; u <= t; u++) {
+                    const float *k = base + u * 3 * w + w + h * HD, *v = k + w;
+                    float *dk = db + u * 3 * w + w + h * HD, *dv = dk + w;
+                    float dpre = a[u] * (dotf(dy, v, HD) - adot) * scale;
+                    for (size_t i = 0; i < HD; i++) {
+                        dv[i] += a[u] * dy[i];
+                        dq[i] += dpre * k[i];
+                        dk[i] += dpre * q[i];
+                    }
+                }
+            }
+}
+
+static void ref_xent(const float *logits, const int *targets, float *mx, float *sum, float *tl,
+                     float *loss, float *d) {
+    for (size_t i = 0; i < R; i++) {
+        const float *l = logits + i * XV;
+        mx[i] = -INFINITY;
+        for (size_t j = 0; j < XV; j++)
+            if (l[j] > mx[i]) mx[i] = l[j];
+        double s = 0.0;
+        for (size_t j = 0; j < XV; j++) s += exp((double)(l[j] - mx[i]));
+        sum[i] = (float)s;
+        tl[i] = l[targets[i]];
+        double lse = log((double)sum[i]) + (double)mx[i];
+        loss[i] = (float)(lse - (double)tl[i]);
+        for (size_t j = 0; j < XV; j++) d[i * XV + j] += 0.25f * (float)exp((double)l[j] - lse);
+        d[i * XV + targets[i]] -= 0.25f;
+    }
+}
+
+/* ---- one run: the ops (reference = false) or the old loops, on the same inputs -------------- */
+
+static void run_all(bool reference, record *rec) {
+    uint64_t rng = 0xc0ffee11ULL;
+    mt_device *dev = NULL;
+    if (!reference) CHECK_OK(mt_device_open_cpu(0, &dev));
+    int ids[R], targets[R];
+    for (size_t i = 0; i < R; i++) {
+        ids[i] = (int)((test_lcg_pm1(&rng) + 1.0) * 18.0); /* 0..35: some outside the slice */
+        targets[i] = (int)((test_lcg_pm1(&rng) + 1.0) * 0.5 * (XV - 1));
+    }
+    float *wte = test_lcg_floats(&rng, (size_t)VOCAB_LOCAL * C, 1.0);
+    float *x = test_lcg_floats(&rng, (size_t)R * C, 2.0);
+    float *dy = test_lcg_floats(&rng, (size_t)R * C, 1.0);
+    float *g = test_lcg_floats(&rng, C, 1.0), *be = test_lcg_floats(&rng, C, 1.0);
+    float *big = test_lcg_floats(&rng, EL, 8.0), *big_dy = test_lcg_floats(&rng, EL, 1.0);
+    float *qkv = test_lcg_floats(&rng, (size_t)AB * AT * 3 * NH * HD, 1.5);
+    float *att_dy = test_lcg_floats(&rng, (size_t)AB * AT * NH * HD, 1.0);
+    float *logits = test_lcg_floats(&rng, (size_t)R * XV, 6.0);
+    /* Outputs that accumulate start from nonzero values. */
+    float *acc_c = test_lcg_floats(&rng, C, 0.5), *acc_rc = test_lcg_floats(&rng, (size_t)R * C, 0.5);
+    float *acc_el = test_lcg_floats(&rng, EL, 0.5);
+    float *acc_qkv = test_lcg_floats(&rng, (size_t)AB * AT * 3 * NH * HD, 0.5);
+    float *acc_x = test_lcg_floats(&rng, (size_t)R * XV, 0.5);
+    float *out = malloc((size_t)EL * sizeof(float)), *out2 = malloc((size_t)EL * sizeof(float));
+    float *d1 = malloc((size_t)EL * sizeof(float)), *d2 = malloc((size_t)EL * sizeof(float));
+    float *d3 = malloc((size_t)EL * sizeof(float));
+    float mean[R], rstd[R], mx[R], sum[R], tl[R], loss[R];
+    CHECK(out && out2 && d1 && d2 && d3);
+
+    /* embeddings: forward (overwrite), backward into a prefilled table */
+    memcpy(d1, acc_rc, (size_t)VOCAB_LOCAL * C * sizeof(float));
+    if (reference) ref_embedding(ids, wte, out, d1, dy);
+    else {
+        CHECK_OK(mt_op_embedding_forward(dev, ids, R, wte, VOCAB_START, VOCAB_LOCAL, C, out, false));
+        CHECK_OK(mt_op_embedding_backward(dev, ids, R, dy, VOCAB_START, VOCAB_LOCAL, C, d1));
+    }
+    put(rec, "embedding_forward", out, (size_t)R * C, true);
+    put(rec, "embedding_backward", d1, (size_t)VOCAB_LOCAL * C, true);
+
+    memcpy(out, x, (size_t)R * C * sizeof(float));
+    memcpy(d1, acc_rc, (size_t)T * C * sizeof(float));
+    if (reference) ref_position(wte, out, dy, d1);
+    else {
+        CHECK_OK(mt_op_position_forward(dev, wte, B, T, C, out));
+        CHECK_OK(mt_op_position_backward(dev, dy, B, T, C, d1));
+    }
+    put(rec, "position_forward", out, (size_t)R * C, true);
+    put(rec, "position_backward", d1, (size_t)T * C, true);
+
+    memcpy(d1, acc_rc, (size_t)R * C * sizeof(float));
+    memcpy(d2, acc_c, C * sizeof(float));
+    memcpy(d3, acc_c, C * sizeof(float));
+    if (reference) ref_layernorm(x, g, be, out, mean, rstd, dy, d1, d2, d3);
+    else {
+        CHECK_OK(mt_op_layernorm_forward(dev, x, g, be, R, C, out, mean, rstd));
+        CHECK_OK(mt_op_layernorm_backward(dev, dy, x, g, mean, rstd, R, C, d1, d2, d3));
+    }
+    put(rec, "layernorm_forward", out, (size_t)R * C, true);
+    put(rec, "layernorm_mean", mean, R, true);
+    put(rec, "layernorm_rstd", rstd, R, true);
+    put(rec, "layernorm_d_in", d1, (size_t)R * C, true);
+    put(rec, "layernorm_d_gamma", d2, C, true);
+    put(rec, "layernorm_d_beta", d3, C, true);
+
+    memcpy(d1, acc_el, (size_t)EL * sizeof(float));
+    if (reference) ref_gelu(big, out, big_dy, d1);
+    else {
+        CHECK_OK(mt_op_gelu_forward(dev, big, out, EL));
+        CHECK_OK(mt_op_gelu_backward(dev, big, big_dy, d1, EL));
+    }
+    put(rec, "gelu_forward", out, EL, false);
+    put(rec, "gelu_backward", d1, EL, false);
+
+    if (reference)
+        for (size_t i = 0; i < EL; i++) out[i] = big[i] + acc_el[i];
+    else CHECK_OK(mt_op_add(dev, big, acc_el, out, EL));
+    put(rec, "add", out, EL, true);
+
+    size_t nq = (size_t)AB * AT * 3 * NH * HD, no = (size_t)AB * AT * NH * HD;
+    size_t na = (size_t)AB * NH * AT * AT;
+    memcpy(d1, acc_qkv, nq * sizeof(float));
+    if (reference) ref_attention(qkv, out, out2, att_dy, d1);
+    else {
+        CHECK_OK(mt_op_attention_forward(dev, qkv, AB, AT, NH, HD, out, out2));
+        CHECK_OK(mt_op_attention_backward(dev, att_dy, qkv, out2, AB, AT, NH, HD, d1));
+    }
+    put(rec, "attention_forward", out, no, true);
+    put(rec, "attention_weights", out2, na, true);
+    put(rec, "attention_backward", d1, nq, true);
+
+    memcpy(d1, acc_x, (size_t)R * XV * sizeof(float));
+    if (reference) ref_xent(logits, targets, mx, sum, tl, loss, d1);
+    else {
+        CHECK_OK(mt_op_xent_local_max(dev, logits, R, XV, mx));
+        CHECK_OK(mt_op_xent_local_sums(dev, logits, targets, R, 0, XV, mx, sum, tl));
+        CHECK_OK(mt_op_xent_loss_backward(dev, logits, targets, R, 0, XV, mx, sum, tl, 0.25f,
+                                          loss, d1));
+    }
+    put(rec, "xent_max", mx, R, true);
+    put(rec, "xent_sum_exp", sum, R, true);
+    put(rec, "xent_target_logit", tl, R, true);
+    put(rec, "xent_loss", loss, R, true);
+    put(rec, "xent_d_logits", d1, (size_t)R * XV, true);
+
+    memcpy(d2, acc_c, C * sizeof(float));
+    if (reference)
+        for (size_t i = 0; i < R; i++)
+            for (size_t j = 0; j < C; j++) d2[j] += dy[i * C + j];
+    else CHECK_OK(mt_cpu_add_column_sums(dy, R, C, d2));
+    put(rec, "column_sums", d2, C, true);
+
+    /* casts: f32 -> bf16 -> f32, and accumulate of both dtypes */
+    uint16_t *h = malloc((size_t)EL * sizeof(uint16_t));
+    CHECK(h != NULL);
+    memcpy(d1, acc_el, (size_t)EL * sizeof(float));
+    if (reference) {
+        mt_f32_to_bf16_array(big, h, EL);
+        mt_bf16_to_f32_array(h, out, EL);
+        for (size_t i = 0; i < EL; i++) d1[i] += big[i];
+        for (size_t i = 0; i < EL; i++) d1[i] += mt_bf16_to_f32(h[i]);
+    } else {
+        CHECK_OK(mt_op_cast(dev, big, MT_F32, h, MT_BF16, EL));
+        CHECK_OK(mt_op_cast(dev, h, MT_BF16, out, MT_F32, EL));
+        CHECK_OK(mt_op_accumulate(dev, d1, big, MT_F32, EL));
+        CHECK_OK(mt_op_accumulate(dev, d1, h, MT_BF16, EL));
+    }
+    put(rec, "cast_round_trip", out, EL, true);
+    put(rec, "accumulate", d1, EL, true);
+
+    free(h);
+    free(wte), free(x), free(dy), free(g), free(be), free(big), free(big_dy), free(qkv);
+    free(att_dy), free(logits), free(acc_c), free(acc_rc), free(acc_el), free(acc_qkv);
+    free(acc_x), free(out), free(out2), free(d1), free(d2), free(d3);
+    if (dev) mt_device_close(dev);
+}
+
+/* ---- processes ------------------------------------------------------------------------------ */
+
+static size_t record_floats(const record *r) {
+    size_t n = 0;
+    for (int i = 0; i < r->count; i++) n += r->s[i].n;
+    return n;
+}
+
+/* Runs the ops in a child with MT_NUM_THREADS = threads; returns its outputs, concatenated. */
+static float *run_child(int threads, size_t n) {
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        char v[16];
+        snprintf(v, sizeof v, "%d", threads);
+        setenv("MT_NUM_THREADS", v, 1);
+        record rec = {0};
+        run_all(false, &rec);
+        for (int i = 0; i < rec.count; i++) {
+            const char *p = (const char *)rec.s[i].data;
+            size_t left = rec.s[i].n * sizeof(float);
+            while (left) {
+                ssize_t w = write(fds[1], p, left);
+                if (w < 0 && errno == EINTR) continue;
+                if (w <= 0) _exit(3);
+                p += w, left -= (size_t)w;
+            }
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    float *all = malloc(n * sizeof(float));
+    CHECK(all != NULL);
+    char *p = (char *)all;
+    size_t left = n * sizeof(float);
+    while (left) {
+        ssize_t got = read(fds[0], p, left);
+        if (got < 0 && errno == EINTR) continue;
+        CHECK_MSG(got > 0, "child with %d threads sent %zu bytes short", threads, left);
+        p += got, left -= (size_t)got;
+    }
+    close(fds[0]);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child with %d threads failed",
+              threads);
+    return all;
+}
+
+int main(void) {
+    record ref = {0};
+    run_all(true, &ref);
+    size_t n = record_floats(&ref);
+    static const int counts[] = {1, 2, 3, 7};
+    float *runs[4];
+    for (int k = 0; k < 4; k++) runs[k] = run_child(counts[k], n);
+    size_t at = 0;
+    for (int i = 0; i < ref.count; i++) {
+        const seg *s = &ref.s[i];
+        for (int k = 1; k < 4; k++)
+            CHECK_MSG(memcmp(runs[k] + at, runs[0] + at, s->n * sizeof(float)) == 0,
+                      "%s: %d threads differ from 1 thread", s->name, counts[k]);
+        size_t bad = 0;
+        double worst = 0.0;
+        for (size_t j = 0; j < s->n; j++) {
+            float got = runs[0][at + j], want = s->data[j];
+            if (s->exact) {
+                if (memcmp(&got, &want, sizeof got) != 0) bad++;
+                continue;
+            }
+            double err = fabs((double)got - (double)want) / (1.0 + fabs((double)want));
+            if (err > worst) worst = err;
+            if (!(err <= 3e-6)) bad++;
+        }
+        CHECK_MSG(bad == 0, "%s: %zu of %zu values off the single-threaded loop%s", s->name, bad,
+                  s->n, s->exact ? " (bits)" : " (3e-6 relative)");
+        if (!s->exact) printf("%s: worst %.3g relative to the libm formula\n", s->name, worst);
+        at += s->n;
+        free(s->data);
+    }
+    for (int k = 0; k < 4; k++) free(runs[k]);
+    printf("%d outputs compared on 1, 2, 3 and 7 threads\n", ref.count);
+    return check_report("test_cpu_ops_threads");
+}
