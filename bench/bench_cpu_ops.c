@@ -114,11 +114,6 @@ static mt_status op_cast(bench_ctx *b) {
 static mt_status op_accumulate(bench_ctx *b) {
     return mt_op_accumulate(b->dev, b->big3, b->half, MT_BF16, B_ROWS * 4 * (size_t)B_C);
 }
-static mt_status op_linear_backward_bias(bench_ctx *b) {
-    /* in_features 1: the product is next to nothing, the bias column sums are the op. */
-    return mt_op_linear_backward(b->dev, b->big, b->x, b->w, NULL, b->big2, b->z, (int)b->s.rows,
-                                 1, 4 * B_C);
-}
 static mt_status op_linear_forward(bench_ctx *b) {
     return mt_op_linear_forward(b->dev, b->x, b->w, b->gamma, b->big2, (int)b->s.rows, B_C,
                                 4 * B_C);
@@ -236,7 +231,6 @@ int main(int argc, char **argv) {
     fail |= run(&b, "xent_loss_backward", op_xent_loss_backward, 3 * lv, 0);
     fail |= run(&b, "cast_f32_bf16", op_cast, big_b * 1.5, 0);
     fail |= run(&b, "accumulate_bf16", op_accumulate, big_b * 2.5, 0);
-    fail |= run(&b, "linear_bias_grad", op_linear_backward_bias, big_b, 0);
     fail |= run(&b, "linear_forward_sgemm", op_linear_forward, 0,
                 2.0 * (double)r * (double)c * 4.0 * (double)c);
     mt_device_close(b.dev);

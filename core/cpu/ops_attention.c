@@ -1,110 +1,145 @@
 /* Causal self-attention on the CPU device (include/meshtrain/ops.h, "GPT ops"), split over the
  * rank's pool by (batch, head) pair: a pair reads its own columns of qkv and writes its own
  * columns of out, att and d_qkv, so pairs never share an accumulator and each pair's work runs
- * in one thread in the order of the single-threaded loop (the same bits with any pool). */
+ * in one thread in the order of the single-threaded loop (the same bits with any pool).
+ *
+ * The scores q_t . k_u and the products dy_t . v_u are the costly dot products. Each pair copies
+ * its K (forward) or V (backward) transposed into a scratch block (head_dim x seq), so that the
+ * products for all u <= t run as head_dim vectorisable updates s[u] += q[i] * kT[i][u]: every
+ * s[u] still adds q[i] * k_u[i] for i = 0, 1, ... in turn from 0, the dot loop's exact sequence
+ * of roundings, so the bits are those of the plain dot loops. */
 #include "core/cpu/ops_cpu.h"
 #include "core/cpu/parallel.h"
+#include "core/error.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 typedef struct attn_job {
     const float *qkv, *att_in, *d_out;
     float *out, *att, *d_qkv;
+    float *scratch; /* per pair: head_dim * seq (transposed K or V), then seq (one row) */
     size_t t_n, nh, hd, width;
     float scale;
 } attn_job;
 
-static float dot(const float *a, const float *b, size_t n) {
-    float s = 0.0f;
-    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
+/* y[i] += a * x[i]; restrict lets the compiler vectorise without overlap checks. */
+static inline void axpy(float *restrict y, float a, const float *restrict x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-static void attn_forward_pair(const attn_job *j, size_t b, size_t h) {
+/* The pair's rows of K (part 1) or V (part 2) transposed: dst[i * t_n + u] = row u, column i. */
+static void transpose_part(const attn_job *j, const float *base, size_t part, size_t h,
+                           float *restrict dst) {
+    size_t t_n = j->t_n, hd = j->hd, stride = 3 * j->width;
+    for (size_t u = 0; u < t_n; u++) {
+        const float *src = base + u * stride + part * j->width + h * hd;
+        for (size_t i = 0; i < hd; i++) dst[i * t_n + u] = src[i];
+    }
+}
+
+/* s[u] = x . column u of xT for u < count (xT: hd x t_n), in the dot loop's order. */
+static void dots(const float *x, const float *xT, size_t hd, size_t t_n, size_t count,
+                 float *restrict s) {
+    for (size_t u = 0; u < count; u++) s[u] = 0.0f;
+    for (size_t i = 0; i < hd; i++) axpy(s, x[i], xT + i * t_n, count);
+}
+
+static float *pair_scratch(const attn_job *j, size_t pair) {
+    return j->scratch + pair * (j->hd + 1) * j->t_n;
+}
+
+static void attn_forward_pair(const attn_job *j, size_t pair) {
+    size_t b = pair / j->nh, h = pair % j->nh;
     size_t t_n = j->t_n, hd = j->hd, width = j->width;
     const float *base = j->qkv + b * t_n * 3 * width;
+    float *kT = pair_scratch(j, pair), *s = kT + hd * t_n;
+    transpose_part(j, base, 1, h, kT);
     for (size_t t = 0; t < t_n; t++) {
         const float *q = base + t * 3 * width + h * hd;
-        float *a = j->att + ((b * j->nh + h) * t_n + t) * t_n;
+        float *a = j->att + (pair * t_n + t) * t_n;
+        dots(q, kT, hd, t_n, t + 1, s);
         float mx = -INFINITY;
-        for (size_t t2 = 0; t2 <= t; t2++) {
-            const float *k = base + t2 * 3 * width + width + h * hd;
-            a[t2] = dot(q, k, hd) * j->scale;
-            if (a[t2] > mx) mx = a[t2];
+        for (size_t u = 0; u <= t; u++) {
+            a[u] = s[u] * j->scale;
+            if (a[u] > mx) mx = a[u];
         }
         float sum = 0.0f;
-        for (size_t t2 = 0; t2 <= t; t2++) {
-            a[t2] = expf(a[t2] - mx);
-            sum += a[t2];
+        for (size_t u = 0; u <= t; u++) {
+            a[u] = expf(a[u] - mx);
+            sum += a[u];
         }
         float inv = 1.0f / sum; /* sum >= 1: the maximum contributes exp(0) */
-        for (size_t t2 = 0; t2 < t_n; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+        for (size_t u = 0; u < t_n; u++) a[u] = u <= t ? a[u] * inv : 0.0f;
         float *o = j->out + (b * t_n + t) * width + h * hd;
         for (size_t i = 0; i < hd; i++) o[i] = 0.0f;
-        for (size_t t2 = 0; t2 <= t; t2++) {
-            const float *v = base + t2 * 3 * width + 2 * width + h * hd;
-            for (size_t i = 0; i < hd; i++) o[i] += a[t2] * v[i];
-        }
+        for (size_t u = 0; u <= t; u++) axpy(o, a[u], base + u * 3 * width + 2 * width + h * hd, hd);
     }
 }
 
 static void attn_forward_pairs(void *ctx, size_t chunk, size_t begin, size_t end) {
-    const attn_job *j = ctx;
-    for (size_t p = begin; p < end; p++) attn_forward_pair(j, p / j->nh, p % j->nh);
+    for (size_t p = begin; p < end; p++) attn_forward_pair(ctx, p);
 }
 
-mt_status mt_cpu_op_attention_forward(const float *qkv, int batch, int seq, int heads,
-                                      int head_dim, float *out, float *att) {
-    size_t nb = (size_t)batch, nh = (size_t)heads, hd = (size_t)head_dim;
-    attn_job job = {.qkv = qkv, .out = out, .att = att, .t_n = (size_t)seq, .nh = nh, .hd = hd,
-                    .width = nh * hd, .scale = (float)(1.0 / sqrt((double)head_dim))};
-    if (job.t_n == 0 || hd == 0) return MT_OK;
-    return mt_cpu_parallel("attention_forward", nb * nh, 1, attn_forward_pairs, &job);
-}
-
-static void attn_backward_pair(const attn_job *j, size_t b, size_t h) {
+static void attn_backward_pair(const attn_job *j, size_t pair) {
+    size_t b = pair / j->nh, h = pair % j->nh;
     size_t t_n = j->t_n, hd = j->hd, width = j->width;
     const float *base = j->qkv + b * t_n * 3 * width;
     float *dbase = j->d_qkv + b * t_n * 3 * width;
+    float *vT = pair_scratch(j, pair), *datt = vT + hd * t_n;
+    transpose_part(j, base, 2, h, vT);
     for (size_t t = 0; t < t_n; t++) {
         const float *q = base + t * 3 * width + h * hd;
         float *dq = dbase + t * 3 * width + h * hd;
-        const float *a = j->att_in + ((b * j->nh + h) * t_n + t) * t_n;
+        const float *a = j->att_in + (pair * t_n + t) * t_n;
         const float *dy = j->d_out + (b * t_n + t) * width + h * hd;
-        /* Softmax backward needs sum_j a_j * datt_j before any dpreatt; datt_j (dy . v_j) is
-         * recomputed in the second pass rather than kept in a scratch row. */
+        /* Softmax backward needs sum_u a_u * datt_u before any dpreatt. */
+        dots(dy, vT, hd, t_n, t + 1, datt);
         float adot = 0.0f;
-        for (size_t t2 = 0; t2 <= t; t2++) {
-            const float *v = base + t2 * 3 * width + 2 * width + h * hd;
-            adot += a[t2] * dot(dy, v, hd);
-        }
-        for (size_t t2 = 0; t2 <= t; t2++) {
-            const float *k = base + t2 * 3 * width + width + h * hd;
-            const float *v = base + t2 * 3 * width + 2 * width + h * hd;
-            float *dk = dbase + t2 * 3 * width + width + h * hd;
-            float *dv = dbase + t2 * 3 * width + 2 * width + h * hd;
-            float datt = dot(dy, v, hd);
-            float dpre = a[t2] * (datt - adot) * j->scale;
-            for (size_t i = 0; i < hd; i++) {
-                dv[i] += a[t2] * dy[i];
-                dq[i] += dpre * k[i];
-                dk[i] += dpre * q[i];
-            }
+        for (size_t u = 0; u <= t; u++) adot += a[u] * datt[u];
+        for (size_t u = 0; u <= t; u++) {
+            const float *k = base + u * 3 * width + width + h * hd;
+            float *dk = dbase + u * 3 * width + width + h * hd;
+            float *dv = dk + width;
+            float dpre = a[u] * (datt[u] - adot) * j->scale;
+            axpy(dv, a[u], dy, hd);
+            axpy(dq, dpre, k, hd);
+            axpy(dk, dpre, q, hd);
         }
     }
 }
 
 static void attn_backward_pairs(void *ctx, size_t chunk, size_t begin, size_t end) {
-    const attn_job *j = ctx;
-    for (size_t p = begin; p < end; p++) attn_backward_pair(j, p / j->nh, p % j->nh);
+    for (size_t p = begin; p < end; p++) attn_backward_pair(ctx, p);
+}
+
+/* Runs fn over the pairs with a scratch block each. */
+static mt_status attn_run(const char *op, attn_job *job, size_t pairs, mt_parallel_fn fn) {
+    if (job->t_n == 0 || job->hd == 0 || pairs == 0) return MT_OK;
+    size_t floats = pairs * (job->hd + 1) * job->t_n;
+    job->scratch = malloc(floats * sizeof(float));
+    if (!job->scratch)
+        return mt_error(MT_ERR_OUT_OF_MEMORY,
+                        "%s on the CPU: out of memory for %zu floats of transposed keys/values",
+                        op, floats);
+    mt_status st = mt_cpu_parallel(op, pairs, 1, fn, job);
+    free(job->scratch);
+    return st;
+}
+
+mt_status mt_cpu_op_attention_forward(const float *qkv, int batch, int seq, int heads,
+                                      int head_dim, float *out, float *att) {
+    size_t nh = (size_t)heads, hd = (size_t)head_dim;
+    attn_job job = {.qkv = qkv, .out = out, .att = att, .t_n = (size_t)seq, .nh = nh, .hd = hd,
+                    .width = nh * hd, .scale = (float)(1.0 / sqrt((double)head_dim))};
+    return attn_run("attention_forward", &job, (size_t)batch * nh, attn_forward_pairs);
 }
 
 mt_status mt_cpu_op_attention_backward(const float *d_out, const float *qkv, const float *att,
                                        int batch, int seq, int heads, int head_dim, float *d_qkv) {
-    size_t nb = (size_t)batch, nh = (size_t)heads, hd = (size_t)head_dim;
+    size_t nh = (size_t)heads, hd = (size_t)head_dim;
     attn_job job = {.qkv = qkv, .att_in = att, .d_out = d_out, .d_qkv = d_qkv,
                     .t_n = (size_t)seq, .nh = nh, .hd = hd, .width = nh * hd,
                     .scale = (float)(1.0 / sqrt((double)head_dim))};
-    if (job.t_n == 0 || hd == 0) return MT_OK;
-    return mt_cpu_parallel("attention_backward", nb * nh, 1, attn_backward_pairs, &job);
+    return attn_run("attention_backward", &job, (size_t)batch * nh, attn_backward_pairs);
 }

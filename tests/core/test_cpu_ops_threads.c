@@ -275,6 +275,12 @@ static void run_all(bool reference, record *rec) {
     else CHECK_OK(mt_op_add(dev, big, acc_el, out, EL));
     put(rec, "add", out, EL, true);
 
+    memcpy(out, big, (size_t)EL * sizeof(float));
+    if (reference)
+        for (size_t i = 0; i < EL; i++) out[i] *= 0.37f;
+    else CHECK_OK(mt_op_scale(dev, out, 0.37f, EL));
+    put(rec, "scale", out, EL, true);
+
     size_t nq = (size_t)AB * AT * 3 * NH * HD, no = (size_t)AB * AT * NH * HD;
     size_t na = (size_t)AB * NH * AT * AT;
     memcpy(d1, acc_qkv, nq * sizeof(float));
