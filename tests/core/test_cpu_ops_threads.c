@@ -4,10 +4,12 @@
  * output must match the 1-thread run bit for bit. The 1-thread run is also checked against the
  * single-threaded loops the ops were before they were split (copied below, so that a change of
  * the kernels cannot move the reference with them): bit for bit, except GELU, whose vectorised
- * tanh must stay within 3e-6 * (1 + |reference|) of libm's tanhf formula (docs/cpu-kernels.md). */
+ * tanh must stay within 3e-6 * (1 + |reference|) of libm's tanhf formula (docs/cpu-kernels.md).
+ * The GELU kernels of every vector width this CPU runs give the same bits, specials included. */
 #include "check.h"
 #include "numeric.h"
 
+#include "core/cpu/gelu_kernels.h"
 #include "core/cpu/ops_cpu.h"
 #include "core/ops_internal.h"
 
@@ -391,7 +393,45 @@ static float *run_child(int threads, size_t n) {
     return all;
 }
 
+/* Every GELU width against the generic one, bit for bit, over ragged lengths and specials. */
+static void test_gelu_widths(void) {
+    enum { N = 1000 + 13 };
+    uint64_t rng = 0x6e1u;
+    float *x = test_lcg_floats(&rng, N, 12.0), *dy = test_lcg_floats(&rng, N, 1.0);
+    float want[N], got[N], dwant[N], dgot[N];
+    x[0] = 0.0f, x[1] = -0.0f, x[2] = 1e-30f, x[3] = INFINITY, x[4] = 1e30f, x[5] = -1e30f;
+    x[6] = NAN, x[7] = 0.0624f, x[8] = -0.0626f, x[9] = 44.0f;
+    typedef void (*fwd)(const float *, float *, size_t);
+    typedef void (*bwd)(const float *, const float *, float *, size_t);
+    struct { const char *name; fwd f; bwd b; } widths[] = {
+        {"avx2", mt_gelu_forward_avx2, mt_gelu_backward_avx2},
+        {"avx512", mt_gelu_forward_avx512, mt_gelu_backward_avx512}};
+    for (size_t len = N - 13; len <= N; len++) {
+        mt_gelu_forward_generic(x, want, len);
+        for (size_t i = 0; i < len; i++) dwant[i] = 0.25f;
+        mt_gelu_backward_generic(x, dy, dwant, len);
+        CHECK(isnan(want[6]) && want[3] == INFINITY && want[0] == 0.0f);
+        for (size_t w = 0; w < 2; w++) {
+#if defined(__x86_64__) || defined(__i386__)
+            bool runs = w == 0 ? __builtin_cpu_supports("avx2") : __builtin_cpu_supports("avx512f");
+#else
+            bool runs = false;
+#endif
+            if (!runs) continue;
+            widths[w].f(x, got, len);
+            for (size_t i = 0; i < len; i++) dgot[i] = 0.25f;
+            widths[w].b(x, dy, dgot, len);
+            CHECK_MSG(memcmp(got, want, len * sizeof(float)) == 0 &&
+                          memcmp(dgot, dwant, len * sizeof(float)) == 0,
+                      "gelu %s differs from the generic width at length %zu", widths[w].name, len);
+        }
+    }
+    free(x);
+    free(dy);
+}
+
 int main(void) {
+    test_gelu_widths();
     record ref = {0};
     run_all(true, &ref);
     size_t n = record_floats(&ref);
