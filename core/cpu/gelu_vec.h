@@ -1,8 +1,8 @@
 /* Internal: the GELU kernels, written once with GCC vector extensions and compiled once per
  * vector width (core/cpu/gelu_{generic,avx2,avx512}.c define MT_GELU_WIDTH and MT_GELU_NAME
  * before including this file). Every lane does the same IEEE single-precision operations in the
- * same order (CMakeLists.txt builds the files with -ffp-contract=off), so all widths give the same bits and
- * the choice of path by CPU never changes a result.
+ * same order (CMakeLists.txt builds the files with -ffp-contract=off), so all widths give the
+ * same bits and the choice of path by CPU never changes a result.
  *
  * tanh is the cost of GELU: libm's tanhf is a call per element that no loop vectorises. Here
  *   tanh(y) = sign(y) * (1 - e) / (1 + e),  e = exp(-2|y|),

@@ -73,7 +73,8 @@ static void attn_forward_pair(const attn_job *j, size_t pair) {
         for (size_t u = 0; u < t_n; u++) a[u] = u <= t ? a[u] * inv : 0.0f;
         float *o = j->out + (b * t_n + t) * width + h * hd;
         for (size_t i = 0; i < hd; i++) o[i] = 0.0f;
-        for (size_t u = 0; u <= t; u++) axpy(o, a[u], base + u * 3 * width + 2 * width + h * hd, hd);
+        for (size_t u = 0; u <= t; u++)
+            axpy(o, a[u], base + u * 3 * width + 2 * width + h * hd, hd);
     }
 }
 

@@ -1,8 +1,9 @@
 /* Elementwise ops on a CUDA device: ReLU, GELU, tanh, sigmoid, SiLU, the residual add, the
  * product, the MSE loss and AdamW. Each is a grid-stride loop over n in the formulas of the CPU
- * versions (core/cpu/ops_cpu.c, core/cpu/ops_gpt.c; tanh, sigmoid, SiLU and the product share
+ * versions (core/cpu/ops_cpu.c, core/cpu/ops_gelu.c; tanh, sigmoid, SiLU and the product share
  * theirs with core/cpu/ops_elementwise.c through core/ops_elementwise.h), so the two agree to
- * float rounding. */
+ * float rounding (GELU: the CPU's vectorised tanh is within a few ulps of tanhf,
+ * docs/cpu-kernels.md). */
 #include "core/cuda/ops_cuda.h"
 #include "core/ops_elementwise.h"
 

@@ -1,4 +1,5 @@
-# GPT ops on the CPU (core/cpu/ops_gpt.c): forwards against double references, backwards against
-# finite differences, the vocabulary-parallel cross-entropy over slices against the full one.
+# GPT ops on the CPU (core/cpu/ops_{embed,layernorm,gelu,attention,xent}.c): forwards against
+# double references, backwards against finite differences, the vocabulary-parallel
+# cross-entropy over slices against the full one.
 mt_add_unit_test(test_ops_gpt SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops_gpt.c TIMEOUT 60
                  LABELS gpt)

@@ -122,7 +122,8 @@ static void ref_gelu(const float *in, float *out, const float *d_out, float *d_i
     for (size_t i = 0; i < EL; i++) {
         float x = in[i], th = tanhf(k * (x + c * x * x * x));
         out[i] = 0.5f * x * (1.0f + th);
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * k * (1.0f + 3.0f * c * x * x);
+        float grad =
+            0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * k * (1.0f + 3.0f * c * x * x);
         d_in[i] += grad * d_out[i];
     }
 }
@@ -155,7 +156,8 @@ static void ref_attention(const float *qkv, float *out, float *att, const float 
                 float *o = out + (b * t_n + t) * w + h * HD;
                 for (size_t i = 0; i < HD; i++) o[i] = 0.0f;
                 for (size_t u = 0; u <= t; u++)
-                    for (size_t i = 0; i < HD; i++) o[i] += a[u] * base[u * 3 * w + 2 * w + h * HD + i];
+                    for (size_t i = 0; i < HD; i++)
+                        o[i] += a[u] * base[u * 3 * w + 2 * w + h * HD + i];
             }
     for (size_t b = 0; b < AB; b++)
         for (size_t t = 0; t < t_n; t++)
@@ -218,7 +220,8 @@ static void run_all(bool reference, record *rec) {
     float *att_dy = test_lcg_floats(&rng, (size_t)AB * AT * NH * HD, 1.0);
     float *logits = test_lcg_floats(&rng, (size_t)R * XV, 6.0);
     /* Outputs that accumulate start from nonzero values. */
-    float *acc_c = test_lcg_floats(&rng, C, 0.5), *acc_rc = test_lcg_floats(&rng, (size_t)R * C, 0.5);
+    float *acc_c = test_lcg_floats(&rng, C, 0.5);
+    float *acc_rc = test_lcg_floats(&rng, (size_t)R * C, 0.5);
     float *acc_el = test_lcg_floats(&rng, EL, 0.5);
     float *acc_qkv = test_lcg_floats(&rng, (size_t)AB * AT * 3 * NH * HD, 0.5);
     float *acc_x = test_lcg_floats(&rng, (size_t)R * XV, 0.5);
@@ -232,7 +235,8 @@ static void run_all(bool reference, record *rec) {
     memcpy(d1, acc_rc, (size_t)VOCAB_LOCAL * C * sizeof(float));
     if (reference) ref_embedding(ids, wte, out, d1, dy);
     else {
-        CHECK_OK(mt_op_embedding_forward(dev, ids, R, wte, VOCAB_START, VOCAB_LOCAL, C, out, false));
+        CHECK_OK(
+            mt_op_embedding_forward(dev, ids, R, wte, VOCAB_START, VOCAB_LOCAL, C, out, false));
         CHECK_OK(mt_op_embedding_backward(dev, ids, R, dy, VOCAB_START, VOCAB_LOCAL, C, d1));
     }
     put(rec, "embedding_forward", out, (size_t)R * C, true);

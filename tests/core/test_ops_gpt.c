@@ -1,6 +1,7 @@
-/* GPT ops on the CPU (core/cpu/ops_gpt.c): every forward against a naive double-precision
- * reference on random inputs, every backward against central finite differences of that
- * reference (objective: sum of out * a random weight, so that d_out is that weight), with the
+/* GPT ops on the CPU (core/cpu/ops_{embed,layernorm,gelu,attention,xent}.c): every forward
+ * against a naive double-precision reference on random inputs, every backward against central
+ * finite differences of that reference (objective: sum of out * a random weight, so that d_out
+ * is that weight), with the
  * gradient buffers prefilled to check that backward accumulates. The vocabulary-parallel
  * cross-entropy is also run as two slices combined the way the tp layer combines them, and must
  * match the full softmax cross-entropy, also for logits far from 0. */
