@@ -20,6 +20,13 @@ mt_add_unit_test(test_diagnose SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_diagnose.c
                  ${CMAKE_SOURCE_DIR}/tools/mtrun/diagnose.c TIMEOUT 30)
 target_include_directories(test_diagnose PRIVATE ${CMAKE_SOURCE_DIR}/tools/mtrun)
 
+# mtrun's reading of the rings (tools/mtrun/flightrec.c): wrapped and torn slots, bad headers,
+# group names that are not UTF-8, ring file names, reads while a new round's rings are made.
+mt_add_unit_test(test_fr_read SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fr_read.c
+                 ${CMAKE_SOURCE_DIR}/tools/mtrun/flightrec.c ${CMAKE_SOURCE_DIR}/tools/mtrun/msg.c
+                 TIMEOUT 30)
+target_include_directories(test_fr_read PRIVATE ${CMAKE_SOURCE_DIR}/tools/mtrun)
+
 # The store's security under mtrun: loopback-only listeners (ss), token files and tokens across
 # nodes, MT_SOCKET_IFNAME on a real interface; prog_init (tests/mesh) is a rank with a store
 # connection and UCX endpoints.
