@@ -13,7 +13,10 @@
 #      ring files left by an mtrun that is gone (SIGKILLed) are removed by the next mtrun, those of
 #      a live one are kept;
 #   E. two nodes: SIGUSR1 to node 1 makes node 0 print the diagnosis of all 4 ranks; then a rank
-#      of node 1 stopped: node 0's diagnosis names it, with its node.
+#      of node 1 stopped: node 0's diagnosis names it, with its node;
+#   F. two nodes, SIGUSR1 to both at once: node 0 prints both diagnoses, each of all 4 ranks and
+#      without waiting for a node (a node used to skip the other's request: "without node 1"
+#      after 10 s, or one diagnosis never printed), and they leave no key in the store.
 # The diagnosis lines are printed ("diagnosis: ...") for the record.
 . "$(dirname "$0")/mtrun_lib.sh"
 LOOP="$(dirname "$WORKER")/prog_fr_loop"
@@ -140,6 +143,27 @@ check "E: node 0 names the stopped rank of node 1" grep -qE \
     "^mtrun:   rank 3 \(node 1\) is behind: .*; its process is stopped$" "$TMP/e0.err"
 wait_rc "$PID_e1" 30
 
+# F
+port=$(free_port)
+export MT_TIMEOUT_S=30 FR_KEYS_WHEN=$TMP/f_look \
+    FR_KEYS_GONE="mtrun/diag/u1/1 mtrun/diag/u2/1 mtrun/diag/u1/from mtrun/diag/u2/from"
+start_node f0 0 "$port" "$LOOP" loop 100000 10 "$MARKER"
+start_node f1 1 "$port" "$LOOP" loop 100000 10 "$MARKER"
+unset FR_KEYS_WHEN FR_KEYS_GONE
+check "F: the loop runs" wait_for_text "$TMP/f0.out" "[rank0]:iteration 20" 60
+kill -USR1 "$PID_f1" "$PID_f0"
+check "F: node 0 prints two diagnoses of all 4 ranks" bash -c \
+    "for i in \$(seq 150); do [ \$(grep -c 'no rank is behind and no ranks disagree: 4 ranks' '$TMP/f0.err') -ge 2 ] && exit 0; sleep 0.1; done; exit 1"
+print_diagnosis "$TMP/f0.err"
+check "F: ... neither without a node" bash -c "! grep -q 'without node' '$TMP/f0.err'"
+touch "$TMP/f_look"
+check "F: the diagnoses left no key in the store" wait_for_text "$TMP/f0.out" \
+    "[rank0]:keys: all gone" 30
+grep "keys:" "$TMP/f0.out"
+kill -TERM "$PID_f0" "$PID_f1"
+wait_rc "$PID_f0" 30
+wait_rc "$PID_f1" 30
+
 check "no leftovers" no_leftovers 15
-[ "$FAILURES" = 0 ] || { show stop; show mm; show ok; show e0; show e1; }
+[ "$FAILURES" = 0 ] || { show stop; show mm; show ok; show e0; show e1; show f0; show f1; }
 finish
