@@ -12,6 +12,9 @@ foreach(t env failure crossnode signal node_lost rdzv_errors sigterm options c10
       TIMEOUT 120)
   endif()
 endforeach()
+# Seven scenarios, two of them waiting out node 0's 10 s gathering deadline or a timeout.
+math(EXPR fr_timeout "240 * ${MT_TEST_TIMEOUT_FACTOR}")
+set_tests_properties(mtrun_flightrec PROPERTIES TIMEOUT ${fr_timeout})
 # Where no user and network namespace can be made, the link-cut test says so and is skipped.
 set_tests_properties(mtrun_link_cut PROPERTIES SKIP_RETURN_CODE 77)
 
