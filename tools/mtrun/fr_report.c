@@ -90,13 +90,18 @@ static int rank_from_json(json_t *j, mtrun_fr_rank *r) {
  * per recorded collective, oldest first. */
 static void write_lines(const mtrun_options *o, const mtrun_fr_rank *ranks, int n, const char *id) {
     if (!o->logs) return;
-    char dir[PATH_MAX], path[PATH_MAX + 64];
-    snprintf(dir, sizeof dir, "%s/flight_recorder", o->logs->job_dir);
+    char dir[PATH_MAX], path[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s/flight_recorder", o->logs->job_dir) >= (int)sizeof dir ||
+        snprintf(path, sizeof path, "%s/%s-node%d.jsonl", dir, id, o->node_rank) >=
+            (int)sizeof path) {
+        mtrun_msg("cannot write the flight recorder's lines: the path under %s is longer than "
+                  "%d bytes", o->logs->job_dir, PATH_MAX - 1);
+        return;
+    }
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
         mtrun_msg("cannot create %s: %s", dir, strerror(errno));
         return;
     }
-    snprintf(path, sizeof path, "%s/%s-node%d.jsonl", dir, id, o->node_rank);
     int fd = mtrun_logs_open_file(path);
     FILE *fp = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!fp) {
@@ -120,7 +125,14 @@ static void write_lines(const mtrun_options *o, const mtrun_fr_rank *ranks, int 
             json_decref(e);
         }
     }
-    if (fclose(fp) != 0) mtrun_msg("writing %s: %s", path, strerror(errno));
+    /* a full disk shows in the stream's error flag or in the last flush */
+    bool failed = ferror(fp) != 0;
+    int e = errno;
+    if (fclose(fp) != 0) {
+        failed = true;
+        e = errno;
+    }
+    if (failed) mtrun_msg("cannot write the flight recorder's lines to %s: %s", path, strerror(e));
 }
 
 static int by_rank(const void *a, const void *b) {
@@ -134,7 +146,10 @@ static void print_diagnosis(mtrun_fr_rank *ranks, int n, const char *why, const 
     qsort(ranks, (size_t)n, sizeof *ranks, by_rank);
     size_t cap = 1 << 16;
     char *text = malloc(cap);
-    if (!text) return;
+    if (!text) {
+        mtrun_msg("flight recorder diagnosis (%s): out of memory for its text", why);
+        return;
+    }
     mtrun_diagnose(ranks, n, mtrun_fr_wall_now(), min_wait_s, text, cap);
     mtrun_msg("flight recorder diagnosis (%s)%s:", why, missing);
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
@@ -152,7 +167,8 @@ static void add_summary(const void *v, size_t len, mtrun_fr_rank **all, int *n) 
     json_error_t err;
     json_t *j = json_loadb(v, len, 0, &err);
     if (!json_is_array(j)) {
-        mtrun_msg("a flight recorder summary is not valid JSON: %s", err.text);
+        mtrun_msg("a flight recorder summary is not %s: %s", j ? "a JSON array" : "valid JSON",
+                  j ? "left out" : err.text);
         json_decref(j);
         return;
     }
@@ -160,9 +176,16 @@ static void add_summary(const void *v, size_t len, mtrun_fr_rank **all, int *n) 
     json_t *x;
     json_array_foreach(j, i, x) {
         mtrun_fr_rank *grown = realloc(*all, (size_t)(*n + 1) * sizeof **all);
-        if (!grown) break;
+        if (!grown) {
+            mtrun_msg("out of memory for the flight recorder summaries; the diagnosis goes "
+                      "without some ranks");
+            break;
+        }
         *all = grown;
         if (rank_from_json(x, &grown[*n]) == 0) (*n)++;
+        else
+            mtrun_msg("a rank's flight recorder summary is malformed (or memory ran out); "
+                      "left out");
     }
     json_decref(j);
 }
@@ -366,7 +389,10 @@ int mtrun_fr_diagnose_local(long pid) {
         char path[PATH_MAX], why[PATH_MAX + 128];
         snprintf(path, sizeof path, "/dev/shm/%s", de->d_name);
         mtrun_fr_rank *grown = realloc(all, (size_t)(n + 1) * sizeof *all);
-        if (!grown) break;
+        if (!grown) {
+            mtrun_msg("--diagnose: out of memory after %d rings; diagnosing those", n);
+            break;
+        }
         all = grown;
         /* the rank's own pid (from its ring) tells its process state */
         if (mtrun_fr_read(path, -1, -1, -1, &all[n], why, sizeof why) == 0) n++;
