@@ -154,6 +154,12 @@ static int diagnose_command(const char *arg) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && strncmp(argv[1], "--diagnose", 10) == 0) return diagnose_command(argv[1]);
+    /* SIGUSR1 asks for a diagnosis; one that comes before the job runs (run() reads it from
+     * its signalfd then) must not end mtrun by the default action. */
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, NULL);
     mtrun_options o;
     int r = mtrun_parse_options(argc, argv, &o);
     if (r != MTRUN_PARSE_RUN) return r;
