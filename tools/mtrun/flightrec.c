@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,7 +187,12 @@ static bool read_slot(const mt_fr_record *s, mt_fr_record *copy) {
     for (int attempt = 0; attempt < 100; attempt++) {
         uint64_t v1 = atomic_load_explicit(&s->lock, memory_order_acquire);
         if (v1 == 0) return false;
-        if (v1 & 1) continue; /* being written: try again; a stopped writer never finishes */
+        if (v1 & 1) {
+            /* being written: let the writer finish (it may share our core); a stopped writer
+             * never does, and 100 tries give up on that record */
+            sched_yield();
+            continue;
+        }
         memcpy(copy->group, s->group, sizeof copy->group);
         copy->seq = s->seq;
         copy->group_size = s->group_size;
