@@ -19,7 +19,9 @@
 #      after 10 s, or one diagnosis never printed), and they leave no key in the store;
 #   G. three nodes, the mtruns of nodes 1 and 2 stopped: node 0's diagnosis goes without them
 #      after one 10 s deadline for both (it was 10 s per node); once they go on, they find that
-#      node 0 stopped waiting, say so and remove their late summaries: no key left.
+#      node 0 stopped waiting, say so and remove their late summaries: no key left;
+#   H. SIGUSR1 to a node waiting for the others to join: no ranks run, and it says so (the signal
+#      used to be dropped without a word).
 # The diagnosis lines are printed ("diagnosis: ...") for the record.
 . "$(dirname "$0")/mtrun_lib.sh"
 LOOP="$(dirname "$WORKER")/prog_fr_loop"
@@ -213,8 +215,18 @@ wait_rc "$PID_g0" 30
 wait_rc "$PID_g1" 30
 wait_rc "$PID_g2" 30
 
+# H
+port=$(free_port)
+MT_TIMEOUT_S=30 start_node h0 0 "$port" "$LOOP" loop 10 10 "$MARKER"
+sleep 2
+kill -USR1 "$PID_h0"
+check "H: SIGUSR1 while joining says there is no diagnosis" wait_for_text "$TMP/h0.err" \
+    "mtrun: received SIGUSR1 while no ranks run (joining the job or between rounds): no diagnosis" 10
+kill -TERM "$PID_h0"
+wait_rc "$PID_h0" 30
+
 check "no leftovers" no_leftovers 15
 if [ "$FAILURES" != 0 ]; then
-    for name in stop mm ok e0 e1 f0 f1 g0 g1 g2; do show "$name"; done
+    for name in stop mm ok e0 e1 f0 f1 g0 g1 g2 h0; do show "$name"; done
 fi
 finish
