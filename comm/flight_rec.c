@@ -43,14 +43,18 @@ static void attach(void) {
                path, strerror(errno));
         return;
     }
-    struct stat st;
+    struct stat st = {0};
     void *base = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(mt_fr_header))
-        base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int err = 0;
+    if (fstat(fd, &st) != 0) err = errno;
+    else if ((size_t)st.st_size < sizeof(mt_fr_header)) err = EINVAL;
+    else base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (!err && base == MAP_FAILED) err = errno;
     close(fd);
     if (base == MAP_FAILED) {
-        mt_log(MT_LOG_WARN, "flight recorder off: cannot map %s (%lld bytes)", path,
-               (long long)st.st_size);
+        mt_log(MT_LOG_WARN, "flight recorder off: cannot map %s (%lld bytes): %s", path,
+               (long long)st.st_size,
+               err == EINVAL ? "shorter than a ring's header" : strerror(err));
         return;
     }
     mt_fr_header *h = base;

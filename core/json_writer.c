@@ -2,6 +2,7 @@
 #include "core/json_writer.h"
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 #include <math.h>
 #include <string.h>
@@ -87,25 +88,6 @@ void mt_json_begin_array(mt_json *j) { begin(j, 0, 0); }
 void mt_json_begin_array_inline(mt_json *j) { begin(j, 0, 1); }
 void mt_json_end_array(mt_json *j) { end(j, 0); }
 
-/* Length of the valid UTF-8 sequence at s (1-4), or 0 when it is not one. Overlong forms,
- * surrogates and code points above U+10FFFF are invalid. */
-static int utf8_len(const unsigned char *s) {
-    unsigned c = s[0];
-    int n;
-    unsigned min;
-    if (c < 0x80) return 1;
-    if ((c & 0xe0) == 0xc0) n = 2, min = 0x80, c &= 0x1f;
-    else if ((c & 0xf0) == 0xe0) n = 3, min = 0x800, c &= 0x0f;
-    else if ((c & 0xf8) == 0xf0) n = 4, min = 0x10000, c &= 0x07;
-    else return 0;
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0; /* also stops at the NUL */
-        c = c << 6 | (s[i] & 0x3f);
-    }
-    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return 0;
-    return n;
-}
-
 static void write_string(FILE *out, const char *s) {
     fputc('"', out);
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
@@ -122,7 +104,7 @@ static void write_string(FILE *out, const char *s) {
         } else if (c < 0x20 || c == 0x7f) {
             fprintf(out, "\\u%04x", c);
         } else if (c >= 0x80) {
-            int n = utf8_len(p);
+            int n = mt_utf8_len(p);
             if (n == 0) {
                 fputs("\\ufffd", out);
                 p++;

@@ -13,7 +13,15 @@
 #      ring files left by an mtrun that is gone (SIGKILLed) are removed by the next mtrun, those of
 #      a live one are kept;
 #   E. two nodes: SIGUSR1 to node 1 makes node 0 print the diagnosis of all 4 ranks; then a rank
-#      of node 1 stopped: node 0's diagnosis names it, with its node.
+#      of node 1 stopped: node 0's diagnosis names it, with its node;
+#   F. two nodes, SIGUSR1 to both at once: node 0 prints both diagnoses, each of all 4 ranks and
+#      without waiting for a node (a node used to skip the other's request: "without node 1"
+#      after 10 s, or one diagnosis never printed), and they leave no key in the store;
+#   G. three nodes, the mtruns of nodes 1 and 2 stopped: node 0's diagnosis goes without them
+#      after one 10 s deadline for both (it was 10 s per node); once they go on, they find that
+#      node 0 stopped waiting, say so and remove their late summaries: no key left;
+#   H. SIGUSR1 to a node waiting for the others to join: no ranks run, and it says so (the signal
+#      used to be dropped without a word).
 # The diagnosis lines are printed ("diagnosis: ...") for the record.
 . "$(dirname "$0")/mtrun_lib.sh"
 LOOP="$(dirname "$WORKER")/prog_fr_loop"
@@ -140,6 +148,85 @@ check "E: node 0 names the stopped rank of node 1" grep -qE \
     "^mtrun:   rank 3 \(node 1\) is behind: .*; its process is stopped$" "$TMP/e0.err"
 wait_rc "$PID_e1" 30
 
+# F
+port=$(free_port)
+export MT_TIMEOUT_S=30 FR_KEYS_WHEN=$TMP/f_look \
+    FR_KEYS_GONE="mtrun/diag/u1/1 mtrun/diag/u2/1 mtrun/diag/u1/from mtrun/diag/u2/from"
+start_node f0 0 "$port" "$LOOP" loop 100000 10 "$MARKER"
+start_node f1 1 "$port" "$LOOP" loop 100000 10 "$MARKER"
+unset FR_KEYS_WHEN FR_KEYS_GONE
+check "F: the loop runs" wait_for_text "$TMP/f0.out" "[rank0]:iteration 20" 60
+kill -USR1 "$PID_f1" "$PID_f0"
+# wait_count FILE TEXT N SECONDS: FILE has N lines with TEXT within SECONDS
+wait_count() {
+    local t=0
+    while [ "$(grep -cF -- "$2" "$1" 2>/dev/null)" -lt "$3" ]; do
+        [ "$t" -ge $(($4 * 10)) ] && return 1
+        sleep 0.1
+        t=$((t + 1))
+    done
+}
+check "F: node 0 prints two diagnoses of all 4 ranks" wait_count "$TMP/f0.err" \
+    "no rank is behind and no ranks disagree: 4 ranks" 2 15
+print_diagnosis "$TMP/f0.err"
+check "F: ... neither without a node" bash -c "! grep -q 'without node' '$TMP/f0.err'"
+touch "$TMP/f_look"
+check "F: the diagnoses left no key in the store" wait_for_text "$TMP/f0.out" \
+    "[rank0]:keys: all gone" 30
+grep "keys:" "$TMP/f0.out"
+kill -TERM "$PID_f0" "$PID_f1"
+wait_rc "$PID_f0" 30
+wait_rc "$PID_f1" 30
+
+# G
+port=$(free_port)
+gnode() {
+    local name=$1 node=$2
+    shift 2
+    start_bg "$name" "$MTRUN" --nnodes 3 --nproc_per_node 1 --master_addr 127.0.0.1 \
+        --master_port "$port" --rdzv_id "three-nodes-$port" --node_rank "$node" "$@"
+}
+export MT_TIMEOUT_S=60 FR_KEYS_WHEN=$TMP/g_look \
+    FR_KEYS_GONE="mtrun/diag/u1/1 mtrun/diag/u1/2 mtrun/diag/u1/from"
+gnode g0 0 "$LOOP" loop 100000 10 "$MARKER"
+gnode g1 1 "$LOOP" loop 100000 10 "$MARKER"
+gnode g2 2 "$LOOP" loop 100000 10 "$MARKER"
+unset FR_KEYS_WHEN FR_KEYS_GONE
+check "G: the loop runs" wait_for_text "$TMP/g0.out" "[rank0]:iteration 20" 60
+kill -STOP "$PID_g1" "$PID_g2"
+t0=$(date +%s.%N)
+kill -USR1 "$PID_g0"
+check "G: node 0 prints a diagnosis without nodes 1 and 2" wait_for_text "$TMP/g0.err" \
+    "(asked for with SIGUSR1 on node 0) without node 1, 2:" 40
+t1=$(date +%s.%N)
+print_diagnosis "$TMP/g0.err"
+wait_s=$(python3 -c "print(f'{$t1 - $t0:.1f}')")
+check "G: ... after one deadline for both nodes (${wait_s} s; 10 s each was 20 s)" \
+    python3 -c "import sys; sys.exit(not 9 <= $wait_s < 16)"
+kill -CONT "$PID_g1" "$PID_g2"
+check "G: a node that answered late says so" wait_for_text "$TMP/g1.err" \
+    "mtrun: node 0 stopped waiting for this node's flight recorder summary (mtrun/diag/u1/1)" 15
+check "G: ... both" wait_for_text "$TMP/g2.err" "node 0 stopped waiting" 15
+touch "$TMP/g_look"
+check "G: no key left in the store" wait_for_text "$TMP/g0.out" "[rank0]:keys: all gone" 30
+grep "keys:" "$TMP/g0.out"
+kill -TERM "$PID_g0" "$PID_g1" "$PID_g2"
+wait_rc "$PID_g0" 30
+wait_rc "$PID_g1" 30
+wait_rc "$PID_g2" 30
+
+# H
+port=$(free_port)
+MT_TIMEOUT_S=30 start_node h0 0 "$port" "$LOOP" loop 10 10 "$MARKER"
+sleep 2
+kill -USR1 "$PID_h0"
+check "H: SIGUSR1 while joining says there is no diagnosis" wait_for_text "$TMP/h0.err" \
+    "mtrun: received SIGUSR1 while no ranks run (joining the job or between rounds): no diagnosis" 10
+kill -TERM "$PID_h0"
+wait_rc "$PID_h0" 30
+
 check "no leftovers" no_leftovers 15
-[ "$FAILURES" = 0 ] || { show stop; show mm; show ok; show e0; show e1; }
+if [ "$FAILURES" != 0 ]; then
+    for name in stop mm ok e0 e1 f0 f1 g0 g1 g2 h0; do show "$name"; done
+fi
 finish

@@ -8,14 +8,55 @@
  *                        its dp peer wait until their timeout (the host backend's messages
  *                        carry the operation) and exit 1; rank 0's group completes, it says
  *                        "mismatch issued", then the others sleep SLEEP_MS and end.
+ * With FR_KEYS_GONE (store keys, space-separated) and FR_KEYS_WHEN (a file): once that file
+ * exists, rank 0 of the loop looks the keys up in the job's store and says "keys: all gone" or
+ * "keys: KEY is still there" (the test's look at what the diagnoses left in the store).
  * Exits 0 when every collective succeeded, 1 otherwise. */
 #include <meshtrain/meshtrain.h>
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+/* FR_KEYS_GONE, once FR_KEYS_WHEN exists; true once looked. The keys are mtrun's, outside the
+ * ranks' "round/N/" prefix: looked up through a connection of its own, which must see
+ * mtrun/diag/requests (else the look proves nothing). */
+static bool check_keys(void) {
+    const char *keys = getenv("FR_KEYS_GONE"), *when = getenv("FR_KEYS_WHEN");
+    if (!keys || !when || access(when, F_OK) != 0) return false;
+    mt_store *store = NULL;
+    const char *port = getenv("MASTER_PORT");
+    if (mt_store_connect(getenv("MASTER_ADDR"), port ? atoi(port) : 0, getenv("MT_RDZV_ID"), 10,
+                         &store) != MT_OK) {
+        printf("keys: cannot connect to the store: %s\n", mt_last_error());
+        fflush(stdout);
+        return true;
+    }
+    char list[1024];
+    snprintf(list, sizeof list, "mtrun/diag/requests %s", keys);
+    int left = 0;
+    bool control = true;
+    for (char *k = strtok(list, " "); k; k = strtok(NULL, " "), control = false) {
+        void *v = NULL;
+        size_t len = 0;
+        bool found = true;
+        if (mt_store_try_get(store, k, &v, &len, &found) != MT_OK)
+            printf("keys: cannot look up %s: %s\n", k, mt_last_error());
+        else if (control && !found)
+            printf("keys: %s is missing: the look sees another namespace\n", k);
+        else if (!control && found)
+            printf("keys: %s is still there\n", k);
+        left += control ? !found : found;
+        free(v);
+    }
+    if (!left) printf("keys: all gone\n");
+    fflush(stdout);
+    mt_store_close(store);
+    return true;
+}
 
 static int fail(mt_runtime *rt, const char *what) {
     fprintf(stderr, "prog_fr_loop: %s: %s\n", what, mt_last_error());
@@ -71,6 +112,7 @@ int main(int argc, char **argv) {
         mt_finalize(rt);
         return 0;
     }
+    bool keys_checked = false;
     struct timespec nap = {.tv_sec = sleep_ms / 1000, .tv_nsec = (long)(sleep_ms % 1000) * 1000000};
     for (int i = 1; i <= iters; i++) {
         if (tp && mt_all_gather(tp, buf, out, 256, MT_F32, NULL) != MT_OK)
@@ -78,6 +120,7 @@ int main(int argc, char **argv) {
         if (mt_all_reduce(dp, buf, buf, 256, MT_F32, MT_REDUCE_SUM, NULL) != MT_OK)
             return fail(rt, "all_reduce on dp");
         nanosleep(&nap, NULL);
+        if (rank == 0 && !keys_checked) keys_checked = check_keys();
         if (rank == 0 && i % 10 == 0) {
             printf("iteration %d\n", i);
             fflush(stdout);

@@ -140,7 +140,7 @@ static void parse_failure(const void *raw, size_t len, int *code, bool *restarta
 
 /* ---- joining ------------------------------------------------------------------------------- */
 
-/* Returns the INT/TERM signal waiting on sigfd, or 0. */
+/* Returns the INT/TERM/HUP signal waiting on sigfd, or 0 (a SIGCHLD or SIGUSR1 is consumed). */
 static int pending_signal(int sigfd) {
     struct pollfd p = {.fd = sigfd, .events = POLLIN};
     while (poll(&p, 1, 0) > 0) {
@@ -148,6 +148,10 @@ static int pending_signal(int sigfd) {
         if (read(sigfd, &si, sizeof si) != (ssize_t)sizeof si) return 0;
         if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM || si.ssi_signo == SIGHUP)
             return (int)si.ssi_signo;
+        /* not dropped without a word: no rank runs to diagnose before the round starts */
+        if (si.ssi_signo == SIGUSR1)
+            mtrun_msg("received SIGUSR1 while no ranks run (joining the job or between rounds): "
+                      "no diagnosis");
     }
     return 0;
 }

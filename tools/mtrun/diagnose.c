@@ -141,26 +141,63 @@ static int list_groups(const mtrun_fr_rank *ranks, int nranks, char (*names)[MTR
     return n;
 }
 
-/* The lowest seq of group where members recorded different collectives: one line and that seq,
- * or false. */
-static bool disagreement(const mtrun_fr_rank *ranks, int nranks, const char *group, text *t,
-                         uint32_t *at) {
-    uint32_t lo = UINT32_MAX, hi = 0;
-    for (int r = 0; r < nranks; r++)
+/* A rank's entries of one group in seq order (ring order among equal seqs). */
+typedef struct seq_list {
+    const mtrun_fr_entry **e;
+    int n, pos;
+} seq_list;
+
+static int by_seq(const void *a, const void *b) {
+    const mtrun_fr_entry *x = *(const mtrun_fr_entry *const *)a;
+    const mtrun_fr_entry *y = *(const mtrun_fr_entry *const *)b;
+    if (x->seq != y->seq) return (x->seq > y->seq) - (x->seq < y->seq);
+    return (x > y) - (x < y);
+}
+
+static void free_lists(seq_list *l, int n) {
+    for (int r = 0; l && r < n; r++) free(l[r].e);
+    free(l);
+}
+
+/* Each rank's entries of group, sorted by seq; NULL when memory ran out. */
+static seq_list *group_lists(const mtrun_fr_rank *ranks, int nranks, const char *group) {
+    seq_list *l = calloc((size_t)(nranks > 0 ? nranks : 1), sizeof *l);
+    for (int r = 0; l && r < nranks; r++) {
+        l[r].e = malloc((size_t)(ranks[r].n > 0 ? ranks[r].n : 1) * sizeof *l[r].e);
+        if (!l[r].e) {
+            free_lists(l, nranks);
+            return NULL;
+        }
         for (int i = 0; i < ranks[r].n; i++) {
             const mtrun_fr_entry *e = &ranks[r].e[i];
-            if (!mtrun_fr_op_is_collective(e->op) || strcmp(e->group, group) != 0) continue;
-            if (e->seq < lo) lo = e->seq;
-            if (e->seq > hi) hi = e->seq;
+            if (mtrun_fr_op_is_collective(e->op) && strcmp(e->group, group) == 0)
+                l[r].e[l[r].n++] = e;
         }
-    if (lo > hi) return false;
-    int *who = malloc((size_t)nranks * sizeof *who);
-    const mtrun_fr_entry **what = malloc((size_t)nranks * sizeof *what);
+        qsort(l[r].e, (size_t)l[r].n, sizeof *l[r].e, by_seq);
+    }
+    return l;
+}
+
+/* The lowest seq of group where members recorded different collectives: one line and that seq,
+ * or false. The seqs are walked in step through each rank's sorted entries: searching every ring
+ * for every seq of the group's range took minutes for rings of 65536 records, with mtrun doing
+ * nothing else. */
+static bool disagreement(const mtrun_fr_rank *ranks, int nranks, const char *group, text *t,
+                         uint32_t *at) {
+    int *who = malloc((size_t)(nranks > 0 ? nranks : 1) * sizeof *who);
+    const mtrun_fr_entry **what = malloc((size_t)(nranks > 0 ? nranks : 1) * sizeof *what);
+    seq_list *l = group_lists(ranks, nranks, group);
+    if (!who || !what || !l) put(t, "(group %s: out of memory looking for disagreements)\n", group);
     bool found = false;
-    for (uint64_t s = lo; s <= hi && !found && who && what; s++) {
+    while (!found && who && what && l) {
+        uint64_t s = UINT64_MAX; /* the lowest seq not yet looked at */
+        for (int r = 0; r < nranks; r++)
+            if (l[r].pos < l[r].n && l[r].e[l[r].pos]->seq < s) s = l[r].e[l[r].pos]->seq;
+        if (s == UINT64_MAX) break;
         int n = 0;
         for (int r = 0; r < nranks; r++) {
-            const mtrun_fr_entry *e = find(&ranks[r], group, (uint32_t)s);
+            const mtrun_fr_entry *e = NULL; /* the latest of the rank's entries of seq s */
+            while (l[r].pos < l[r].n && l[r].e[l[r].pos]->seq == s) e = l[r].e[l[r].pos++];
             if (e) {
                 who[n] = ranks[r].rank;
                 what[n++] = e;
@@ -205,6 +242,7 @@ static bool disagreement(const mtrun_fr_rank *ranks, int nranks, const char *gro
         free(said);
         free(these);
     }
+    free_lists(l, nranks);
     free(who);
     free(what);
     return found;
@@ -236,20 +274,27 @@ static int behind_in(const mtrun_fr_rank *ranks, int nranks, const char *group, 
     /* the front: the highest seq issued, with its collective */
     const mtrun_fr_entry *front = NULL;
     int size = 0;
+    /* each rank's latest entry of the group, looked up once (the votes below ask for them per
+     * waiter) */
+    const mtrun_fr_entry **last = malloc((size_t)(nranks > 0 ? nranks : 1) * sizeof *last);
+    if (!last) return 0;
     for (int r = 0; r < nranks; r++) {
-        const mtrun_fr_entry *e = last_in(&ranks[r], group);
+        const mtrun_fr_entry *e = last[r] = last_in(&ranks[r], group);
         if (!e) continue;
         if (!front || e->seq > front->seq) front = e;
         if (e->group_size > size) size = e->group_size;
     }
-    if (!front || (int64_t)front->seq == disagree_at) return 0;
+    if (!front || (int64_t)front->seq == disagree_at) {
+        free(last);
+        return 0;
+    }
     int *waiters = malloc((size_t)nranks * sizeof *waiters);
     int *behind = malloc((size_t)nranks * sizeof *behind);
     int *votes = calloc((size_t)nranks, sizeof *votes);
     int nw = 0, nb = 0, members = 0;
     double oldest = now;
     for (int r = 0; r < nranks && waiters && behind && votes; r++) {
-        const mtrun_fr_entry *l = last_in(&ranks[r], group);
+        const mtrun_fr_entry *l = last[r];
         if (!l) continue;
         members++;
         const mtrun_fr_entry *e = find(&ranks[r], group, front->seq);
@@ -260,7 +305,7 @@ static int behind_in(const mtrun_fr_rank *ranks, int nranks, const char *group, 
             if (e->queued > 0 && e->queued < oldest) oldest = e->queued;
             /* whom it waits on, by group rank: the member that has that group rank */
             for (int q = 0; e->waiting_peer >= 0 && q < nranks; q++) {
-                const mtrun_fr_entry *m = last_in(&ranks[q], group);
+                const mtrun_fr_entry *m = last[q];
                 if (m && m->group_rank == e->waiting_peer) votes[q]++;
             }
         }
@@ -288,7 +333,7 @@ static int behind_in(const mtrun_fr_rank *ranks, int nranks, const char *group, 
         int *absent = malloc((size_t)size * sizeof *absent);
         int na = 0;
         for (int r = 0; seen && r < nranks; r++) {
-            const mtrun_fr_entry *l = last_in(&ranks[r], group);
+            const mtrun_fr_entry *l = last[r];
             if (l && l->group_rank >= 0 && l->group_rank < size) seen[l->group_rank] = true;
         }
         for (int g = 0; seen && absent && g < size; g++)
@@ -330,6 +375,7 @@ static int behind_in(const mtrun_fr_rank *ranks, int nranks, const char *group, 
     free(waiters);
     free(behind);
     free(votes);
+    free(last);
     return found;
 }
 

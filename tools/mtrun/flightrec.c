@@ -5,14 +5,17 @@
 
 #include "comm/flight_rec_format.h"
 #include "core/env.h"
+#include "core/utf8.h"
 
 #include <meshtrain/status.h>
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,9 +31,35 @@ struct mtrun_fr {
     char (*paths)[PATH_MAX];
 };
 
+/* A decimal number of digits only (no sign, no space), at most max, at *p; advances *p. */
+static bool parse_number(const char **p, long max, long *out) {
+    if (!isdigit((unsigned char)**p)) return false;
+    char *end;
+    errno = 0;
+    long v = strtol(*p, &end, 10);
+    if (errno || v > max) return false;
+    *p = end;
+    *out = v;
+    return true;
+}
+
+int mtrun_fr_parse_name(const char *name, long *pid, int *local) {
+    const char *p = name;
+    long l;
+    if (strncmp(p, "mt-fr-", 6) != 0) return 0;
+    p += 6;
+    if (!parse_number(&p, INT_MAX, pid) || *pid <= 0 || *p++ != '-' ||
+        !parse_number(&p, INT_MAX, &l))
+        return 0;
+    *local = (int)l;
+    if (*p == '\0') return 1;
+    return strcmp(p, MTRUN_FR_NEW_SUFFIX) == 0 ? 2 : 0;
+}
+
 /* Ring files of mtrun processes that are gone (SIGKILLed, or the machine's OOM killer: nothing
- * removed them) would fill /dev/shm, which is memory, run after run: this user's are removed. A
- * pid that lives again in another process keeps its files until that one ends. */
+ * removed them) would fill /dev/shm, which is memory, run after run: this user's are removed,
+ * with the half-made ones (.new) a killed mtrun may have left. A pid that lives again in another
+ * process keeps its files until that one ends. */
 static void sweep_stale_rings(void) {
     DIR *d = opendir("/dev/shm");
     if (!d) return;
@@ -38,10 +67,8 @@ static void sweep_stale_rings(void) {
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         long pid;
-        int local, end = 0;
-        if (sscanf(de->d_name, "mt-fr-%ld-%d%n", &pid, &local, &end) != 2 ||
-            de->d_name[end] != '\0' || pid <= 0 || pid == (long)getpid())
-            continue;
+        int local;
+        if (!mtrun_fr_parse_name(de->d_name, &pid, &local) || pid == (long)getpid()) continue;
         struct stat st;
         if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
             st.st_uid != geteuid())
@@ -80,20 +107,31 @@ int mtrun_fr_create(int nproc, mtrun_fr **out) {
     return 0;
 }
 
-/* One ring file, empty (zero records), header written. */
+/* One ring file, empty (zero records), header written. It is made whole under another name and
+ * renamed over the ring of the round before: a reader that has that one mapped (mtrun
+ * --diagnose, at any time) keeps reading the old file, never one truncated under it (SIGBUS) or
+ * one with its header not yet written. */
 static int make_ring(const mtrun_fr *f, int i) {
-    int fd = open(f->paths[i], O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    char tmp[PATH_MAX + sizeof MTRUN_FR_NEW_SUFFIX];
+    snprintf(tmp, sizeof tmp, "%s%s", f->paths[i], MTRUN_FR_NEW_SUFFIX);
+    /* O_EXCL: never write through a file someone else put there; ours (from a make_ring that
+     * failed half-way) is removed first. */
+    unlink(tmp);
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return -1;
     size_t bytes = sizeof(mt_fr_header) + (size_t)f->capacity * sizeof(mt_fr_record);
     mt_fr_header h = {.magic = MT_FR_MAGIC, .version = MT_FR_VERSION,
                       .record_size = sizeof(mt_fr_record), .capacity = f->capacity,
                       .rank = f->node * f->nproc + i, .node = f->node};
-    /* The truncation zeroed every record: lock 0 means never written. */
+    /* ftruncate zeroes every record: lock 0 means never written. */
     int ok = ftruncate(fd, (off_t)bytes) == 0 && pwrite(fd, &h, sizeof h, 0) == (ssize_t)sizeof h;
     int e = errno;
     close(fd);
+    if (ok && rename(tmp, f->paths[i]) == 0) return 0;
+    if (ok) e = errno;
+    unlink(tmp);
     errno = e;
-    return ok ? 0 : -1;
+    return -1;
 }
 
 void mtrun_fr_prepare(mtrun_fr *f, int node) {
@@ -149,7 +187,12 @@ static bool read_slot(const mt_fr_record *s, mt_fr_record *copy) {
     for (int attempt = 0; attempt < 100; attempt++) {
         uint64_t v1 = atomic_load_explicit(&s->lock, memory_order_acquire);
         if (v1 == 0) return false;
-        if (v1 & 1) continue; /* being written: try again; a stopped writer never finishes */
+        if (v1 & 1) {
+            /* being written: let the writer finish (it may share our core); a stopped writer
+             * never does, and 100 tries give up on that record */
+            sched_yield();
+            continue;
+        }
         memcpy(copy->group, s->group, sizeof copy->group);
         copy->seq = s->seq;
         copy->group_size = s->group_size;
@@ -175,6 +218,31 @@ static bool read_slot(const mt_fr_record *s, mt_fr_record *copy) {
     return false;
 }
 
+/* A group name from a ring, fit for JSON and a terminal: a name cut inside a character (the
+ * library keeps 30 bytes of it), a byte that is not UTF-8 or a control character becomes '?'.
+ * jansson refuses strings that are not UTF-8, and the record would be lost from the JSON lines
+ * and from the summary node 0 analyses. */
+static void clean_group(char *dst, size_t cap, const char *src, size_t len) {
+    size_t o = 0;
+    const unsigned char *p = (const unsigned char *)src, *end = p + strnlen(src, len);
+    while (p < end && o + 1 < cap) {
+        int n = *p < 0x20 || *p == 0x7f ? 0 : mt_utf8_len(p);
+        if (n == 0 || p + n > end || o + (size_t)n >= cap) {
+            dst[o++] = '?';
+            p++;
+            continue;
+        }
+        memcpy(dst + o, p, (size_t)n);
+        o += (size_t)n;
+        p += n;
+    }
+    dst[o] = '\0';
+}
+
+/* A header field the rank could still change (its mapping is writable): read once, so that what
+ * was checked is what is used. */
+#define READ_ONCE(x) (*(const volatile __typeof__(x) *)&(x))
+
 int mtrun_fr_read(const char *path, int rank, int node, pid_t pid, mtrun_fr_rank *r, char *why,
                   size_t cap) {
     *r = (mtrun_fr_rank){.rank = rank, .node = node, .state = '-'};
@@ -184,44 +252,77 @@ int mtrun_fr_read(const char *path, int rank, int node, pid_t pid, mtrun_fr_rank
         return -1;
     }
     struct stat st;
-    void *base = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(mt_fr_header))
-        base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (fstat(fd, &st) != 0) {
+        snprintf(why, cap, "cannot stat %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < sizeof(mt_fr_header)) {
+        snprintf(why, cap, "%s is not a flight recorder ring: %lld bytes, less than its %zu-byte "
+                 "header", path, (long long)st.st_size, sizeof(mt_fr_header));
+        close(fd);
+        return -1;
+    }
+    /* The header first, then the ring as long as the header says, once that fits the file: a
+     * mapping past the file's end would raise SIGBUS when read. */
+    mt_fr_header *h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
+    if (h == MAP_FAILED) {
+        snprintf(why, cap, "cannot map %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    uint64_t magic = READ_ONCE(h->magic);
+    uint32_t version = READ_ONCE(h->version), record_size = READ_ONCE(h->record_size);
+    uint32_t capacity = READ_ONCE(h->capacity);
+    int32_t ring_rank = READ_ONCE(h->rank), ring_node = READ_ONCE(h->node);
+    munmap(h, sizeof *h);
+    uint64_t bytes = sizeof *h + (uint64_t)capacity * sizeof(mt_fr_record);
+    if (magic != MT_FR_MAGIC || version != MT_FR_VERSION || record_size != sizeof(mt_fr_record)) {
+        snprintf(why, cap, "%s is not a flight recorder ring of this version (version %u, "
+                 "records of %u bytes; this mtrun reads version %d, %zu bytes)", path,
+                 magic == MT_FR_MAGIC ? version : 0, magic == MT_FR_MAGIC ? record_size : 0,
+                 MT_FR_VERSION, sizeof(mt_fr_record));
+        close(fd);
+        return -1;
+    }
+    if (capacity == 0 || capacity > MT_FR_MAX_CAPACITY || bytes > (uint64_t)st.st_size) {
+        snprintf(why, cap, "%s is damaged: its header says %u records (%llu bytes), the file "
+                 "has %lld bytes", path, capacity, (unsigned long long)bytes,
+                 (long long)st.st_size);
+        close(fd);
+        return -1;
+    }
+    mt_fr_header *base = mmap(NULL, (size_t)bytes, PROT_READ, MAP_SHARED, fd, 0);
+    int map_errno = errno;
     close(fd);
     if (base == MAP_FAILED) {
-        snprintf(why, cap, "cannot map %s", path);
+        snprintf(why, cap, "cannot map %s (%llu bytes): %s", path, (unsigned long long)bytes,
+                 strerror(map_errno));
         return -1;
     }
-    const mt_fr_header *h = base;
-    if (h->magic != MT_FR_MAGIC || h->version != MT_FR_VERSION ||
-        h->record_size != sizeof(mt_fr_record) || h->capacity == 0 ||
-        sizeof *h + (size_t)h->capacity * sizeof(mt_fr_record) > (size_t)st.st_size) {
-        snprintf(why, cap, "%s is not a flight recorder ring of this version", path);
-        munmap(base, (size_t)st.st_size);
-        return -1;
-    }
-    r->pid = atomic_load(&((mt_fr_header *)base)->pid);
-    if (node < 0) r->node = h->node;
-    if (rank < 0) r->rank = h->rank;
+    r->pid = atomic_load(&base->pid);
+    if (node < 0) r->node = ring_node;
+    if (rank < 0) r->rank = ring_rank;
     r->state = process_state(pid < 0 ? r->pid : pid);
-    uint64_t next = atomic_load(&((mt_fr_header *)base)->next);
-    double mono0 = (double)atomic_load(&((mt_fr_header *)base)->anchor_mono_ns) * 1e-9;
-    double wall0 = (double)atomic_load(&((mt_fr_header *)base)->anchor_wall_ns) * 1e-9;
-    uint64_t first = next > h->capacity ? next - h->capacity : 0;
+    uint64_t next = atomic_load(&base->next);
+    double mono0 = (double)atomic_load(&base->anchor_mono_ns) * 1e-9;
+    double wall0 = (double)atomic_load(&base->anchor_wall_ns) * 1e-9;
+    uint64_t first = next > capacity ? next - capacity : 0;
     r->total = next;
     r->e = calloc((size_t)(next - first) + 1, sizeof *r->e);
     if (!r->e) {
-        munmap(base, (size_t)st.st_size);
-        snprintf(why, cap, "out of memory reading %s", path);
+        munmap(base, (size_t)bytes);
+        snprintf(why, cap, "out of memory for the %llu records of %s",
+                 (unsigned long long)(next - first), path);
         return -1;
     }
-    const mt_fr_record *slots = (const mt_fr_record *)(h + 1);
+    const mt_fr_record *slots = (const mt_fr_record *)(base + 1);
     for (uint64_t id = first; id < next; id++) {
         mt_fr_record c;
-        if (!read_slot(&slots[id % h->capacity], &c)) continue;
+        if (!read_slot(&slots[id % capacity], &c)) continue;
         if (atomic_load(&c.lock) != 2 * id + 2) continue; /* overwritten meanwhile */
         mtrun_fr_entry *e = &r->e[r->n++];
-        snprintf(e->group, sizeof e->group, "%s", c.group);
+        clean_group(e->group, sizeof e->group, c.group, sizeof c.group);
         e->seq = c.seq;
         e->group_size = c.group_size;
         e->group_rank = c.group_rank;
@@ -235,7 +336,7 @@ int mtrun_fr_read(const char *path, int rank, int node, pid_t pid, mtrun_fr_rank
         e->status = atomic_load(&c.status);
         e->waiting_peer = atomic_load(&c.waiting_peer);
     }
-    munmap(base, (size_t)st.st_size);
+    munmap(base, (size_t)bytes);
     r->read_at = mtrun_fr_wall_now();
     return 0;
 }
@@ -250,7 +351,10 @@ int mtrun_fr_collect(const mtrun_fr *f, const pid_t *pids, mtrun_fr_rank **out) 
     *out = NULL;
     if (!f || f->off) return 0;
     mtrun_fr_rank *all = calloc((size_t)f->nproc, sizeof *all);
-    if (!all) return 0;
+    if (!all) {
+        mtrun_msg("out of memory for the flight recorders of %d ranks: no diagnosis", f->nproc);
+        return 0;
+    }
     int n = 0;
     for (int i = 0; i < f->nproc; i++) {
         char why[PATH_MAX + 128];

@@ -12,6 +12,14 @@
 
 typedef struct mtrun_fr mtrun_fr;
 
+/* A ring file being made (flightrec.c's make_ring), renamed into place once whole. */
+#define MTRUN_FR_NEW_SUFFIX ".new"
+
+/* Whether a name in /dev/shm is a ring file, "mt-fr-<pid>-<local rank>" (1), one being made,
+ * the same with MTRUN_FR_NEW_SUFFIX (2), or neither (0); the numbers are plain decimals, the pid
+ * positive. */
+int mtrun_fr_parse_name(const char *name, long *pid, int *local);
+
 /* Reads MT_FLIGHT_RECORDER (records per rank, default 2048, 0: off) for this node's nproc ranks
  * (files /dev/shm/mt-fr-<mtrun pid>-<local rank>). *out is NULL when the recorder is off. When on,
  * first removes this user's ring files of mtrun processes that no longer exist (says how many).

@@ -22,8 +22,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define GATHER_S 10.0 /* how long node 0 waits for another node's summary */
+#define GATHER_S 10.0 /* how long node 0 waits for the other nodes' summaries, all together */
 #define POLL_S 1.0    /* how often a node looks whether another asked for a diagnosis */
+/* What node 0 leaves in the key of a summary that did not come in time: the node that publishes
+ * it late finds this instead of an empty key, and removes both. */
+#define CLOSED "closed"
 
 static json_t *entry_json(const mtrun_fr_rank *r, const mtrun_fr_entry *e) {
     return json_pack("{s:i, s:i, s:s, s:I, s:s, s:i, s:I, s:i, s:i, s:f, s:f, s:f, s:i, s:i}",
@@ -87,13 +90,18 @@ static int rank_from_json(json_t *j, mtrun_fr_rank *r) {
  * per recorded collective, oldest first. */
 static void write_lines(const mtrun_options *o, const mtrun_fr_rank *ranks, int n, const char *id) {
     if (!o->logs) return;
-    char dir[PATH_MAX], path[PATH_MAX + 64];
-    snprintf(dir, sizeof dir, "%s/flight_recorder", o->logs->job_dir);
+    char dir[PATH_MAX], path[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s/flight_recorder", o->logs->job_dir) >= (int)sizeof dir ||
+        snprintf(path, sizeof path, "%s/%s-node%d.jsonl", dir, id, o->node_rank) >=
+            (int)sizeof path) {
+        mtrun_msg("cannot write the flight recorder's lines: the path under %s is longer than "
+                  "%d bytes", o->logs->job_dir, PATH_MAX - 1);
+        return;
+    }
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
         mtrun_msg("cannot create %s: %s", dir, strerror(errno));
         return;
     }
-    snprintf(path, sizeof path, "%s/%s-node%d.jsonl", dir, id, o->node_rank);
     int fd = mtrun_logs_open_file(path);
     FILE *fp = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!fp) {
@@ -117,7 +125,14 @@ static void write_lines(const mtrun_options *o, const mtrun_fr_rank *ranks, int 
             json_decref(e);
         }
     }
-    if (fclose(fp) != 0) mtrun_msg("writing %s: %s", path, strerror(errno));
+    /* a full disk shows in the stream's error flag or in the last flush */
+    bool failed = ferror(fp) != 0;
+    int e = errno;
+    if (fclose(fp) != 0) {
+        failed = true;
+        e = errno;
+    }
+    if (failed) mtrun_msg("cannot write the flight recorder's lines to %s: %s", path, strerror(e));
 }
 
 static int by_rank(const void *a, const void *b) {
@@ -131,7 +146,10 @@ static void print_diagnosis(mtrun_fr_rank *ranks, int n, const char *why, const 
     qsort(ranks, (size_t)n, sizeof *ranks, by_rank);
     size_t cap = 1 << 16;
     char *text = malloc(cap);
-    if (!text) return;
+    if (!text) {
+        mtrun_msg("flight recorder diagnosis (%s): out of memory for its text", why);
+        return;
+    }
     mtrun_diagnose(ranks, n, mtrun_fr_wall_now(), min_wait_s, text, cap);
     mtrun_msg("flight recorder diagnosis (%s)%s:", why, missing);
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
@@ -149,7 +167,8 @@ static void add_summary(const void *v, size_t len, mtrun_fr_rank **all, int *n) 
     json_error_t err;
     json_t *j = json_loadb(v, len, 0, &err);
     if (!json_is_array(j)) {
-        mtrun_msg("a flight recorder summary is not valid JSON: %s", err.text);
+        mtrun_msg("a flight recorder summary is not %s: %s", j ? "a JSON array" : "valid JSON",
+                  j ? "left out" : err.text);
         json_decref(j);
         return;
     }
@@ -157,11 +176,73 @@ static void add_summary(const void *v, size_t len, mtrun_fr_rank **all, int *n) 
     json_t *x;
     json_array_foreach(j, i, x) {
         mtrun_fr_rank *grown = realloc(*all, (size_t)(*n + 1) * sizeof **all);
-        if (!grown) break;
+        if (!grown) {
+            mtrun_msg("out of memory for the flight recorder summaries; the diagnosis goes "
+                      "without some ranks");
+            break;
+        }
         *all = grown;
         if (rank_from_json(x, &grown[*n]) == 0) (*n)++;
+        else
+            mtrun_msg("a rank's flight recorder summary is malformed (or memory ran out); "
+                      "left out");
     }
     json_decref(j);
+}
+
+/* A node other than 0: its summary into mtrun/diag/<id>/<node>, unless node 0 stopped waiting for
+ * it (it left CLOSED there): then the key goes, so that no diagnosis leaves anything behind. */
+static void publish_summary(mt_store *store, const char *key, const char *text) {
+    void *current = NULL;
+    size_t len = 0;
+    size_t tlen = strlen(text);
+    if (mt_store_compare_set(store, key, "", 0, text, tlen, &current, &len) != MT_OK) {
+        mtrun_msg("cannot publish this node's flight recorder summary: %s", mt_last_error());
+        return;
+    }
+    bool closed = len == strlen(CLOSED) && memcmp(current, CLOSED, len) == 0;
+    free(current);
+    if (!closed) return;
+    mtrun_msg("node 0 stopped waiting for this node's flight recorder summary (%s) before it "
+              "came; its diagnosis went without this node", key);
+    if (mt_store_delete(store, key, NULL) != MT_OK)
+        mtrun_msg("cannot remove %s from the store: %s", key, mt_last_error());
+}
+
+/* Node 0: every other node's summary that comes within GATHER_S of the start, all nodes
+ * together (a node that never answers costs GATHER_S once, not per node), each key removed once
+ * read. Names the nodes it went without in missing. */
+static void gather_summaries(mt_store *store, const char *id, int nnodes, mtrun_fr_rank **all,
+                             int *n, char *missing, size_t cap) {
+    double deadline = mt_clock_now_s() + GATHER_S;
+    size_t used = 0;
+    missing[0] = '\0';
+    for (int node = 1; node < nnodes; node++) {
+        char key[128];
+        snprintf(key, sizeof key, "mtrun/diag/%s/%d", id, node);
+        void *v = NULL;
+        size_t len = 0;
+        bool got = false;
+        double left = deadline - mt_clock_now_s();
+        if (store && left > 0) got = mt_store_get(store, key, left, &v, &len) == MT_OK;
+        if (store && !got) {
+            /* Too late: close the key, unless the summary came in meanwhile. */
+            free(v);
+            v = NULL;
+            got = mt_store_compare_set(store, key, "", 0, CLOSED, strlen(CLOSED), &v, &len) ==
+                      MT_OK && !(len == strlen(CLOSED) && memcmp(v, CLOSED, len) == 0);
+        }
+        if (got) {
+            add_summary(v, len, all, n);
+            if (mt_store_delete(store, key, NULL) != MT_OK)
+                mtrun_msg("cannot remove %s from the store: %s", key, mt_last_error());
+        } else if (used + 16 < cap) {
+            int w = snprintf(missing + used, cap - used, "%s%d", used ? ", " : " without node ",
+                             node);
+            if (w > 0) used += (size_t)w;
+        }
+        free(v);
+    }
 }
 
 void mtrun_fr_report(const mtrun_options *o, mtrun_cluster *cluster, const pid_t *pids,
@@ -179,57 +260,75 @@ void mtrun_fr_report(const mtrun_options *o, mtrun_cluster *cluster, const pid_t
     }
     mt_store *store = mtrun_cluster_store(cluster);
     char key[128];
-    json_t *summary = json_array();
-    for (int k = 0; summary && k < n; k++)
-        json_array_append_new(summary, rank_json(&mine[k], MTRUN_FR_SUMMARY));
-    char *text = summary ? json_dumps(summary, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
-    json_decref(summary);
-    if (store && text && o->node_rank != 0) {
-        snprintf(key, sizeof key, "mtrun/diag/%s/%d", id, o->node_rank);
-        if (mt_store_set(store, key, text, strlen(text)) != MT_OK)
-            mtrun_msg("cannot publish this node's flight recorder summary: %s", mt_last_error());
-    }
-    free(text);
     if (o->node_rank != 0) {
+        json_t *summary = json_array();
+        for (int k = 0; summary && k < n; k++)
+            json_array_append_new(summary, rank_json(&mine[k], MTRUN_FR_SUMMARY));
+        char *text = summary ? json_dumps(summary, JSON_COMPACT | JSON_REAL_PRECISION(17))
+                             : NULL;
+        json_decref(summary);
+        snprintf(key, sizeof key, "mtrun/diag/%s/%d", id, o->node_rank);
+        if (!text)
+            mtrun_msg("out of memory for this node's flight recorder summary; node 0's "
+                      "diagnosis goes without it");
+        else if (store)
+            publish_summary(store, key, text);
+        free(text);
         free_ranks(mine, n);
         return;
     }
-    /* node 0: every other node's summary, as long as each comes within GATHER_S */
-    char missing[512] = "";
-    size_t used = 0;
-    int nnodes = mtrun_cluster_nnodes(cluster);
-    for (int node = 1; node < nnodes; node++) {
-        void *v = NULL;
-        size_t len = 0;
-        snprintf(key, sizeof key, "mtrun/diag/%s/%d", id, node);
-        if (store && mt_store_get(store, key, GATHER_S, &v, &len) == MT_OK) {
-            add_summary(v, len, &mine, &n);
-            free(v);
-        } else if (used + 16 < sizeof missing) {
-            int w = snprintf(missing + used, sizeof missing - used, "%s%d",
-                             used ? ", " : " without node ", node);
-            if (w > 0) used += (size_t)w;
-        }
-    }
+    char missing[512];
+    gather_summaries(store, id, mtrun_cluster_nnodes(cluster), &mine, &n, missing,
+                     sizeof missing);
+    /* the requester's node, for the message: read (poll_requests) before the gathering, and
+     * set before the requester published its summary */
+    snprintf(key, sizeof key, "mtrun/diag/%s/from", id);
+    if (store && id[0] == 'u' && mt_store_delete(store, key, NULL) != MT_OK)
+        mtrun_msg("cannot remove %s from the store: %s", key, mt_last_error());
     print_diagnosis(mine, n, why, missing, min_wait_s);
     free_ranks(mine, n);
 }
 
+/* Diagnoses asked for so far that this node took part in (or asked for): u1 .. u<requests_seen>. */
 static int requests_seen;
+
+/* Takes part in diagnosis u<req>, which another node asked for. */
+static void answer_request(const mtrun_options *o, mtrun_cluster *cluster, const pid_t *pids,
+                           int req) {
+    mt_store *store = mtrun_cluster_store(cluster);
+    char id[32], key[64], why[64] = "asked for with SIGUSR1 on another node";
+    snprintf(id, sizeof id, "u%d", req);
+    void *v = NULL;
+    size_t len = 0;
+    bool found = false;
+    snprintf(key, sizeof key, "mtrun/diag/%s/from", id);
+    if (o->node_rank == 0 && store && mt_store_try_get(store, key, &v, &len, &found) == MT_OK &&
+        found && len < 16)
+        snprintf(why, sizeof why, "asked for with SIGUSR1 on node %.*s", (int)len,
+                 (const char *)v);
+    free(v);
+    mtrun_fr_report(o, cluster, pids, id, why);
+}
 
 void mtrun_fr_request(const mtrun_options *o, mtrun_cluster *cluster, const pid_t *pids) {
     char id[32];
     mt_store *store = cluster ? mtrun_cluster_store(cluster) : NULL;
     int64_t count = requests_seen + 1;
-    if (store && mt_store_add(store, "mtrun/diag/requests", 1, &count) != MT_OK)
+    if (store && mt_store_add(store, "mtrun/diag/requests", 1, &count) != MT_OK) {
         mtrun_msg("cannot ask the other nodes for their flight recorders: %s", mt_last_error());
+        count = requests_seen + 1;
+    }
+    /* Other nodes may have asked since this one last looked (SIGUSR1s to two nodes at once):
+     * their diagnoses come first, else node 0 would wait for this node's part in them. */
+    while (cluster && requests_seen + 1 < count) answer_request(o, cluster, pids, ++requests_seen);
     requests_seen = (int)count;
     snprintf(id, sizeof id, "u%lld", (long long)count);
-    if (store) {
+    if (store && o->node_rank != 0) {
+        /* only words node 0's message; node 0 removes it */
         char key[64], node[16];
         snprintf(key, sizeof key, "mtrun/diag/%s/from", id);
         int len = snprintf(node, sizeof node, "%d", o->node_rank);
-        (void)mt_store_set(store, key, node, (size_t)len); /* only words the message */
+        (void)mt_store_set(store, key, node, (size_t)len);
     }
     char why[64];
     snprintf(why, sizeof why, "asked for with SIGUSR1 on node %d", o->node_rank);
@@ -245,20 +344,7 @@ void mtrun_fr_poll_requests(const mtrun_options *o, mtrun_cluster *cluster, cons
     mt_store *store = mtrun_cluster_store(cluster);
     int64_t count;
     if (!o->fr || !store || mt_store_add(store, "mtrun/diag/requests", 0, &count) != MT_OK) return;
-    while (requests_seen < count) {
-        char id[32];
-        snprintf(id, sizeof id, "u%d", ++requests_seen);
-        char key[64], why[64] = "asked for with SIGUSR1 on another node";
-        void *v = NULL;
-        size_t len = 0;
-        bool found = false;
-        snprintf(key, sizeof key, "mtrun/diag/%s/from", id);
-        if (mt_store_try_get(store, key, &v, &len, &found) == MT_OK && found && len < 16)
-            snprintf(why, sizeof why, "asked for with SIGUSR1 on node %.*s", (int)len,
-                     (const char *)v);
-        free(v);
-        mtrun_fr_report(o, cluster, pids, id, why);
-    }
+    while (requests_seen < count) answer_request(o, cluster, pids, ++requests_seen);
 }
 
 /* The rings of mtrun PID on this machine: /dev/shm/mt-fr-PID-LOCALRANK. */
@@ -277,7 +363,7 @@ int mtrun_fr_diagnose_local(long pid) {
     while (pid == 0 && (de = readdir(d))) {
         long p;
         int local;
-        if (sscanf(de->d_name, "mt-fr-%ld-%d", &p, &local) != 2 || kill((pid_t)p, 0) != 0)
+        if (mtrun_fr_parse_name(de->d_name, &p, &local) != 1 || kill((pid_t)p, 0) != 0)
             continue;
         if (found && p != found) several = true;
         found = p;
@@ -299,11 +385,14 @@ int mtrun_fr_diagnose_local(long pid) {
     while ((de = readdir(d))) {
         long p;
         int local;
-        if (sscanf(de->d_name, "mt-fr-%ld-%d", &p, &local) != 2 || p != pid) continue;
+        if (mtrun_fr_parse_name(de->d_name, &p, &local) != 1 || p != pid) continue;
         char path[PATH_MAX], why[PATH_MAX + 128];
         snprintf(path, sizeof path, "/dev/shm/%s", de->d_name);
         mtrun_fr_rank *grown = realloc(all, (size_t)(n + 1) * sizeof *all);
-        if (!grown) break;
+        if (!grown) {
+            mtrun_msg("--diagnose: out of memory after %d rings; diagnosing those", n);
+            break;
+        }
         all = grown;
         /* the rank's own pid (from its ring) tells its process state */
         if (mtrun_fr_read(path, -1, -1, -1, &all[n], why, sizeof why) == 0) n++;

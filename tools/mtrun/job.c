@@ -104,7 +104,8 @@ static void fail(job *j, int code, const char *text, bool publish, bool restarta
     /* A rank's failure, not a signal to mtrun or a launch error: worth a diagnosis. The local
      * rings are read before the ranks are stopped (pids and states as the failure left them);
      * gathering the other nodes' waits until the failure is published. */
-    bool diagnose = restartable && j->ph == RUNNING && j->o->fr;
+    /* Node 0 whose ranks are done (DRAINING) gathers the others' too: they publish theirs. */
+    bool diagnose = restartable && (j->ph == RUNNING || j->ph == DRAINING) && j->o->fr;
     pid_t *pids = diagnose ? calloc((size_t)j->n, sizeof *pids) : NULL;
     if (pids) rank_pids(j, pids);
     if (j->ph == RUNNING) stop_ranks(j, sig);
@@ -168,12 +169,25 @@ static void reap(job *j) {
 static void on_signal(job *j, int sig) {
     char buf[32];
     if (sig == SIGUSR1) {
-        /* a diagnosis of the running job; it goes on */
+        /* a diagnosis of the running job; it goes on. While stopping, the other nodes do not
+         * answer (and a failure's diagnosis came already); a node whose ranks are done
+         * (DRAINING) still reads their rings and asks the nodes that run. */
+        if (!j->o->fr) {
+            mtrun_msg("received SIGUSR1, but the flight recorder is off (MT_FLIGHT_RECORDER=0): "
+                      "no diagnosis");
+            return;
+        }
+        if (j->ph != RUNNING && j->ph != DRAINING) {
+            mtrun_msg("received SIGUSR1 while the job is stopping: no diagnosis");
+            return;
+        }
         pid_t *pids = calloc((size_t)j->n, sizeof *pids);
-        if (pids) rank_pids(j, pids);
-        if (!j->o->fr) mtrun_msg("received SIGUSR1, but the flight recorder is off "
-                                 "(MT_FLIGHT_RECORDER=0): no diagnosis");
-        else if (pids) mtrun_fr_request(j->o, j->cluster, pids);
+        if (!pids) {
+            mtrun_msg("received SIGUSR1, but out of memory for the diagnosis");
+            return;
+        }
+        rank_pids(j, pids);
+        mtrun_fr_request(j->o, j->cluster, pids);
         free(pids);
         return;
     }
@@ -283,7 +297,8 @@ static void on_timer(job *j) {
 }
 
 static void on_cluster(job *j) {
-    if (j->ph == RUNNING && j->o->fr) {
+    /* Node 0 prints every diagnosis, also once its own ranks are done (DRAINING) */
+    if ((j->ph == RUNNING || j->ph == DRAINING) && j->o->fr) {
         pid_t *pids = calloc((size_t)j->n, sizeof *pids);
         if (pids) {
             rank_pids(j, pids);

@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,36 @@ static int make_dirs(const char *dir) {
         return -1;
     }
     return 0;
+}
+
+static pthread_t main_thread;
+
+/* Runs on a thread that does not block the signal: sends it on to the main thread, where it
+ * stays pending (blocked) for run()'s signalfd. Only pthread_kill, which is async-signal-safe. */
+static void to_main_thread(int sig) {
+    int saved = errno;
+    pthread_kill(main_thread, sig);
+    errno = saved;
+}
+
+/* mtrun takes its signals from a signalfd on the main thread, with them blocked (run()). A thread
+ * made before main() (OpenBLAS makes its pool when the library loads) blocks none of them, and the
+ * kernel gives a process's signal to a thread that does not block it: there SIGTERM, SIGINT,
+ * SIGHUP or SIGUSR1 took its default action and ended mtrun at once (its ranks orphaned, no
+ * diagnosis), and a SIGCHLD was lost. A handler on such a thread sends the signal on instead. The
+ * main thread blocks them from here on, also before run() (a SIGUSR1 during start-up), and the
+ * threads it makes inherit that; ranks get the default dispositions back (spawn.c). */
+static void forward_signals(void) {
+    static const int forwarded[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+    main_thread = pthread_self();
+    sigset_t set;
+    sigemptyset(&set);
+    for (size_t i = 0; i < sizeof forwarded / sizeof *forwarded; i++) sigaddset(&set, forwarded[i]);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    struct sigaction sa = {.sa_handler = to_main_thread, .sa_flags = SA_RESTART};
+    sigfillset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof forwarded / sizeof *forwarded; i++)
+        sigaction(forwarded[i], &sa, NULL);
 }
 
 /* Which mtrun hosts the store. static: node rank 0. c10d: --rdzv_conf is_host when given,
@@ -154,6 +185,7 @@ static int diagnose_command(const char *arg) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && strncmp(argv[1], "--diagnose", 10) == 0) return diagnose_command(argv[1]);
+    forward_signals();
     mtrun_options o;
     int r = mtrun_parse_options(argc, argv, &o);
     if (r != MTRUN_PARSE_RUN) return r;

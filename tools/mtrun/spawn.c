@@ -156,11 +156,15 @@ static void child_exec(const mtrun_launch *l, char **env, int out_w, int err_w, 
     /* If mtrun itself is killed (SIGKILL cannot be forwarded), the rank must not live on. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127); /* mtrun died before prctl took effect */
+    /* mtrun's handlers (main.c's forward_signals) would send a signal that comes before exec
+     * back to this very thread, again and again: the defaults first, then unblock */
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    static const int handled[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+    for (size_t i = 0; i < sizeof handled / sizeof *handled; i++) sigaction(handled[i], &dfl, NULL);
+    sigaction(SIGPIPE, &dfl, NULL); /* mtrun ignores SIGPIPE; exec would keep that */
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    struct sigaction dfl = {.sa_handler = SIG_DFL};
-    sigaction(SIGPIPE, &dfl, NULL); /* mtrun ignores SIGPIPE; exec would keep that */
     if (dup2(out_w, STDOUT_FILENO) < 0 || dup2(err_w, STDERR_FILENO) < 0) {
         int e = errno;
         (void)!write(report_w, &e, sizeof e);
