@@ -42,6 +42,10 @@ typedef struct mt_fsdp_debug {
                                root's; 0 on the other units) */
     long quiesces; /* offloaded unit: waits for its parameter copy asked from outside its own
                       gather (mt_fsdp_offload_quiesce: optimizer views, landings, loads) */
+    /* Seconds the calling thread spent blocked waiting for this unit's all-gathers and
+     * reduce-scatters (and HSDP's all-reduce): the communication a step exposes, as
+     * mt-bench-gpt-step subtracts it from the step. */
+    double wait_s;
 } mt_fsdp_debug;
 
 /* What one pass over a model shares: held by the outermost unit, pointed to by every unit of

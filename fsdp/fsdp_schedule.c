@@ -15,6 +15,7 @@
 #include "fsdp/fsdp_internal.h"
 #include "fsdp/fsdp_offload.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -215,6 +216,7 @@ static mt_status post_forward(mt_module *module, void *unit, mt_status user_stat
 static mt_status finish_rs(mt_fsdp_unit *p) {
     char desc[256];
     mt_status st = MT_OK;
+    double t0 = mt_clock_now_s();
     if (p->rs_work) {
         st = mt_work_wait(p->rs_work, -1);
         mt_work_free(p->rs_work);
@@ -230,6 +232,7 @@ static mt_status finish_rs(mt_fsdp_unit *p) {
             mt_error_wrap(st, "all-reduce of the gradients of %s over '%s'",
                           mt_fsdp_unit_desc(p, desc, sizeof desc), p->replicate_dim);
     }
+    p->debug.wait_s += mt_clock_now_s() - t0;
     if (st == MT_OK && p->S > 0) {
         /* Offloaded: the gradient shard is in the host tier; the reduced shard follows it. */
         if (p->offload) {

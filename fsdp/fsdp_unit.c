@@ -3,6 +3,7 @@
 #include "fsdp/fsdp_internal.h"
 #include "fsdp/fsdp_offload.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -439,7 +440,9 @@ mt_status mt_fsdp_unshard_issue(mt_fsdp_unit *u) {
 static mt_status finish_gather(mt_fsdp_unit *u) {
     mt_status st = MT_OK;
     if (u->ag_work) {
+        double t0 = mt_clock_now_s();
         st = mt_work_wait(u->ag_work, -1);
+        u->debug.wait_s += mt_clock_now_s() - t0;
         mt_work_free(u->ag_work);
         u->ag_work = NULL;
     }

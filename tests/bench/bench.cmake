@@ -23,3 +23,8 @@ mt_add_mp_test(bench_offload_smoke TIMEOUT 120 LABELS bench ENV MT_DEVICE=cpu
 # mt-bench-adamw on a small array: its lines per path and thread count, its option errors.
 mt_add_mp_test(bench_adamw_smoke TIMEOUT 120 LABELS bench
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_adamw_smoke.sh $<TARGET_FILE:mt-bench-adamw>)
+# mt-bench-gpt-step on a tiny GPT at 2 ranks and 1 (--json): its table, its JSON figures, its
+# option errors.
+mt_add_mp_test(bench_gpt_step_smoke TIMEOUT 120 LABELS bench
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_gpt_step_smoke.sh $<TARGET_FILE:mtrun>
+          $<TARGET_FILE:mt-bench-gpt-step>)
