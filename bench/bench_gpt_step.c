@@ -11,7 +11,8 @@
  *   ops    the GPT's forward and backward (mt_gpt_forward_backward on a second, unsharded copy of
  *          the model: its module functions with no FSDP hooks, so the same mt_op_* and tp calls
  *          on plain buffers, no second copy of the model's math), then the optimizer's ops on
- *          this rank's shard sizes (sum of squares for clipping, AdamW per unit);
+ *          this rank's shard sizes (sum of squares for clipping, the clip's scaling when the
+ *          engine's last step clipped, AdamW per unit);
  *   comm   the collectives of one step, without compute, on buffers allocated once: per FSDP unit
  *          (sizes from the units) an all-gather in forward, an all-gather (blocks) and a
  *          reduce-scatter in backward, each waited for before the next; then the clip's and the
@@ -45,6 +46,7 @@
 #define PROG "mt-bench-gpt-step"
 #define GEMM_N 2048
 #define GEMM_REPS 3
+#define CLIP 1.0f /* train_gpt's default --clip */
 
 typedef struct options {
     int layers, d_model, heads, vocab, seq, global_batch, rounds;
@@ -164,6 +166,7 @@ typedef struct bench {
     float *plain_grads;
     float *opt_p, *opt_g, *opt_m, *opt_v;
     double *sumsq;
+    float last_norm; /* the engine's last gradient norm: the ops pass clips when it clipped */
     /* The collectives' buffers. */
     float *c_shard, *c_full;
 } bench;
@@ -271,6 +274,8 @@ static mt_status ops_pass(bench *b) {
     /* The optimizer's compute on this rank's shards: clipping's sum of squares, AdamW per unit
      * (the engine adds the reduced gradient into its shard and zeroes it too: that is engine). */
     MT_TRY(mt_op_sum_squares(b->dev, b->opt_g, b->shard_total, b->sumsq));
+    if (b->last_norm > CLIP)
+        MT_TRY(mt_op_scale(b->dev, b->opt_g, CLIP / b->last_norm, b->shard_total));
     size_t at = 0;
     for (size_t u = 0; u < b->n_units; u++) {
         MT_TRY(mt_op_adamw(b->dev, b->opt_p + at, b->opt_g + at, b->opt_m + at, b->opt_v + at,
@@ -321,7 +326,8 @@ static mt_status engine_step(bench *b, double *exposed) {
     double w0 = fsdp_wait_s(b);
     float loss, norm;
     MT_TRY(mt_gpt_forward_backward(b->gpt, b->tokens, b->batch, 1.0f, &loss));
-    MT_TRY(mt_clip_grad_norm(root, 1.0f, &norm));
+    MT_TRY(mt_clip_grad_norm(root, CLIP, &norm));
+    b->last_norm = norm;
     MT_TRY(mt_adamw_step(b->adam));
     MT_TRY(mt_zero_grad(root));
     double t0 = now_s();

@@ -240,6 +240,7 @@ static mt_status finish_rs(mt_fsdp_unit *p) {
             p->rs_recv = NULL;
         } else {
             st = mt_op_accumulate(p->dev, p->grad_shard, p->rs_recv, p->reduce_dtype, p->S);
+            p->grad_shard_zero = false;
         }
         if (st != MT_OK)
             mt_error_wrap(st, "adding the reduced gradient shard of %s",
@@ -291,6 +292,51 @@ static mt_status issue_rs(mt_fsdp_root *r, mt_fsdp_unit *u) {
     return MT_OK;
 }
 
+bool mt_fsdp_grads_alias(const mt_fsdp_unit *u) {
+    return u->nranks == 1 && (!u->replicate || mt_group_size(u->replicate) == 1) &&
+           u->reduce_dtype == MT_F32 &&
+           u->offload == MT_OFFLOAD_NONE && u->grad_shard_zero;
+}
+
+/* The buffer the backward adds into: the gradient shard itself where mt_fsdp_grads_alias allows
+ * (at one rank the reduce-scatter would be a copy and the accumulation 0 + g, after a memset of
+ * the whole unit: three passes over it for the same bits), else a zeroed full buffer. */
+static mt_status grad_buffer(mt_fsdp_unit *u) {
+    if (mt_fsdp_grads_alias(u)) {
+        u->full_grad = u->grad_shard;
+        u->grad_aliased = true;
+        u->grad_shard_zero = false;
+        return MT_OK;
+    }
+    char desc[256];
+    mt_status st = mt_device_alloc(u->dev, u->padded * sizeof(float), MT_MEM_GRADS,
+                                   (void **)&u->full_grad);
+    if (st == MT_OK) st = mt_device_memset(u->dev, u->full_grad, 0, u->padded * sizeof(float),
+                                           NULL);
+    if (st != MT_OK) {
+        mt_device_free(u->dev, u->full_grad);
+        u->full_grad = NULL;
+        return mt_error_wrap(st, "gradient buffer of %s", mt_fsdp_unit_desc(u, desc, sizeof desc));
+    }
+    return MT_OK;
+}
+
+/* The backward is over (failed: what it added is dropped) or its gradient is in the shard. */
+static mt_status drop_grad_buffer(mt_fsdp_unit *u, bool failed) {
+    mt_status st = MT_OK;
+    if (!u->grad_aliased) {
+        mt_device_free(u->dev, u->full_grad);
+    } else if (failed) {
+        /* The shard was all zeros when the alias began (mt_fsdp_grads_alias): zeros again are
+         * what dropping a separate buffer would have left. */
+        st = mt_device_memset(u->dev, u->grad_shard, 0, u->S * sizeof(float), NULL);
+        u->grad_shard_zero = st == MT_OK;
+    }
+    u->full_grad = NULL;
+    u->grad_aliased = false;
+    return st;
+}
+
 static void point_grads(mt_fsdp_unit *u, bool valid) {
     for (size_t i = 0; i < u->n_params; i++)
         u->params[i]->grad = valid ? u->full_grad + u->offsets[i] : NULL;
@@ -308,19 +354,7 @@ static mt_status pre_backward(mt_module *module, void *unit) {
         mt_status st = finish_pending_rs(r);
         if (st != MT_OK) return mark_broken(r, st);
     }
-    if (!u->full_grad) {
-        char desc[256];
-        mt_status st = mt_device_alloc(u->dev, u->padded * sizeof(float), MT_MEM_GRADS,
-                                       (void **)&u->full_grad);
-        if (st == MT_OK) st = mt_device_memset(u->dev, u->full_grad, 0,
-                                               u->padded * sizeof(float), NULL);
-        if (st != MT_OK) {
-            mt_device_free(u->dev, u->full_grad);
-            u->full_grad = NULL;
-            return mt_error_wrap(st, "gradient buffer of %s",
-                                 mt_fsdp_unit_desc(u, desc, sizeof desc));
-        }
-    }
+    if (!u->full_grad) MT_TRY(grad_buffer(u));
     point_grads(u, true);
     u->in_backward = true;
     return MT_OK;
@@ -340,11 +374,16 @@ static mt_status post_backward(mt_module *module, void *unit, mt_status user_sta
      * backward added to the full gradient is partial: a later backward must not add to it (nor,
      * without sync, to what earlier micro-batches accumulated there, which it has spoilt). */
     if (user_status != MT_OK) {
-        mt_device_free(u->dev, u->full_grad);
-        u->full_grad = NULL;
+        st = drop_grad_buffer(u, true);
     } else if (u->requires_sync) {
         st = finish_pending_rs(r);
-        if (st == MT_OK) st = issue_rs(r, u);
+        if (u->grad_aliased) { /* the gradient is in the shard already: nothing to reduce */
+            mt_status s = drop_grad_buffer(u, false);
+            if (st == MT_OK) st = s;
+            u->debug.reduce_scatters++; /* the unit's gradient was reduced (in place) */
+        } else if (st == MT_OK) {
+            st = issue_rs(r, u);
+        }
     }
     mt_status s = mt_fsdp_reshard(u);
     if (st == MT_OK) st = s;

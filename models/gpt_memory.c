@@ -162,17 +162,31 @@ static void gathered(sim *m, sim_unit *u) {
     u->staged = false;
 }
 
+/* mt_fsdp_gather_aliases: one rank with f32 parameters, not offloaded, unshards into its master
+ * shard (no full buffer). */
+static bool gather_aliases(const sim *m, const sim_unit *u) {
+    return m->plan->dp == 1 && m->plan->param_dtype == MT_F32 && !u->off;
+}
+
+/* mt_fsdp_grads_alias: one rank, no replicate group beyond itself, f32 reduction, not offloaded:
+ * the backward adds into the gradient shard (zeroed by mt_zero_grad before each step), no full
+ * gradient buffer and no reduce-scatter. */
+static bool grads_alias(const sim *m, const sim_unit *u) {
+    return m->plan->dp == 1 && m->plan->replicate <= 1 && m->plan->reduce_dtype == MT_F32 &&
+           !u->off;
+}
+
 /* mt_fsdp_unshard_issue: the full buffer, then (offload_stage_in) the staged shard. */
 static void unshard(sim *m, sim_unit *u) {
     if (u->full) return;
-    alloc(m, MT_MEM_PARAMS, u->padded * m->es_param);
+    if (!gather_aliases(m, u)) alloc(m, MT_MEM_PARAMS, u->padded * m->es_param);
     stage_start(m, u);
     u->full = true;
 }
 
 static void reshard(sim *m, sim_unit *u) {
     if (!u->full) return;
-    release(m, MT_MEM_PARAMS, u->padded * m->es_param);
+    if (!gather_aliases(m, u)) release(m, MT_MEM_PARAMS, u->padded * m->es_param);
     u->full = false;
 }
 
@@ -259,7 +273,7 @@ static void pre_backward(sim *m, sim_unit *u) {
     pre_hook(m, u, true);
     if (m->rs_pending == u) finish_pending_rs(m);
     if (!u->full_grad) {
-        alloc(m, MT_MEM_GRADS, u->padded * sizeof(float));
+        if (!grads_alias(m, u)) alloc(m, MT_MEM_GRADS, u->padded * sizeof(float));
         u->full_grad = true;
     }
 }
@@ -268,7 +282,8 @@ static void pre_backward(sim *m, sim_unit *u) {
 static void post_backward(sim *m, sim_unit *u) {
     if (m->sync) {
         finish_pending_rs(m);
-        issue_rs(m, u);
+        if (grads_alias(m, u)) u->full_grad = false; /* the gradient is in the shard */
+        else issue_rs(m, u);
     }
     reshard(m, u);
     if (u->root) {
