@@ -26,6 +26,10 @@
  * rank's too. Before the rounds every rank times cblas_sgemm 2048^3 on its thread count (best of
  * a few, all ranks at once): the model's FLOP/s (6N + 12LCT per token, as train_gpt counts) is
  * given as a fraction of the ranks' summed peak. Medians over --rounds after one warm-up step.
+ * Ops and step are also taken in CPU time (every thread of the process, the slowest rank's):
+ * on a machine that other jobs share, wall-clock differences of a few percent drown in waiting
+ * for a core, while CPU time counts the work; step - ops in CPU time is the engine's work at one
+ * rank (more ranks add the progress thread's copies).
  */
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -100,6 +104,15 @@ static int parse_args(int argc, char **argv, options *o) {
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The CPU time of every thread of the process (the BLAS's and the comm progress thread's too):
+ * on a machine whose cores other jobs share it moves far less than the wall clock, so that the
+ * engine's own work can be told apart from waiting for a core. */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -336,9 +349,11 @@ static mt_status engine_step(bench *b, double *exposed) {
     return MT_OK;
 }
 
-enum { T_OPS, T_COMM, T_STEP, T_EXPOSED, T_OVERHEAD, T_COUNT };
+enum { T_OPS, T_COMM, T_STEP, T_EXPOSED, T_OVERHEAD, T_OPS_CPU, T_STEP_CPU, T_OVERHEAD_CPU,
+       T_COUNT };
 static const char *const t_names[T_COUNT] = {"ops_ms", "comm_ms", "step_ms", "exposed_comm_ms",
-                                             "overhead_ms"};
+                                             "overhead_ms", "ops_cpu_ms", "step_cpu_ms",
+                                             "overhead_cpu_ms"};
 
 /* One round: each phase on every rank at once, after a barrier; per phase the slowest rank's
  * time, and the slowest rank's overhead (step - ops - exposed, exposed 0 on one rank). */
@@ -346,15 +361,20 @@ static mt_status round_times(bench *b, double *t) {
     float mine[T_COUNT] = {0};
     for (int k = T_OPS; k <= T_STEP; k++) {
         MT_TRY(mt_barrier(b->world, NULL));
-        double t0 = now_s(), exposed = 0.0;
+        double t0 = now_s(), c0 = cpu_s(), exposed = 0.0;
         if (k == T_OPS) MT_TRY(ops_pass(b));
         else if (k == T_COMM) MT_TRY(comm_pass(b));
         else MT_TRY(engine_step(b, &exposed));
         MT_TRY(mt_device_synchronize(b->dev));
         mine[k] = (float)(now_s() - t0);
+        if (k == T_OPS) mine[T_OPS_CPU] = (float)(cpu_s() - c0);
+        if (k == T_STEP) mine[T_STEP_CPU] = (float)(cpu_s() - c0);
         if (k == T_STEP) mine[T_EXPOSED] = b->nranks > 1 ? (float)exposed : 0.0f;
     }
     mine[T_OVERHEAD] = mine[T_STEP] - mine[T_OPS] - mine[T_EXPOSED];
+    /* In CPU time the step's communication is the progress thread's work, not a wait: this one
+     * is meant for one rank, where there is none. */
+    mine[T_OVERHEAD_CPU] = mine[T_STEP_CPU] - mine[T_OPS_CPU];
     MT_TRY(mt_all_reduce(b->world, mine, mine, T_COUNT, MT_F32, MT_REDUCE_MAX, NULL));
     for (int k = 0; k < T_COUNT; k++) t[k] = mine[k] * 1e3;
     return MT_OK;
@@ -386,6 +406,9 @@ static void print_table(const bench *b, const report *r) {
            r->threads, r->med[T_OPS], r->med[T_COMM], r->med[T_STEP], r->med[T_EXPOSED],
            r->med[T_OVERHEAD], 100.0 * r->med[T_OVERHEAD] / r->med[T_STEP], r->model_gflops,
            100.0 * r->model_gflops / r->gemm_sum);
+    printf("# CPU time (all threads of the slowest rank, ms): ops %.2f, step %.2f, step - ops "
+           "%.2f (%.2f%% of the step's)\n", r->med[T_OPS_CPU], r->med[T_STEP_CPU],
+           r->med[T_OVERHEAD_CPU], 100.0 * r->med[T_OVERHEAD_CPU] / r->med[T_STEP_CPU]);
 }
 
 static mt_status print_json(const bench *b, const report *r) {
@@ -401,6 +424,8 @@ static mt_status print_json(const bench *b, const report *r) {
     for (int k = 0; j && k < T_COUNT; k++) json_object_set_new(j, t_names[k], json_real(r->med[k]));
     if (j) json_object_set_new(j, "overhead_pct", json_real(100.0 * r->med[T_OVERHEAD] /
                                                             r->med[T_STEP]));
+    if (j) json_object_set_new(j, "overhead_cpu_pct", json_real(100.0 * r->med[T_OVERHEAD_CPU] /
+                                                                r->med[T_STEP_CPU]));
     char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);
     if (!text) return mt_error(MT_ERR_OUT_OF_MEMORY, PROG ": out of host memory for the report");

@@ -123,7 +123,8 @@ struct mt_fsdp_unit {
 
     /* Reduce-scatter in flight. */
     void *rs_send;  /* bf16 staging (comm) or NULL when full_grad itself is sent */
-    void *rs_recv;  /* S elements of reduce_dtype (comm) */
+    void *rs_recv;  /* S elements of reduce_dtype (comm), or grad_shard itself (rs_in_shard) */
+    bool rs_in_shard; /* the reduce-scatter writes the gradient shard (mt_fsdp_rs_into_shard) */
     mt_work *rs_work;
 
     bool requires_sync;
@@ -163,10 +164,18 @@ bool mt_fsdp_gather_aliases(const mt_fsdp_unit *u);
 
 /* True when u's backward may add straight into its gradient shard instead of a zeroed full
  * gradient buffer that a reduce-scatter then adds to it: one rank holds the whole buffer, no
- * replicate group beyond itself, f32 reduction, not offloaded (fsdp_schedule.c), and the shard
- * is all zeros, so that the result has the same bits (0 + g is g). models/gpt_memory.c replays
- * it (assuming the shards zeroed before each step, as train_gpt's mt_zero_grad does). */
+ * replicate group beyond itself, f32 reduction, not offloaded (fsdp_schedule.c), the backward
+ * synchronises (without sync the shard stays untouched until the backward that does, whose
+ * buffer then already exists) and the shard is all zeros, so that the result has the same bits
+ * (0 + g is g). models/gpt_memory.c replays it (assuming the shards zeroed before each step, as
+ * train_gpt's mt_zero_grad does). */
 bool mt_fsdp_grads_alias(const mt_fsdp_unit *u);
+
+/* True when u's reduce-scatter may write its gradient shard directly instead of a staging
+ * buffer that is then added to it: more than one rank (one rank: mt_fsdp_grads_alias), no
+ * replicate group beyond itself, f32 reduction, not offloaded, and the shard all zeros (0 + g
+ * is g: the same bits). models/gpt_memory.c replays it. */
+bool mt_fsdp_rs_into_shard(const mt_fsdp_unit *u);
 
 /* Unshard / reshard (fsdp_unit.c). issue starts the all-gather; wait completes it and points the
  * parameters into the full buffer; reshard waits for a gather in flight and frees full. */

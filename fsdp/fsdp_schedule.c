@@ -211,6 +211,17 @@ static mt_status post_forward(mt_module *module, void *unit, mt_status user_stat
     return st;
 }
 
+bool mt_fsdp_rs_into_shard(const mt_fsdp_unit *u) {
+    return u->nranks > 1 && (!u->replicate || mt_group_size(u->replicate) == 1) &&
+           u->reduce_dtype == MT_F32 && u->offload == MT_OFFLOAD_NONE && u->grad_shard_zero;
+}
+
+/* After a reduce-scatter into the shard failed: what it wrote goes, the shard was all zeros. */
+static void rs_in_shard_undo(mt_fsdp_unit *u) {
+    if (mt_device_memset(u->dev, u->grad_shard, 0, u->S * sizeof(float), NULL) == MT_OK)
+        u->grad_shard_zero = true;
+}
+
 /* Adds the reduced shard of unit p into its sharded gradient and frees the staging buffers.
  * HSDP: the shard is first averaged over the replicate dimension. */
 static mt_status finish_rs(mt_fsdp_unit *p) {
@@ -238,7 +249,7 @@ static mt_status finish_rs(mt_fsdp_unit *p) {
         if (p->offload) {
             st = mt_fsdp_offload_grad_in(p, p->rs_recv); /* takes rs_recv over */
             p->rs_recv = NULL;
-        } else {
+        } else if (!p->rs_in_shard) { /* else it landed in the shard */
             st = mt_op_accumulate(p->dev, p->grad_shard, p->rs_recv, p->reduce_dtype, p->S);
             p->grad_shard_zero = false;
         }
@@ -247,9 +258,11 @@ static mt_status finish_rs(mt_fsdp_unit *p) {
                           mt_fsdp_unit_desc(p, desc, sizeof desc));
     }
     mt_device_free(p->dev, p->rs_send);
-    mt_device_free(p->dev, p->rs_recv);
+    if (!p->rs_in_shard) mt_device_free(p->dev, p->rs_recv);
+    else if (st != MT_OK) rs_in_shard_undo(p);
     mt_device_free(p->dev, p->full_grad);
     p->rs_send = p->rs_recv = NULL;
+    p->rs_in_shard = false;
     p->full_grad = NULL;
     return st;
 }
@@ -266,7 +279,16 @@ static mt_status finish_pending_rs(mt_fsdp_root *r) {
 static mt_status issue_rs(mt_fsdp_root *r, mt_fsdp_unit *u) {
     char desc[256];
     size_t es = mt_dtype_size(u->reduce_dtype);
-    mt_status st = mt_device_alloc(u->dev, u->S * es, MT_MEM_COMM, &u->rs_recv);
+    /* Into a shard of zeros the reduced gradient lands where it is added: 0 + g is g, without a
+     * staging buffer and a pass to add it. */
+    u->rs_in_shard = mt_fsdp_rs_into_shard(u);
+    mt_status st = MT_OK;
+    if (u->rs_in_shard) {
+        u->rs_recv = u->grad_shard;
+        u->grad_shard_zero = false;
+    } else {
+        st = mt_device_alloc(u->dev, u->S * es, MT_MEM_COMM, &u->rs_recv);
+    }
     const void *send = u->full_grad;
     if (st == MT_OK && u->reduce_dtype == MT_BF16) {
         st = mt_device_alloc(u->dev, u->padded * es, MT_MEM_COMM, &u->rs_send);
@@ -281,8 +303,10 @@ static mt_status issue_rs(mt_fsdp_root *r, mt_fsdp_unit *u) {
         mt_error_wrap(st, "reduce-scatter of the gradients of %s over '%s'",
                       mt_fsdp_unit_desc(u, desc, sizeof desc), u->shard_dim);
         mt_device_free(u->dev, u->rs_send);
-        mt_device_free(u->dev, u->rs_recv);
+        if (u->rs_in_shard) rs_in_shard_undo(u);
+        else mt_device_free(u->dev, u->rs_recv);
         u->rs_send = u->rs_recv = NULL;
+        u->rs_in_shard = false;
         u->rs_work = NULL;
         return st;
     }
@@ -294,8 +318,8 @@ static mt_status issue_rs(mt_fsdp_root *r, mt_fsdp_unit *u) {
 
 bool mt_fsdp_grads_alias(const mt_fsdp_unit *u) {
     return u->nranks == 1 && (!u->replicate || mt_group_size(u->replicate) == 1) &&
-           u->reduce_dtype == MT_F32 &&
-           u->offload == MT_OFFLOAD_NONE && u->grad_shard_zero;
+           u->reduce_dtype == MT_F32 && u->offload == MT_OFFLOAD_NONE && u->grad_shard_zero &&
+           u->requires_sync;
 }
 
 /* The buffer the backward adds into: the gradient shard itself where mt_fsdp_grads_alias allows

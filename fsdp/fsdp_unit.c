@@ -507,7 +507,7 @@ void mt_fsdp_unit_destroy(mt_module *module, void *unit) {
     release_full(u);
     if (!u->grad_aliased) mt_device_free(u->dev, u->full_grad);
     mt_device_free(u->dev, u->rs_send);
-    mt_device_free(u->dev, u->rs_recv);
+    if (!u->rs_in_shard) mt_device_free(u->dev, u->rs_recv);
     free_buffers(u);
     for (size_t i = 0; i < u->n_params; i++) {
         mt_param *p = u->params[i];
