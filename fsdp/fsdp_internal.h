@@ -35,13 +35,19 @@ typedef enum mt_unshard_state {
 
 /* Debug counters of a unit (tests read them through mt_fsdp_debug_get). */
 typedef struct mt_fsdp_debug {
-    long all_gathers;     /* all-gathers issued for this unit */
+    long all_gathers;     /* all-gathers issued for this unit (an unshard into the master shard
+                             at one rank, mt_fsdp_gather_aliases, counts as one) */
     long prefetches;      /* of which issued as a prefetch by another unit's hook */
-    long reduce_scatters; /* reduce-scatters issued */
+    long reduce_scatters; /* reduce-scatters issued (a gradient added into the shard in place,
+                             mt_fsdp_grads_alias, counts as one) */
     int max_outstanding_rs; /* outermost unit: most reduce-scatters in flight at once (its
                                root's; 0 on the other units) */
     long quiesces; /* offloaded unit: waits for its parameter copy asked from outside its own
                       gather (mt_fsdp_offload_quiesce: optimizer views, landings, loads) */
+    /* Seconds the calling thread spent blocked waiting for this unit's all-gathers and
+     * reduce-scatters (and HSDP's all-reduce): the communication a step exposes, as
+     * mt-bench-gpt-step subtracts it from the step. */
+    double wait_s;
 } mt_fsdp_debug;
 
 /* What one pass over a model shares: held by the outermost unit, pointed to by every unit of
@@ -107,11 +113,18 @@ struct mt_fsdp_unit {
     void *full;        /* padded elements of param_dtype (params) */
     mt_work *ag_work;
     float *full_grad;  /* padded f32 (grads): during backward, and kept while sync is off */
+    /* full_grad is grad_shard itself (mt_fsdp_grads_alias): the backward adds into the shard,
+     * nothing is reduced, and the buffer is not FSDP's to free. */
+    bool grad_aliased;
+    /* grad_shard holds only zeros (allocated or mt_zero_grad, and nothing added since): the
+     * backward may then add into it directly and get the bits of 0 + the reduced gradient. */
+    bool grad_shard_zero;
     bool in_backward;
 
     /* Reduce-scatter in flight. */
     void *rs_send;  /* bf16 staging (comm) or NULL when full_grad itself is sent */
-    void *rs_recv;  /* S elements of reduce_dtype (comm) */
+    void *rs_recv;  /* S elements of reduce_dtype (comm), or grad_shard itself (rs_in_shard) */
+    bool rs_in_shard; /* the reduce-scatter writes the gradient shard (mt_fsdp_rs_into_shard) */
     mt_work *rs_work;
 
     bool requires_sync;
@@ -143,6 +156,26 @@ mt_fsdp_unit *mt_fsdp_outermost(const mt_module *module);
 
 /* True when some ancestor of module (not module itself) is a unit. */
 bool mt_fsdp_has_ancestor_unit(const mt_module *module);
+
+/* True when u's gather is no collective: one rank holds the whole flat buffer as its f32 master
+ * shard, so unsharding points the parameters into the master itself (no all-gather, no full
+ * buffer). models/gpt_memory.c replays the same rule. */
+bool mt_fsdp_gather_aliases(const mt_fsdp_unit *u);
+
+/* True when u's backward may add straight into its gradient shard instead of a zeroed full
+ * gradient buffer that a reduce-scatter then adds to it: one rank holds the whole buffer, no
+ * replicate group beyond itself, f32 reduction, not offloaded (fsdp_schedule.c), the backward
+ * synchronises (without sync the shard stays untouched until the backward that does, whose
+ * buffer then already exists) and the shard is all zeros, so that the result has the same bits
+ * (0 + g is g). models/gpt_memory.c replays it (assuming the shards zeroed before each step, as
+ * train_gpt's mt_zero_grad does). */
+bool mt_fsdp_grads_alias(const mt_fsdp_unit *u);
+
+/* True when u's reduce-scatter may write its gradient shard directly instead of a staging
+ * buffer that is then added to it: more than one rank (one rank: mt_fsdp_grads_alias), no
+ * replicate group beyond itself, f32 reduction, not offloaded, and the shard all zeros (0 + g
+ * is g: the same bits). models/gpt_memory.c replays it. */
+bool mt_fsdp_rs_into_shard(const mt_fsdp_unit *u);
 
 /* Unshard / reshard (fsdp_unit.c). issue starts the all-gather; wait completes it and points the
  * parameters into the full buffer; reshard waits for a gather in flight and frees full. */

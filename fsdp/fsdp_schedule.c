@@ -15,6 +15,7 @@
 #include "fsdp/fsdp_internal.h"
 #include "fsdp/fsdp_offload.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -210,11 +211,23 @@ static mt_status post_forward(mt_module *module, void *unit, mt_status user_stat
     return st;
 }
 
+bool mt_fsdp_rs_into_shard(const mt_fsdp_unit *u) {
+    return u->nranks > 1 && (!u->replicate || mt_group_size(u->replicate) == 1) &&
+           u->reduce_dtype == MT_F32 && u->offload == MT_OFFLOAD_NONE && u->grad_shard_zero;
+}
+
+/* After a reduce-scatter into the shard failed: what it wrote goes, the shard was all zeros. */
+static void rs_in_shard_undo(mt_fsdp_unit *u) {
+    if (mt_device_memset(u->dev, u->grad_shard, 0, u->S * sizeof(float), NULL) == MT_OK)
+        u->grad_shard_zero = true;
+}
+
 /* Adds the reduced shard of unit p into its sharded gradient and frees the staging buffers.
  * HSDP: the shard is first averaged over the replicate dimension. */
 static mt_status finish_rs(mt_fsdp_unit *p) {
     char desc[256];
     mt_status st = MT_OK;
+    double t0 = mt_clock_now_s();
     if (p->rs_work) {
         st = mt_work_wait(p->rs_work, -1);
         mt_work_free(p->rs_work);
@@ -230,22 +243,26 @@ static mt_status finish_rs(mt_fsdp_unit *p) {
             mt_error_wrap(st, "all-reduce of the gradients of %s over '%s'",
                           mt_fsdp_unit_desc(p, desc, sizeof desc), p->replicate_dim);
     }
+    p->debug.wait_s += mt_clock_now_s() - t0;
     if (st == MT_OK && p->S > 0) {
         /* Offloaded: the gradient shard is in the host tier; the reduced shard follows it. */
         if (p->offload) {
             st = mt_fsdp_offload_grad_in(p, p->rs_recv); /* takes rs_recv over */
             p->rs_recv = NULL;
-        } else {
+        } else if (!p->rs_in_shard) { /* else it landed in the shard */
             st = mt_op_accumulate(p->dev, p->grad_shard, p->rs_recv, p->reduce_dtype, p->S);
+            p->grad_shard_zero = false;
         }
         if (st != MT_OK)
             mt_error_wrap(st, "adding the reduced gradient shard of %s",
                           mt_fsdp_unit_desc(p, desc, sizeof desc));
     }
     mt_device_free(p->dev, p->rs_send);
-    mt_device_free(p->dev, p->rs_recv);
+    if (!p->rs_in_shard) mt_device_free(p->dev, p->rs_recv);
+    else if (st != MT_OK) rs_in_shard_undo(p);
     mt_device_free(p->dev, p->full_grad);
     p->rs_send = p->rs_recv = NULL;
+    p->rs_in_shard = false;
     p->full_grad = NULL;
     return st;
 }
@@ -262,7 +279,16 @@ static mt_status finish_pending_rs(mt_fsdp_root *r) {
 static mt_status issue_rs(mt_fsdp_root *r, mt_fsdp_unit *u) {
     char desc[256];
     size_t es = mt_dtype_size(u->reduce_dtype);
-    mt_status st = mt_device_alloc(u->dev, u->S * es, MT_MEM_COMM, &u->rs_recv);
+    /* Into a shard of zeros the reduced gradient lands where it is added: 0 + g is g, without a
+     * staging buffer and a pass to add it. */
+    u->rs_in_shard = mt_fsdp_rs_into_shard(u);
+    mt_status st = MT_OK;
+    if (u->rs_in_shard) {
+        u->rs_recv = u->grad_shard;
+        u->grad_shard_zero = false;
+    } else {
+        st = mt_device_alloc(u->dev, u->S * es, MT_MEM_COMM, &u->rs_recv);
+    }
     const void *send = u->full_grad;
     if (st == MT_OK && u->reduce_dtype == MT_BF16) {
         st = mt_device_alloc(u->dev, u->padded * es, MT_MEM_COMM, &u->rs_send);
@@ -277,8 +303,10 @@ static mt_status issue_rs(mt_fsdp_root *r, mt_fsdp_unit *u) {
         mt_error_wrap(st, "reduce-scatter of the gradients of %s over '%s'",
                       mt_fsdp_unit_desc(u, desc, sizeof desc), u->shard_dim);
         mt_device_free(u->dev, u->rs_send);
-        mt_device_free(u->dev, u->rs_recv);
+        if (u->rs_in_shard) rs_in_shard_undo(u);
+        else mt_device_free(u->dev, u->rs_recv);
         u->rs_send = u->rs_recv = NULL;
+        u->rs_in_shard = false;
         u->rs_work = NULL;
         return st;
     }
@@ -286,6 +314,51 @@ static mt_status issue_rs(mt_fsdp_root *r, mt_fsdp_unit *u) {
     r->rs_pending = u;
     if (++r->rs_outstanding > r->max_outstanding_rs) r->max_outstanding_rs = r->rs_outstanding;
     return MT_OK;
+}
+
+bool mt_fsdp_grads_alias(const mt_fsdp_unit *u) {
+    return u->nranks == 1 && (!u->replicate || mt_group_size(u->replicate) == 1) &&
+           u->reduce_dtype == MT_F32 && u->offload == MT_OFFLOAD_NONE && u->grad_shard_zero &&
+           u->requires_sync;
+}
+
+/* The buffer the backward adds into: the gradient shard itself where mt_fsdp_grads_alias allows
+ * (at one rank the reduce-scatter would be a copy and the accumulation 0 + g, after a memset of
+ * the whole unit: three passes over it for the same bits), else a zeroed full buffer. */
+static mt_status grad_buffer(mt_fsdp_unit *u) {
+    if (mt_fsdp_grads_alias(u)) {
+        u->full_grad = u->grad_shard;
+        u->grad_aliased = true;
+        u->grad_shard_zero = false;
+        return MT_OK;
+    }
+    char desc[256];
+    mt_status st = mt_device_alloc(u->dev, u->padded * sizeof(float), MT_MEM_GRADS,
+                                   (void **)&u->full_grad);
+    if (st == MT_OK) st = mt_device_memset(u->dev, u->full_grad, 0, u->padded * sizeof(float),
+                                           NULL);
+    if (st != MT_OK) {
+        mt_device_free(u->dev, u->full_grad);
+        u->full_grad = NULL;
+        return mt_error_wrap(st, "gradient buffer of %s", mt_fsdp_unit_desc(u, desc, sizeof desc));
+    }
+    return MT_OK;
+}
+
+/* The backward is over (failed: what it added is dropped) or its gradient is in the shard. */
+static mt_status drop_grad_buffer(mt_fsdp_unit *u, bool failed) {
+    mt_status st = MT_OK;
+    if (!u->grad_aliased) {
+        mt_device_free(u->dev, u->full_grad);
+    } else if (failed) {
+        /* The shard was all zeros when the alias began (mt_fsdp_grads_alias): zeros again are
+         * what dropping a separate buffer would have left. */
+        st = mt_device_memset(u->dev, u->grad_shard, 0, u->S * sizeof(float), NULL);
+        u->grad_shard_zero = st == MT_OK;
+    }
+    u->full_grad = NULL;
+    u->grad_aliased = false;
+    return st;
 }
 
 static void point_grads(mt_fsdp_unit *u, bool valid) {
@@ -305,19 +378,7 @@ static mt_status pre_backward(mt_module *module, void *unit) {
         mt_status st = finish_pending_rs(r);
         if (st != MT_OK) return mark_broken(r, st);
     }
-    if (!u->full_grad) {
-        char desc[256];
-        mt_status st = mt_device_alloc(u->dev, u->padded * sizeof(float), MT_MEM_GRADS,
-                                       (void **)&u->full_grad);
-        if (st == MT_OK) st = mt_device_memset(u->dev, u->full_grad, 0,
-                                               u->padded * sizeof(float), NULL);
-        if (st != MT_OK) {
-            mt_device_free(u->dev, u->full_grad);
-            u->full_grad = NULL;
-            return mt_error_wrap(st, "gradient buffer of %s",
-                                 mt_fsdp_unit_desc(u, desc, sizeof desc));
-        }
-    }
+    if (!u->full_grad) MT_TRY(grad_buffer(u));
     point_grads(u, true);
     u->in_backward = true;
     return MT_OK;
@@ -337,11 +398,16 @@ static mt_status post_backward(mt_module *module, void *unit, mt_status user_sta
      * backward added to the full gradient is partial: a later backward must not add to it (nor,
      * without sync, to what earlier micro-batches accumulated there, which it has spoilt). */
     if (user_status != MT_OK) {
-        mt_device_free(u->dev, u->full_grad);
-        u->full_grad = NULL;
+        st = drop_grad_buffer(u, true);
     } else if (u->requires_sync) {
         st = finish_pending_rs(r);
-        if (st == MT_OK) st = issue_rs(r, u);
+        if (u->grad_aliased) { /* the gradient is in the shard already: nothing to reduce */
+            mt_status s = drop_grad_buffer(u, false);
+            if (st == MT_OK) st = s;
+            u->debug.reduce_scatters++; /* the unit's gradient was reduced (in place) */
+        } else if (st == MT_OK) {
+            st = issue_rs(r, u);
+        }
     }
     mt_status s = mt_fsdp_reshard(u);
     if (st == MT_OK) st = s;

@@ -3,6 +3,7 @@
 #include "fsdp/fsdp_internal.h"
 #include "fsdp/fsdp_offload.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
@@ -257,6 +258,7 @@ static mt_status alloc_shards(mt_fsdp_unit *u) {
     MT_TRY(mt_device_alloc(u->dev, S * sizeof(float), MT_MEM_GRADS, (void **)&u->grad_shard));
     MT_TRY(mt_device_memset(u->dev, u->master, 0, S * sizeof(float), NULL));
     MT_TRY(mt_device_memset(u->dev, u->grad_shard, 0, S * sizeof(float), NULL));
+    u->grad_shard_zero = true;
     if (u->param_dtype == MT_BF16)
         MT_TRY(mt_device_alloc(u->dev, S * sizeof(mt_bf16), MT_MEM_PARAMS, (void **)&u->shard_lp));
     return MT_OK;
@@ -408,10 +410,30 @@ static mt_status check_unit_ready(const mt_fsdp_unit *u, const char *what) {
     return MT_OK;
 }
 
+bool mt_fsdp_gather_aliases(const mt_fsdp_unit *u) {
+    return u->nranks == 1 && u->param_dtype == MT_F32 && u->offload == MT_OFFLOAD_NONE;
+}
+
+/* The full buffer goes, unless it is the master shard itself (mt_fsdp_gather_aliases). */
+static void release_full(mt_fsdp_unit *u) {
+    if (u->full != (void *)u->master) mt_device_free(u->dev, u->full);
+    u->full = NULL;
+}
+
 mt_status mt_fsdp_unshard_issue(mt_fsdp_unit *u) {
     if (u->state != MT_UNIT_SHARDED) return MT_OK;
     char desc[256];
     MT_TRY(check_unit_ready(u, "gathering its FSDP unit"));
+    if (mt_fsdp_gather_aliases(u)) {
+        /* The one rank's shard is the whole flat buffer: the parameters point into the master
+         * shard itself. An all-gather over one rank would copy the whole unit into a second
+         * buffer every time (the full model twice a step), for the same values. Counted as a
+         * gather: the unit was unsharded. */
+        u->full = u->master;
+        u->debug.all_gathers++;
+        u->state = MT_UNIT_GATHERING;
+        return MT_OK;
+    }
     size_t es = mt_dtype_size(u->param_dtype);
     mt_status st = mt_device_alloc(u->dev, u->padded * es, MT_MEM_PARAMS, &u->full);
     if (st != MT_OK)
@@ -424,8 +446,7 @@ mt_status mt_fsdp_unshard_issue(mt_fsdp_unit *u) {
             st = mt_all_gather(u->shard, send, u->full, u->S, u->param_dtype, &u->ag_work);
         if (st != MT_OK) {
             st = mt_fsdp_offload_gathered_after(u, st);
-            mt_device_free(u->dev, u->full);
-            u->full = NULL;
+            release_full(u);
             u->ag_work = NULL;
             return mt_error_wrap(st, "all-gather of %s over '%s'",
                                  mt_fsdp_unit_desc(u, desc, sizeof desc), u->shard_dim);
@@ -439,7 +460,9 @@ mt_status mt_fsdp_unshard_issue(mt_fsdp_unit *u) {
 static mt_status finish_gather(mt_fsdp_unit *u) {
     mt_status st = MT_OK;
     if (u->ag_work) {
+        double t0 = mt_clock_now_s();
         st = mt_work_wait(u->ag_work, -1);
+        u->debug.wait_s += mt_clock_now_s() - t0;
         mt_work_free(u->ag_work);
         u->ag_work = NULL;
     }
@@ -448,8 +471,7 @@ static mt_status finish_gather(mt_fsdp_unit *u) {
         char desc[256];
         mt_error_wrap(st, "all-gather of %s over '%s'", mt_fsdp_unit_desc(u, desc, sizeof desc),
                       u->shard_dim);
-        mt_device_free(u->dev, u->full);
-        u->full = NULL;
+        release_full(u);
         u->state = MT_UNIT_SHARDED;
         return st;
     }
@@ -468,8 +490,7 @@ mt_status mt_fsdp_reshard(mt_fsdp_unit *u) {
     mt_status st = MT_OK;
     if (u->state == MT_UNIT_GATHERING) st = finish_gather(u);
     point_params(u, false);
-    mt_device_free(u->dev, u->full);
-    u->full = NULL;
+    release_full(u);
     u->state = MT_UNIT_SHARDED;
     return st;
 }
@@ -483,10 +504,10 @@ void mt_fsdp_unit_destroy(mt_module *module, void *unit) {
     u->ag_work = u->rs_work = NULL;
     /* An outermost unit may point at a unit below with a reduce-scatter pending: its buffers are
      * released by that unit's own destroy, after its work handle was freed above or there. */
-    mt_device_free(u->dev, u->full);
-    mt_device_free(u->dev, u->full_grad);
+    release_full(u);
+    if (!u->grad_aliased) mt_device_free(u->dev, u->full_grad);
     mt_device_free(u->dev, u->rs_send);
-    mt_device_free(u->dev, u->rs_recv);
+    if (!u->rs_in_shard) mt_device_free(u->dev, u->rs_recv);
     free_buffers(u);
     for (size_t i = 0; i < u->n_params; i++) {
         mt_param *p = u->params[i];
@@ -683,6 +704,7 @@ mt_status mt_zero_grad(mt_module *root) {
         else
             st = mt_device_memset(units[i]->dev, units[i]->grad_shard, 0,
                                   units[i]->S * sizeof(float), NULL);
+        if (st == MT_OK) units[i]->grad_shard_zero = true;
     }
     free(units);
     return st;

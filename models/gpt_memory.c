@@ -58,6 +58,7 @@ typedef struct sim_unit {
     size_t padded, S;
     bool root;
     bool full, full_grad; /* gathered parameters, gradient buffer */
+    bool grad_aliased;    /* the gradient buffer is the shard (grads_alias) */
     int off;              /* its offload policy (fsdp_offload.c, mt_fsdp_offload_setup) */
     bool staged;          /* full offload: its device shard, staged for an all-gather */
 } sim_unit;
@@ -162,17 +163,39 @@ static void gathered(sim *m, sim_unit *u) {
     u->staged = false;
 }
 
+/* mt_fsdp_gather_aliases: one rank with f32 parameters, not offloaded, unshards into its master
+ * shard (no full buffer). */
+static bool gather_aliases(const sim *m, const sim_unit *u) {
+    return m->plan->dp == 1 && m->plan->param_dtype == MT_F32 && !u->off;
+}
+
+/* mt_fsdp_grads_alias: one rank, no replicate group beyond itself, f32 reduction, not offloaded,
+ * a synchronising backward: it adds into the gradient shard (zeroed by mt_zero_grad before each
+ * step), no full gradient buffer and no reduce-scatter. Under accumulation the first
+ * micro-batch does not synchronise, so its buffer is a full one, kept to the last. */
+static bool grads_alias(const sim *m, const sim_unit *u) {
+    return m->plan->dp == 1 && m->plan->replicate <= 1 && m->plan->reduce_dtype == MT_F32 &&
+           !u->off && m->sync;
+}
+
+/* mt_fsdp_rs_into_shard: with more ranks under the same conditions the reduce-scatter writes the
+ * (zeroed) gradient shard, no staging buffer. */
+static bool rs_into_shard(const sim *m, const sim_unit *u) {
+    return m->plan->dp > 1 && m->plan->replicate <= 1 && m->plan->reduce_dtype == MT_F32 &&
+           !u->off;
+}
+
 /* mt_fsdp_unshard_issue: the full buffer, then (offload_stage_in) the staged shard. */
 static void unshard(sim *m, sim_unit *u) {
     if (u->full) return;
-    alloc(m, MT_MEM_PARAMS, u->padded * m->es_param);
+    if (!gather_aliases(m, u)) alloc(m, MT_MEM_PARAMS, u->padded * m->es_param);
     stage_start(m, u);
     u->full = true;
 }
 
 static void reshard(sim *m, sim_unit *u) {
     if (!u->full) return;
-    release(m, MT_MEM_PARAMS, u->padded * m->es_param);
+    if (!gather_aliases(m, u)) release(m, MT_MEM_PARAMS, u->padded * m->es_param);
     u->full = false;
 }
 
@@ -242,7 +265,7 @@ static void finish_pending_rs(sim *m) {
     if (!p) return;
     m->rs_pending = NULL;
     if (p->off) grad_in(m, p);
-    else release(m, MT_MEM_COMM, p->S * m->es_reduce);
+    else if (!rs_into_shard(m, p)) release(m, MT_MEM_COMM, p->S * m->es_reduce);
     if (m->plan->reduce_dtype == MT_BF16) release(m, MT_MEM_COMM, p->padded * m->es_reduce);
     release(m, MT_MEM_GRADS, p->padded * sizeof(float));
     p->full_grad = false;
@@ -250,7 +273,7 @@ static void finish_pending_rs(sim *m) {
 
 /* issue_rs: the received shard, and a bf16 copy of the gradient to send when reducing in bf16. */
 static void issue_rs(sim *m, sim_unit *u) {
-    alloc(m, MT_MEM_COMM, u->S * m->es_reduce);
+    if (!rs_into_shard(m, u)) alloc(m, MT_MEM_COMM, u->S * m->es_reduce);
     if (m->plan->reduce_dtype == MT_BF16) alloc(m, MT_MEM_COMM, u->padded * m->es_reduce);
     m->rs_pending = u;
 }
@@ -259,7 +282,8 @@ static void pre_backward(sim *m, sim_unit *u) {
     pre_hook(m, u, true);
     if (m->rs_pending == u) finish_pending_rs(m);
     if (!u->full_grad) {
-        alloc(m, MT_MEM_GRADS, u->padded * sizeof(float));
+        u->grad_aliased = grads_alias(m, u);
+        if (!u->grad_aliased) alloc(m, MT_MEM_GRADS, u->padded * sizeof(float));
         u->full_grad = true;
     }
 }
@@ -268,7 +292,8 @@ static void pre_backward(sim *m, sim_unit *u) {
 static void post_backward(sim *m, sim_unit *u) {
     if (m->sync) {
         finish_pending_rs(m);
-        issue_rs(m, u);
+        if (u->grad_aliased) u->full_grad = u->grad_aliased = false; /* in the shard */
+        else issue_rs(m, u);
     }
     reshard(m, u);
     if (u->root) {

@@ -26,3 +26,8 @@ mt_add_mp_test(bench_adamw_smoke TIMEOUT 120 LABELS bench
 # mt-bench-cpu-ops at tiny sizes: a line per op on 1 and 3 threads, its option errors.
 mt_add_mp_test(bench_cpu_ops_smoke TIMEOUT 120 LABELS bench
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_cpu_ops_smoke.sh $<TARGET_FILE:mt-bench-cpu-ops>)
+# mt-bench-gpt-step on a tiny GPT at 2 ranks and 1 (--json): its table, its JSON figures, its
+# option errors.
+mt_add_mp_test(bench_gpt_step_smoke TIMEOUT 120 LABELS bench
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_gpt_step_smoke.sh $<TARGET_FILE:mtrun>
+          $<TARGET_FILE:mt-bench-gpt-step>)

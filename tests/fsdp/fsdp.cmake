@@ -11,3 +11,8 @@ mt_add_mp_test(fsdp_ranks_disagree TIMEOUT 60 LABELS fsdp ENV MT_TIMEOUT_S=30 MT
 mt_add_mp_test(fsdp_stages_differ TIMEOUT 60 LABELS fsdp ENV MT_TIMEOUT_S=30 MT_DEVICE=cpu
   COMMAND ${CMAKE_BINARY_DIR}/bin/mtrun --standalone --nproc_per_node 4
           $<TARGET_FILE:prog_fsdp_mismatch> --stages)
+# FSDP at one rank unshards into the master shard and adds gradients into the gradient shard:
+# the GPT's gradients bit for bit those of the unsharded model, no full buffers, and a backward
+# onto non-zero shards still through its own buffer (g + g exactly).
+mt_add_unit_test(test_fsdp_one_rank SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fsdp_one_rank.c
+                 TIMEOUT 60 LABELS fsdp ENV MT_DEVICE=cpu MT_TIMEOUT_S=30)

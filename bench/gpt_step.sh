@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The GPT step's ops, communication and engine overhead at 1, 2 and 4 ranks, one table:
+#   bench/gpt_step.sh BUILD_DIR [mt-bench-gpt-step options...]
+# Default: the GPT of issue 20's table (12 layers x 768, 12 heads, vocab 256, seq 64, global
+# batch 4, f32). Each rank count runs RUNS times (default 3), the rank counts interleaved so that
+# a busy machine slows them alike; every figure is the median over the runs of the benchmark's
+# own medians. RANKS overrides the rank counts ("1 2 4").
+set -u
+BUILD=${1:?usage: gpt_step.sh BUILD_DIR [mt-bench-gpt-step options...]}
+shift
+RUNS=${RUNS:-3}
+RANKS=${RANKS:-"1 2 4"}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench_gpt_step.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+for r in $(seq "$RUNS"); do
+    for n in $RANKS; do
+        if ! "$BUILD/bin/mtrun" --standalone --nproc_per_node "$n" "$BUILD/bin/mt-bench-gpt-step" \
+            --json "$@" >"$TMP/$n.$r.json" 2>"$TMP/err"; then
+            echo "$n rank(s) (run $r) failed:" >&2
+            cat "$TMP/err" >&2
+            exit 1
+        fi
+    done
+done
+echo "mt-bench-gpt-step $* ($RUNS runs per rank count, medians; load at start: $(cut -d' ' -f1-3 /proc/loadavg))"
+python3 - "$TMP" $RANKS <<'PY'
+import glob, json, statistics, sys
+tmp, ranks = sys.argv[1], sys.argv[2:]
+cols = ["threads", "ops_ms", "comm_ms", "step_ms", "exposed_comm_ms", "overhead_ms",
+        "overhead_pct", "overhead_cpu_ms", "overhead_cpu_pct", "model_gflops",
+        "gemm_gflops_total", "of_peak"]
+print("| ranks | threads/rank | ops ms | comm ms | step ms | exposed comm ms | overhead ms "
+      "| overhead % | CPU step - ops ms | CPU % | GFLOP/s | sgemm GFLOP/s | of peak |")
+print("|---" * 13 + "|")
+for n in ranks:
+    runs = [json.loads(line.split(":", 1)[1]) for p in sorted(glob.glob(f"{tmp}/{n}.*.json"))
+            for line in open(p) if line.startswith("[rank0]:{")]
+    m = {c: statistics.median(r[c] for r in runs) for c in cols}
+    print(f"| {n} | {m['threads']:.0f} | {m['ops_ms']:.1f} | {m['comm_ms']:.1f} "
+          f"| {m['step_ms']:.1f} | {m['exposed_comm_ms']:.1f} | {m['overhead_ms']:.1f} "
+          f"| {m['overhead_pct']:.1f} | {m['overhead_cpu_ms']:.1f} | {m['overhead_cpu_pct']:.1f} "
+          f"| {m['model_gflops']:.1f} | {m['gemm_gflops_total']:.1f} "
+          f"| {100 * m['of_peak']:.1f}% |")
+PY
