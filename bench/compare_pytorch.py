@@ -102,10 +102,17 @@ def main():
     a = ap.parse_args()
     if a.steps <= a.warmup:
         ap.error(f"--steps {a.steps} leaves no timed step after --warmup {a.warmup}")
-    configs = [parse_config(c) for c in a.configs.split(",")]
+    try:
+        configs = [parse_config(c) for c in a.configs.split(",")]
+    except argparse.ArgumentTypeError as e:
+        ap.error(str(e))
     for dp, tp in configs:
+        if dp < 1 or tp < 1:
+            ap.error(f"configuration {dp}x{tp}: dp and tp must be at least 1")
         if a.global_batch % dp:
             ap.error(f"global batch {a.global_batch} is not divisible by dp {dp}")
+        if a.heads % tp:
+            ap.error(f"{a.heads} heads are not divisible by tp {tp}")
     a.mtrun = os.path.join(a.build, "bin", "mtrun")
     a.train_gpt = os.path.join(a.build, "bin", "train_gpt")
     for exe in (a.mtrun, a.train_gpt):

@@ -23,3 +23,7 @@ mt_add_mp_test(bench_offload_smoke TIMEOUT 120 LABELS bench ENV MT_DEVICE=cpu
 # mt-bench-adamw on a small array: its lines per path and thread count, its option errors.
 mt_add_mp_test(bench_adamw_smoke TIMEOUT 120 LABELS bench
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_adamw_smoke.sh $<TARGET_FILE:mt-bench-adamw>)
+# bench/compare_pytorch.sh's scripts without torch: they parse, --help, missing build, bad options.
+add_test(NAME compare_pytorch_smoke
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/compare_pytorch_smoke.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(compare_pytorch_smoke PROPERTIES TIMEOUT 60 LABELS "unit;bench")
