@@ -131,11 +131,14 @@ def main():
         mt_ms, pt_ms = [], []
         for r in range(a.rounds):
             ms, mt_loss, mt_params = run_meshtrain(a, dp, tp)
-            mt_ms += ms[a.warmup:]
+            mt_round = ms[a.warmup:]
             ms, pt_loss, pt_params = run_torch(a, dp, tp)
-            pt_ms += ms[a.warmup:]
-            print(f"  {config_name(dp, tp)} round {r}: meshtrain {statistics.median(mt_ms):.0f} "
-                  f"ms, PyTorch {statistics.median(pt_ms):.0f} ms (medians so far)", flush=True)
+            pt_round = ms[a.warmup:]
+            mt_ms += mt_round
+            pt_ms += pt_round
+            print(f"  {config_name(dp, tp)} round {r}: meshtrain {statistics.median(mt_round):.0f}"
+                  f" ms, PyTorch {statistics.median(pt_round):.0f} ms (this round's medians); "
+                  f"load average {load()}", flush=True)
         mt, pt = statistics.median(mt_ms), statistics.median(pt_ms)
         if mt_params != pt_params:
             ok = False
