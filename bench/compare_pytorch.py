@@ -40,8 +40,11 @@ def config_name(dp, tp):
 def run(cmd, env=None):
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
+        fd, path = tempfile.mkstemp(prefix="compare_pytorch.", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(p.stdout)
         sys.stderr.write(p.stdout[-4000:])
-        raise RuntimeError(f"exit {p.returncode}: {' '.join(cmd)}")
+        raise RuntimeError(f"exit {p.returncode}: {' '.join(cmd)} (its whole output: {path})")
     return p.stdout
 
 
