@@ -31,3 +31,7 @@ mt_add_mp_test(bench_cpu_ops_smoke TIMEOUT 120 LABELS bench
 mt_add_mp_test(bench_gpt_step_smoke TIMEOUT 120 LABELS bench
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_gpt_step_smoke.sh $<TARGET_FILE:mtrun>
           $<TARGET_FILE:mt-bench-gpt-step>)
+# bench/compare_pytorch.sh's scripts without torch: they parse, --help, missing build, bad options.
+add_test(NAME compare_pytorch_smoke
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/compare_pytorch_smoke.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(compare_pytorch_smoke PROPERTIES TIMEOUT 60 LABELS "unit;bench")
