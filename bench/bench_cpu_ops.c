@@ -48,7 +48,7 @@ struct bench_ctx {
     shape s;
     int *ids;
     float *x, *y, *z, *dx, *big, *big2, *big3, *gamma, *beta, *mean, *rstd, *qkv, *d_qkv, *att,
-        *w, *wte, *logits, *d_logits, *mx, *sum, *tl, *loss;
+        *w, *dw, *wte, *logits, *d_logits, *mx, *sum, *tl, *loss;
     uint16_t *half;
 };
 
@@ -117,6 +117,14 @@ static mt_status op_accumulate(bench_ctx *b) {
 static mt_status op_linear_forward(bench_ctx *b) {
     return mt_op_linear_forward(b->dev, b->x, b->w, b->gamma, b->big2, (int)b->s.rows, B_C,
                                 4 * B_C);
+}
+static mt_status op_linear_backward(bench_ctx *b) {
+    return mt_op_linear_backward(b->dev, b->big3, b->x, b->w, b->dx, b->dw, NULL, (int)b->s.rows,
+                                 B_C, 4 * B_C);
+}
+static mt_status op_sum_squares(bench_ctx *b) {
+    double acc = 0.0;
+    return mt_op_sum_squares(b->dev, b->w, 4 * (size_t)B_C * (size_t)B_C, &acc);
 }
 
 /* Times op; prints its median and rate (bytes moved, or flops when flops > 0). */
@@ -196,12 +204,12 @@ int main(int argc, char **argv) {
     b.big3 = filled(r * 4 * c, &rng), b.gamma = filled(4 * c, &rng), b.beta = filled(c, &rng);
     b.mean = filled(r, &rng), b.rstd = filled(r, &rng), b.qkv = filled(r * 3 * c, &rng);
     b.d_qkv = filled(r * 3 * c, &rng), b.att = filled(nb * nh * t * t, &rng);
-    b.w = filled(4 * c * c, &rng), b.wte = filled(v * c, &rng), b.logits = filled(r * v, &rng);
+    b.w = filled(4 * c * c, &rng), b.dw = filled(4 * c * c, &rng), b.wte = filled(v * c, &rng), b.logits = filled(r * v, &rng);
     b.d_logits = filled(r * v, &rng), b.mx = filled(r, &rng), b.sum = filled(r, &rng);
     b.tl = filled(r, &rng), b.loss = filled(r, &rng);
     b.half = malloc(r * 4 * c * sizeof *b.half);
     if (!b.ids || !b.x || !b.y || !b.z || !b.dx || !b.big || !b.big2 || !b.big3 || !b.gamma ||
-        !b.beta || !b.mean || !b.rstd || !b.qkv || !b.d_qkv || !b.att || !b.w || !b.wte ||
+        !b.beta || !b.mean || !b.rstd || !b.qkv || !b.d_qkv || !b.att || !b.w || !b.dw || !b.wte ||
         !b.logits || !b.d_logits || !b.mx || !b.sum || !b.tl || !b.loss || !b.half) {
         fprintf(stderr, PROG ": out of memory\n");
         return 1;
@@ -233,6 +241,9 @@ int main(int argc, char **argv) {
     fail |= run(&b, "accumulate_bf16", op_accumulate, big_b * 2.5, 0);
     fail |= run(&b, "linear_forward_sgemm", op_linear_forward, 0,
                 2.0 * (double)r * (double)c * 4.0 * (double)c);
+    fail |= run(&b, "linear_backward_sgemm", op_linear_backward, 0,
+                4.0 * (double)r * (double)c * 4.0 * (double)c);
+    fail |= run(&b, "sum_squares (4C x C)", op_sum_squares, f * 4.0 * (double)(c * c), 0);
     mt_device_close(b.dev);
     return fail;
 }

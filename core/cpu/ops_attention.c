@@ -7,7 +7,9 @@
  * its K (forward) or V (backward) transposed into a scratch block (head_dim x seq), so that the
  * products for all u <= t run as head_dim vectorisable updates s[u] += q[i] * kT[i][u]: every
  * s[u] still adds q[i] * k_u[i] for i = 0, 1, ... in turn from 0, the dot loop's exact sequence
- * of roundings, so the bits are those of the plain dot loops. */
+ * of roundings, so the bits are those of the plain dot loops. The softmax's exponentials run
+ * in the vector exp of core/cpu/gelu_vec.h (same bits at every width; within 2 ulp of exp). */
+#include "core/cpu/gelu_kernels.h"
 #include "core/cpu/ops_cpu.h"
 #include "core/cpu/parallel.h"
 #include "core/error.h"
@@ -21,6 +23,7 @@ typedef struct attn_job {
     float *scratch; /* per pair: head_dim * seq (transposed K or V), then seq (one row) */
     size_t t_n, nh, hd, width;
     float scale;
+    mt_exp_shift_fn exp_shift;
 } attn_job;
 
 /* y[i] += a * x[i]; restrict lets the compiler vectorise without overlap checks. */
@@ -64,11 +67,9 @@ static void attn_forward_pair(const attn_job *j, size_t pair) {
             a[u] = s[u] * j->scale;
             if (a[u] > mx) mx = a[u];
         }
+        j->exp_shift(a, mx, a, t + 1); /* vectorised; its error: core/cpu/gelu_vec.h */
         float sum = 0.0f;
-        for (size_t u = 0; u <= t; u++) {
-            a[u] = expf(a[u] - mx);
-            sum += a[u];
-        }
+        for (size_t u = 0; u <= t; u++) sum += a[u];
         float inv = 1.0f / sum; /* sum >= 1: the maximum contributes exp(0) */
         for (size_t u = 0; u < t_n; u++) a[u] = u <= t ? a[u] * inv : 0.0f;
         float *o = j->out + (b * t_n + t) * width + h * hd;
@@ -132,7 +133,8 @@ mt_status mt_cpu_op_attention_forward(const float *qkv, int batch, int seq, int 
                                       int head_dim, float *out, float *att) {
     size_t nh = (size_t)heads, hd = (size_t)head_dim;
     attn_job job = {.qkv = qkv, .out = out, .att = att, .t_n = (size_t)seq, .nh = nh, .hd = hd,
-                    .width = nh * hd, .scale = (float)(1.0 / sqrt((double)head_dim))};
+                    .width = nh * hd, .scale = (float)(1.0 / sqrt((double)head_dim)),
+                    .exp_shift = mt_exp_shift_pick()};
     return attn_run("attention_forward", &job, (size_t)batch * nh, attn_forward_pairs);
 }
 
