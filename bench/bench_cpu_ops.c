@@ -4,7 +4,8 @@
  *                    [--reps 20]
  *
  * Each op runs --reps times after one warm-up on the rank's pool (MT_NUM_THREADS sets its size);
- * the median time is printed with the bytes it must move (GB/s: inputs read once, outputs
+ * the median time is printed, with the median CPU time of the calling thread (all of the op's
+ * at MT_NUM_THREADS=1), with the bytes it must move (GB/s: inputs read once, outputs
  * written once; an accumulated output counts twice) or, for attention and the product, its
  * multiply-adds (GFLOP/s), so that each op reads against the memory bandwidth or the sgemm of the
  * same run. The ops' entry points only (mt_op_*) and clock_gettime: the same file built in an
@@ -28,11 +29,12 @@ typedef struct shape {
     long rows, channels, heads, seq, vocab, reps;
 } shape;
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -129,13 +131,14 @@ static mt_status op_sum_squares(bench_ctx *b) {
 
 /* Times op; prints its median and rate (bytes moved, or flops when flops > 0). */
 static int run(bench_ctx *b, const char *name, op_fn op, double bytes, double flops) {
-    double *t = malloc((size_t)b->s.reps * sizeof *t);
+    double *t = malloc(2 * (size_t)b->s.reps * sizeof *t), *cpu = t + b->s.reps;
     if (!t) return 1;
     mt_status st = op(b);
     for (long r = 0; st == MT_OK && r < b->s.reps; r++) {
-        double t0 = now_s();
+        double t0 = now_s(), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
         st = op(b);
         t[r] = now_s() - t0;
+        cpu[r] = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
     }
     if (st != MT_OK) {
         fprintf(stderr, PROG ": %s: %s: %s\n", name, mt_status_str(st), mt_last_error());
@@ -143,10 +146,17 @@ static int run(bench_ctx *b, const char *name, op_fn op, double bytes, double fl
         return 1;
     }
     qsort(t, (size_t)b->s.reps, sizeof *t, cmp_double);
+    qsort(cpu, (size_t)b->s.reps, sizeof *cpu, cmp_double);
     double med = t[b->s.reps / 2];
+    /* The calling thread's CPU time: the whole op's at MT_NUM_THREADS=1, and far less noisy
+     * than the wall time on a loaded machine. */
+    double cmed = cpu[b->s.reps / 2];
     if (flops > 0)
-        printf("op %-22s %9.1f us %8.2f GFLOP/s\n", name, med * 1e6, flops / med * 1e-9);
-    else printf("op %-22s %9.1f us %8.2f GB/s\n", name, med * 1e6, bytes / med * 1e-9);
+        printf("op %-22s %9.1f us %9.1f us-cpu %8.2f GFLOP/s\n", name, med * 1e6, cmed * 1e6,
+               flops / med * 1e-9);
+    else
+        printf("op %-22s %9.1f us %9.1f us-cpu %8.2f GB/s\n", name, med * 1e6, cmed * 1e6,
+               bytes / med * 1e-9);
     free(t);
     return 0;
 }
@@ -243,7 +253,7 @@ int main(int argc, char **argv) {
                 2.0 * (double)r * (double)c * 4.0 * (double)c);
     fail |= run(&b, "linear_backward_sgemm", op_linear_backward, 0,
                 4.0 * (double)r * (double)c * 4.0 * (double)c);
-    fail |= run(&b, "sum_squares (4C x C)", op_sum_squares, f * 4.0 * (double)(c * c), 0);
+    fail |= run(&b, "sum_squares_4CxC", op_sum_squares, f * 4.0 * (double)(c * c), 0);
     mt_device_close(b.dev);
     return fail;
 }
