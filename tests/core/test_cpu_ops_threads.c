@@ -42,7 +42,7 @@ typedef struct seg {
     float *data;
 } seg;
 
-enum { MAX_SEGS = 32 };
+enum { MAX_SEGS = 48 };
 typedef struct record {
     seg s[MAX_SEGS];
     int count;
@@ -324,22 +324,25 @@ static void run_all(bool reference, record *rec) {
     else CHECK_OK(mt_cpu_add_column_sums(dy, R, C, d2));
     put(rec, "column_sums", d2, C, true);
 
-    /* products: rows of C in blocks on the pool against one single-threaded sgemm call, every
-     * transpose; m 200 cuts into 48-row aligned blocks with a ragged last one, k 400 spans
-     * several of OpenBLAS's k blocks */
-    static const char *gemm_names[4] = {"gemm_nn", "gemm_nt", "gemm_tn", "gemm_tt"};
-    for (int t = 0; t < 4; t++) {
-        bool ta = t >= 2, tb = t % 2 == 1;
-        enum { GM = 200, GN = 180, GK = 400 };
-        memcpy(out, big, (size_t)GM * GN * sizeof(float));
+    /* products: blocks of rows of C on the pool against one single-threaded sgemm call, every
+     * transpose; 200 x 180 and a wide 100 x 300, into 48-aligned blocks with a ragged last
+     * one; k 400 spans several of OpenBLAS's k blocks */
+    static const char *gemm_names[8] = {"gemm_nn", "gemm_nt", "gemm_tn", "gemm_tt",
+                                        "gemm_wide_nn", "gemm_wide_nt", "gemm_wide_tn",
+                                        "gemm_wide_tt"};
+    static const int gemm_shapes[2][3] = {{200, 180, 400}, {100, 300, 250}};
+    for (int t = 0; t < 8; t++) {
+        bool ta = t % 4 >= 2, tb = t % 2 == 1;
+        int gm = gemm_shapes[t / 4][0], gn = gemm_shapes[t / 4][1], gk = gemm_shapes[t / 4][2];
+        memcpy(out, big, (size_t)gm * gn * sizeof(float));
         if (reference) {
             openblas_set_num_threads(1);
             cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                        tb ? CblasTrans : CblasNoTrans, GM, GN, GK, 0.75f, acc_el, ta ? GM : GK,
-                        big_dy, tb ? GK : GN, 0.5f, out, GN);
+                        tb ? CblasTrans : CblasNoTrans, gm, gn, gk, 0.75f, acc_el, ta ? gm : gk,
+                        big_dy, tb ? gk : gn, 0.5f, out, gn);
         } else
-            CHECK_OK(mt_op_gemm(dev, ta, tb, GM, GN, GK, 0.75f, acc_el, big_dy, 0.5f, out));
-        put(rec, gemm_names[t], out, (size_t)GM * GN, true);
+            CHECK_OK(mt_op_gemm(dev, ta, tb, gm, gn, gk, 0.75f, acc_el, big_dy, 0.5f, out));
+        put(rec, gemm_names[t], out, (size_t)gm * gn, true);
     }
 
     /* sum of squares: its chunked order written plainly; the double's bits travel as 2 floats */
