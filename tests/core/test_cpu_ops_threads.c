@@ -6,8 +6,9 @@
  * the kernels cannot move the reference with them): bit for bit, except GELU, whose vectorised
  * tanh must stay within 3e-6 * (1 + |reference|) of libm's tanhf formula (docs/cpu-kernels.md).
  * The GELU kernels of every vector width this CPU runs give the same bits, specials included.
- * Matrix products (rows in blocks on the pool, OpenBLAS on 1 thread each) must give the bits of
- * one single-threaded sgemm call, and the sum of squares its fixed chunked order. */
+ * Matrix products (blocks of C cut by shape on the pool, OpenBLAS on 1 thread each) must stay
+ * within 3e-5 relative of one single-threaded sgemm call (the blocks' tiles may round otherwise),
+ * and the sum of squares must give the bits of its fixed chunked order. */
 #include "check.h"
 #include "numeric.h"
 
@@ -34,11 +35,13 @@
 enum { B = 7, T = 10, R = B * T, C = 300, C4 = 4 * C, EL = R * C4 };
 enum { VOCAB_START = 5, VOCAB_LOCAL = 25, AB = 2, AT = 9, NH = 3, HD = 8, XV = 300 };
 
-/* One output of one op: name, floats, whether the old loop's bits are required. */
+/* One output of one op: name, floats, whether the old loop's bits are required, else the
+ * tolerance relative to 1 + |reference|. */
 typedef struct seg {
     const char *name;
     size_t n;
     bool exact;
+    double tol;
     float *data;
 } seg;
 
@@ -54,6 +57,7 @@ static void put(record *r, const char *name, const float *data, size_t n, bool e
     s->name = name;
     s->n = n;
     s->exact = exact;
+    s->tol = 3e-6;
     s->data = malloc(n * sizeof(float));
     CHECK(s->data != NULL);
     memcpy(s->data, data, n * sizeof(float));
@@ -324,9 +328,9 @@ static void run_all(bool reference, record *rec) {
     else CHECK_OK(mt_cpu_add_column_sums(dy, R, C, d2));
     put(rec, "column_sums", d2, C, true);
 
-    /* products: blocks of rows of C on the pool against one single-threaded sgemm call, every
-     * transpose; 200 x 180 and a wide 100 x 300, into 48-aligned blocks with a ragged last
-     * one; k 400 spans several of OpenBLAS's k blocks */
+    /* products, every transpose: 200 x 180 (cut into 3 blocks of rows) and a wide 100 x 300
+     * (2 blocks of columns), against one single-threaded sgemm call; k 400 spans several of
+     * OpenBLAS's k blocks */
     static const char *gemm_names[8] = {"gemm_nn", "gemm_nt", "gemm_tn", "gemm_tt",
                                         "gemm_wide_nn", "gemm_wide_nt", "gemm_wide_tn",
                                         "gemm_wide_tt"};
@@ -342,7 +346,9 @@ static void run_all(bool reference, record *rec) {
                         big_dy, tb ? gk : gn, 0.5f, out, gn);
         } else
             CHECK_OK(mt_op_gemm(dev, ta, tb, gm, gn, gk, 0.75f, acc_el, big_dy, 0.5f, out));
-        put(rec, gemm_names[t], out, (size_t)gm * gn, true);
+        /* k = 250..400 terms: a sum in another order moves by up to ~k * 6e-8 relative */
+        put(rec, gemm_names[t], out, (size_t)gm * gn, false);
+        rec->s[rec->count - 1].tol = 3e-5;
     }
 
     /* sum of squares: its chunked order written plainly; the double's bits travel as 2 floats */
@@ -536,10 +542,10 @@ int main(void) {
             }
             double err = fabs((double)got - (double)want) / (1.0 + fabs((double)want));
             if (err > worst) worst = err;
-            if (!(err <= 3e-6)) bad++;
+            if (!(err <= s->tol)) bad++;
         }
-        CHECK_MSG(bad == 0, "%s: %zu of %zu values off the single-threaded loop%s", s->name, bad,
-                  s->n, s->exact ? " (bits)" : " (3e-6 relative)");
+        CHECK_MSG(bad == 0, "%s: %zu of %zu values off the single-threaded loop (%s %.0e)",
+                  s->name, bad, s->n, s->exact ? "bits" : "relative", s->tol);
         if (!s->exact) printf("%s: worst %.3g relative to the libm formula\n", s->name, worst);
         at += s->n;
         free(s->data);
