@@ -4,7 +4,8 @@
  *                    [--reps 20]
  *
  * Each op runs --reps times after one warm-up on the rank's pool (MT_NUM_THREADS sets its size);
- * the median time is printed with the bytes it must move (GB/s: inputs read once, outputs
+ * the median time is printed, with the median CPU time of the calling thread (all of the op's
+ * at MT_NUM_THREADS=1), with the bytes it must move (GB/s: inputs read once, outputs
  * written once; an accumulated output counts twice) or, for attention and the product, its
  * multiply-adds (GFLOP/s), so that each op reads against the memory bandwidth or the sgemm of the
  * same run. The ops' entry points only (mt_op_*) and clock_gettime: the same file built in an
@@ -28,11 +29,12 @@ typedef struct shape {
     long rows, channels, heads, seq, vocab, reps;
 } shape;
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -48,7 +50,7 @@ struct bench_ctx {
     shape s;
     int *ids;
     float *x, *y, *z, *dx, *big, *big2, *big3, *gamma, *beta, *mean, *rstd, *qkv, *d_qkv, *att,
-        *w, *wte, *logits, *d_logits, *mx, *sum, *tl, *loss;
+        *w, *dw, *wte, *logits, *d_logits, *mx, *sum, *tl, *loss;
     uint16_t *half;
 };
 
@@ -118,16 +120,25 @@ static mt_status op_linear_forward(bench_ctx *b) {
     return mt_op_linear_forward(b->dev, b->x, b->w, b->gamma, b->big2, (int)b->s.rows, B_C,
                                 4 * B_C);
 }
+static mt_status op_linear_backward(bench_ctx *b) {
+    return mt_op_linear_backward(b->dev, b->big3, b->x, b->w, b->dx, b->dw, NULL, (int)b->s.rows,
+                                 B_C, 4 * B_C);
+}
+static mt_status op_sum_squares(bench_ctx *b) {
+    double acc = 0.0;
+    return mt_op_sum_squares(b->dev, b->w, 4 * (size_t)B_C * (size_t)B_C, &acc);
+}
 
 /* Times op; prints its median and rate (bytes moved, or flops when flops > 0). */
 static int run(bench_ctx *b, const char *name, op_fn op, double bytes, double flops) {
-    double *t = malloc((size_t)b->s.reps * sizeof *t);
+    double *t = malloc(2 * (size_t)b->s.reps * sizeof *t), *cpu = t + b->s.reps;
     if (!t) return 1;
     mt_status st = op(b);
     for (long r = 0; st == MT_OK && r < b->s.reps; r++) {
-        double t0 = now_s();
+        double t0 = now_s(), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
         st = op(b);
         t[r] = now_s() - t0;
+        cpu[r] = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
     }
     if (st != MT_OK) {
         fprintf(stderr, PROG ": %s: %s: %s\n", name, mt_status_str(st), mt_last_error());
@@ -135,10 +146,17 @@ static int run(bench_ctx *b, const char *name, op_fn op, double bytes, double fl
         return 1;
     }
     qsort(t, (size_t)b->s.reps, sizeof *t, cmp_double);
+    qsort(cpu, (size_t)b->s.reps, sizeof *cpu, cmp_double);
     double med = t[b->s.reps / 2];
+    /* The calling thread's CPU time: the whole op's at MT_NUM_THREADS=1, and far less noisy
+     * than the wall time on a loaded machine. */
+    double cmed = cpu[b->s.reps / 2];
     if (flops > 0)
-        printf("op %-22s %9.1f us %8.2f GFLOP/s\n", name, med * 1e6, flops / med * 1e-9);
-    else printf("op %-22s %9.1f us %8.2f GB/s\n", name, med * 1e6, bytes / med * 1e-9);
+        printf("op %-22s %9.1f us %9.1f us-cpu %8.2f GFLOP/s\n", name, med * 1e6, cmed * 1e6,
+               flops / med * 1e-9);
+    else
+        printf("op %-22s %9.1f us %9.1f us-cpu %8.2f GB/s\n", name, med * 1e6, cmed * 1e6,
+               bytes / med * 1e-9);
     free(t);
     return 0;
 }
@@ -196,12 +214,12 @@ int main(int argc, char **argv) {
     b.big3 = filled(r * 4 * c, &rng), b.gamma = filled(4 * c, &rng), b.beta = filled(c, &rng);
     b.mean = filled(r, &rng), b.rstd = filled(r, &rng), b.qkv = filled(r * 3 * c, &rng);
     b.d_qkv = filled(r * 3 * c, &rng), b.att = filled(nb * nh * t * t, &rng);
-    b.w = filled(4 * c * c, &rng), b.wte = filled(v * c, &rng), b.logits = filled(r * v, &rng);
+    b.w = filled(4 * c * c, &rng), b.dw = filled(4 * c * c, &rng), b.wte = filled(v * c, &rng), b.logits = filled(r * v, &rng);
     b.d_logits = filled(r * v, &rng), b.mx = filled(r, &rng), b.sum = filled(r, &rng);
     b.tl = filled(r, &rng), b.loss = filled(r, &rng);
     b.half = malloc(r * 4 * c * sizeof *b.half);
     if (!b.ids || !b.x || !b.y || !b.z || !b.dx || !b.big || !b.big2 || !b.big3 || !b.gamma ||
-        !b.beta || !b.mean || !b.rstd || !b.qkv || !b.d_qkv || !b.att || !b.w || !b.wte ||
+        !b.beta || !b.mean || !b.rstd || !b.qkv || !b.d_qkv || !b.att || !b.w || !b.dw || !b.wte ||
         !b.logits || !b.d_logits || !b.mx || !b.sum || !b.tl || !b.loss || !b.half) {
         fprintf(stderr, PROG ": out of memory\n");
         return 1;
@@ -233,6 +251,9 @@ int main(int argc, char **argv) {
     fail |= run(&b, "accumulate_bf16", op_accumulate, big_b * 2.5, 0);
     fail |= run(&b, "linear_forward_sgemm", op_linear_forward, 0,
                 2.0 * (double)r * (double)c * 4.0 * (double)c);
+    fail |= run(&b, "linear_backward_sgemm", op_linear_backward, 0,
+                4.0 * (double)r * (double)c * 4.0 * (double)c);
+    fail |= run(&b, "sum_squares_4CxC", op_sum_squares, f * 4.0 * (double)(c * c), 0);
     mt_device_close(b.dev);
     return fail;
 }

@@ -190,8 +190,9 @@ mt_status mt_thread_pool_get(mt_thread_pool **pool) {
         int threads = 1;
         st = mt_thread_pool_default_threads(&threads);
         if (st == MT_OK) st = mt_thread_pool_create(threads, &global_pool);
-        /* The BLAS runs on the same threads' cores: one count for both. */
-        if (st == MT_OK) openblas_set_num_threads(threads);
+        /* The pool's threads call the BLAS on blocks of a product (core/cpu/ops_gemm.c):
+         * OpenBLAS's own workers would only spin beside them, so OpenBLAS runs on 1 thread. */
+        if (st == MT_OK) openblas_set_num_threads(1);
     }
     *pool = global_pool;
     pthread_mutex_unlock(&global_lock);

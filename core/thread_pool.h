@@ -1,6 +1,7 @@
 /* Internal: the per-rank thread pool. One pool per process (a rank is a process) runs the host's
- * data-parallel loops (the host AdamW) and sets OpenBLAS to the same thread count, so that the
- * two never oversubscribe the rank's cores.
+ * data-parallel loops (the CPU ops, the host AdamW) and the matrix products, which it splits into
+ * blocks that each call OpenBLAS on one thread, so that the two never oversubscribe the rank's
+ * cores.
  *
  * Determinism: a parallel-for over [0, n) is cut into fixed chunks [c*grain, min(n, (c+1)*grain))
  * whose boundaries depend on n and the grain only, never on the thread count; which thread runs
@@ -45,8 +46,8 @@ mt_status mt_parallel_for(mt_thread_pool *pool, size_t n, size_t grain, mt_paral
 mt_status mt_thread_pool_default_threads(int *threads);
 
 /* The process's pool, created on first use with mt_thread_pool_default_threads() threads;
- * creating it sets OpenBLAS to the same count. It lives until the process exits, as OpenBLAS's
- * own threads do. mt_init creates it so that a bad MT_NUM_THREADS fails there, before any
+ * creating it sets OpenBLAS to one thread (the pool's threads call it, core/cpu/ops_gemm.c).
+ * It lives until the process exits, as OpenBLAS's own threads do. mt_init creates it so that a bad MT_NUM_THREADS fails there, before any
  * product runs with another BLAS thread count. */
 mt_status mt_thread_pool_get(mt_thread_pool **pool);
 

@@ -1,4 +1,4 @@
-/* Internal: the GELU kernels, written once with GCC vector extensions and compiled once per
+/* Internal: the GELU kernels and the exp kernel of the softmax and cross-entropy, written once with GCC vector extensions and compiled once per
  * vector width (core/cpu/gelu_{generic,avx2,avx512}.c define MT_GELU_WIDTH and MT_GELU_NAME
  * before including this file). Every lane does the same IEEE single-precision operations in the
  * same order (CMakeLists.txt builds the files with -ffp-contract=off), so all widths give the
@@ -11,7 +11,10 @@
  * series y - y^3/3 + 2y^5/15 - 17y^7/315 (truncation < 1e-11 relative). Against double
  * precision over x in [-10, 10], GELU is within 5.2e-7 absolute (libm's tanhf formula: 4.3e-7)
  * and its derivative within 1.0e-6 (libm's: 5.6e-7); tests/core/test_cpu_ops_threads.c holds
- * both to 3e-6 x (1 + |value|) of the tanhf loop. docs/cpu-kernels.md. */
+ * both to 3e-6 x (1 + |value|) of the tanhf loop. The same exp serves the attention softmax
+ * and the cross-entropy (mt_exp_shift): within 2 ulp of exp in double over [-87, 0] (measured
+ * by tests/core/test_cpu_ops_threads.c); below -87 it gives exp(-87), about 1.6e-38, where
+ * libm gives a smaller subnormal or 0. docs/cpu-kernels.md. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -111,4 +114,21 @@ void MT_GELU_FN(mt_gelu_backward)(const float *in, const float *d_out, float *d_
     memcpy(&dx, d_in + i, rest);
     dx += gv_gelu_grad(x) * dy;
     memcpy(d_in + i, &dx, rest);
+}
+
+/* out[i] = exp(x[i] - shift) for x[i] <= shift (the softmax's and the cross-entropy's
+ * exponentials; core/cpu/exp_kernels.h). */
+void MT_GELU_FN(mt_exp_shift)(const float *x, float shift, float *out, size_t n) {
+    size_t i = 0;
+    for (; i + MT_GELU_WIDTH <= n; i += MT_GELU_WIDTH) {
+        gv_f v;
+        memcpy(&v, x + i, sizeof v);
+        v = gv_exp_nonpos(v - shift);
+        memcpy(out + i, &v, sizeof v);
+    }
+    if (i == n) return;
+    gv_f v = (gv_f){0} + shift; /* lanes past n compute exp(0) and are dropped */
+    memcpy(&v, x + i, (n - i) * sizeof(float));
+    v = gv_exp_nonpos(v - shift);
+    memcpy(out + i, &v, (n - i) * sizeof(float));
 }

@@ -1,17 +1,24 @@
 /* Causal self-attention on the CPU device (include/meshtrain/ops.h, "GPT ops"), split over the
  * rank's pool by (batch, head) pair: a pair reads its own columns of qkv and writes its own
  * columns of out, att and d_qkv, so pairs never share an accumulator and each pair's work runs
- * in one thread in the order of the single-threaded loop (the same bits with any pool).
+ * in one thread (the same bits with any pool).
  *
- * The scores q_t . k_u and the products dy_t . v_u are the costly dot products. Each pair copies
- * its K (forward) or V (backward) transposed into a scratch block (head_dim x seq), so that the
- * products for all u <= t run as head_dim vectorisable updates s[u] += q[i] * kT[i][u]: every
- * s[u] still adds q[i] * k_u[i] for i = 0, 1, ... in turn from 0, the dot loop's exact sequence
- * of roundings, so the bits are those of the plain dot loops. */
+ * Forward: two sgemm calls per pair (scores Q K^T, then att V) on OpenBLAS at 1 thread, which
+ * the pool's threads may call (core/cpu/ops_gemm.c), with the causal softmax between them; 2.7-
+ * 2.9x faster than the dot loops at seq 64 and 128 (docs/benchmarks.md), at the cost of the
+ * loops' bits (within 1.6e-7 of them, tests/core/test_cpu_ops_threads.c). Backward: the dot
+ * products dy_t . v_u are the cost; each pair copies its V transposed into a scratch block
+ * (head_dim x seq), so that the products for all u <= t run as head_dim vectorisable updates
+ * s[u] += dy[i] * vT[i][u]: every s[u] still adds the terms for i = 0, 1, ... in turn from 0,
+ * the dot loop's sequence of roundings. The softmax's exponentials run in the vector exp of
+ * core/cpu/gelu_vec.h (same bits at every width; within 2 ulp of exp). */
+#include "core/cpu/gelu_kernels.h"
 #include "core/cpu/ops_cpu.h"
 #include "core/cpu/parallel.h"
 #include "core/error.h"
 
+#include <cblas.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -21,6 +28,7 @@ typedef struct attn_job {
     float *scratch; /* per pair: head_dim * seq (transposed K or V), then seq (one row) */
     size_t t_n, nh, hd, width;
     float scale;
+    mt_exp_shift_fn exp_shift;
 } attn_job;
 
 /* y[i] += a * x[i]; restrict lets the compiler vectorise without overlap checks. */
@@ -49,33 +57,30 @@ static float *pair_scratch(const attn_job *j, size_t pair) {
     return j->scratch + pair * (j->hd + 1) * j->t_n;
 }
 
+/* The forward as two products per pair, on OpenBLAS at 1 thread inside the pool's worker:
+ * att = scale * Q K^T (all T x T scores, the causal half then masked by the softmax), then
+ * out = att V (the masked scores are exact zeros). */
 static void attn_forward_pair(const attn_job *j, size_t pair) {
     size_t b = pair / j->nh, h = pair % j->nh;
     size_t t_n = j->t_n, hd = j->hd, width = j->width;
     const float *base = j->qkv + b * t_n * 3 * width;
-    float *kT = pair_scratch(j, pair), *s = kT + hd * t_n;
-    transpose_part(j, base, 1, h, kT);
+    float *att = j->att + pair * t_n * t_n;
+    int T = (int)t_n, HD = (int)hd, ld = (int)(3 * width);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, j->scale, base + h * hd, ld,
+                base + width + h * hd, ld, 0.0f, att, T);
     for (size_t t = 0; t < t_n; t++) {
-        const float *q = base + t * 3 * width + h * hd;
-        float *a = j->att + (pair * t_n + t) * t_n;
-        dots(q, kT, hd, t_n, t + 1, s);
-        float mx = -INFINITY;
-        for (size_t u = 0; u <= t; u++) {
-            a[u] = s[u] * j->scale;
+        float *a = att + t * t_n, mx = -INFINITY;
+        for (size_t u = 0; u <= t; u++)
             if (a[u] > mx) mx = a[u];
-        }
+        j->exp_shift(a, mx, a, t + 1); /* vectorised; its error: core/cpu/gelu_vec.h */
         float sum = 0.0f;
-        for (size_t u = 0; u <= t; u++) {
-            a[u] = expf(a[u] - mx);
-            sum += a[u];
-        }
+        for (size_t u = 0; u <= t; u++) sum += a[u];
         float inv = 1.0f / sum; /* sum >= 1: the maximum contributes exp(0) */
         for (size_t u = 0; u < t_n; u++) a[u] = u <= t ? a[u] * inv : 0.0f;
-        float *o = j->out + (b * t_n + t) * width + h * hd;
-        for (size_t i = 0; i < hd; i++) o[i] = 0.0f;
-        for (size_t u = 0; u <= t; u++)
-            axpy(o, a[u], base + u * 3 * width + 2 * width + h * hd, hd);
     }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, att, T,
+                base + 2 * width + h * hd, ld, 0.0f, j->out + b * t_n * width + h * hd,
+                (int)width);
 }
 
 static void attn_forward_pairs(void *ctx, size_t chunk, size_t begin, size_t end) {
@@ -114,12 +119,13 @@ static void attn_backward_pairs(void *ctx, size_t chunk, size_t begin, size_t en
     for (size_t p = begin; p < end; p++) attn_backward_pair(ctx, p);
 }
 
-/* Runs fn over the pairs with a scratch block each. */
-static mt_status attn_run(const char *op, attn_job *job, size_t pairs, mt_parallel_fn fn) {
+/* Runs fn over the pairs, with a scratch block each when scratch is set (the backward). */
+static mt_status attn_run(const char *op, attn_job *job, size_t pairs, mt_parallel_fn fn,
+                          bool scratch) {
     if (job->t_n == 0 || job->hd == 0 || pairs == 0) return MT_OK;
-    size_t floats = pairs * (job->hd + 1) * job->t_n;
-    job->scratch = malloc(floats * sizeof(float));
-    if (!job->scratch)
+    size_t floats = scratch ? pairs * (job->hd + 1) * job->t_n : 0;
+    job->scratch = scratch ? malloc(floats * sizeof(float)) : NULL;
+    if (scratch && !job->scratch)
         return mt_error(MT_ERR_OUT_OF_MEMORY,
                         "%s on the CPU: out of memory for %zu floats of transposed keys/values",
                         op, floats);
@@ -132,8 +138,10 @@ mt_status mt_cpu_op_attention_forward(const float *qkv, int batch, int seq, int 
                                       int head_dim, float *out, float *att) {
     size_t nh = (size_t)heads, hd = (size_t)head_dim;
     attn_job job = {.qkv = qkv, .out = out, .att = att, .t_n = (size_t)seq, .nh = nh, .hd = hd,
-                    .width = nh * hd, .scale = (float)(1.0 / sqrt((double)head_dim))};
-    return attn_run("attention_forward", &job, (size_t)batch * nh, attn_forward_pairs);
+                    .width = nh * hd, .scale = (float)(1.0 / sqrt((double)head_dim)),
+                    .exp_shift = mt_exp_shift_pick()};
+    return attn_run("attention_forward", &job, (size_t)batch * nh, attn_forward_pairs,
+                    false);
 }
 
 mt_status mt_cpu_op_attention_backward(const float *d_out, const float *qkv, const float *att,
@@ -142,5 +150,6 @@ mt_status mt_cpu_op_attention_backward(const float *d_out, const float *qkv, con
     attn_job job = {.qkv = qkv, .att_in = att, .d_out = d_out, .d_qkv = d_qkv,
                     .t_n = (size_t)seq, .nh = nh, .hd = hd, .width = nh * hd,
                     .scale = (float)(1.0 / sqrt((double)head_dim))};
-    return attn_run("attention_backward", &job, (size_t)batch * nh, attn_backward_pairs);
+    return attn_run("attention_backward", &job, (size_t)batch * nh, attn_backward_pairs,
+                    true);
 }

@@ -1,4 +1,4 @@
-/* Compute ops (include/meshtrain/ops.h) on the CPU device: matrix products through OpenBLAS,
+/* Compute ops (include/meshtrain/ops.h) on the CPU device: matrix products in ops_gemm.c,
  * AdamW through the host AdamW (core/cpu/adamw_host.h), everything else as flat loops the
  * compiler vectorises. core/ops.c has checked the arguments. */
 #include "core/cpu/ops_cpu.h"
@@ -8,28 +8,8 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdint.h>
-
-static int max1(int x) { return x > 1 ? x : 1; }
-
-mt_status mt_cpu_op_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                         const float *a, const float *b, float beta, float *c) {
-    if (m == 0 || n == 0) return MT_OK;
-    if (k == 0) {
-        /* BLAS rejects a leading dimension of 0; the product is empty, only beta applies. */
-        size_t total = (size_t)m * (size_t)n;
-        for (size_t i = 0; i < total; i++) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
-        return MT_OK;
-    }
-    int lda = trans_a ? m : k;
-    int ldb = trans_b ? k : n;
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, max1(lda), b, max1(ldb),
-                beta, c, max1(n));
-    return MT_OK;
-}
 
 typedef struct bias_job {
     const float *src;

@@ -30,6 +30,14 @@ static void gelu_pick(elem_job *job) {
 #endif
 }
 
+mt_exp_shift_fn mt_exp_shift_pick(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (__builtin_cpu_supports("avx512f")) return mt_exp_shift_avx512;
+    if (__builtin_cpu_supports("avx2")) return mt_exp_shift_avx2;
+#endif
+    return mt_exp_shift_generic;
+}
+
 static void gelu_forward_chunk(void *ctx, size_t chunk, size_t begin, size_t end) {
     const elem_job *j = ctx;
     j->fwd(j->a + begin, j->out + begin, end - begin);

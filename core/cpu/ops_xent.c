@@ -1,8 +1,10 @@
 /* The vocabulary-parallel cross-entropy on the CPU device (include/meshtrain/ops.h, "GPT ops"),
  * split over the rank's pool by rows: every row's sums run in one thread, in double, in
  * vocabulary order (the same bits with any pool; the tp tests compare them across slice
- * splits). The values are checked in the calling thread first, so that an error names the first
- * bad row whatever the split. */
+ * splits), over exponentials from the vector exp of core/cpu/gelu_vec.h (within 2 ulp). The
+ * values are checked in the calling thread first, so that an error names the first bad row
+ * whatever the split. */
+#include "core/cpu/gelu_kernels.h"
 #include "core/cpu/ops_cpu.h"
 #include "core/cpu/ops_gpt_internal.h"
 #include "core/cpu/parallel.h"
@@ -10,12 +12,16 @@
 
 #include <math.h>
 
+/* Floats of a row's exponentials at a time (on the stack). */
+enum { XENT_BLOCK = 512 };
+
 typedef struct xent_job {
     const float *logits, *row_max, *sum_exp, *target_logit;
     const int *targets;
     size_t v;
     int vocab_start, vocab_local;
     float scale;
+    mt_exp_shift_fn exp_shift;
     float *out_max, *out_sum, *out_target, *loss, *d_logits;
 } xent_job;
 
@@ -42,9 +48,15 @@ static void xent_sum_rows(void *ctx, size_t chunk, size_t begin, size_t end) {
     for (size_t i = begin; i < end; i++) {
         const float *l = j->logits + i * j->v;
         float mx = j->row_max[i];
-        /* Every exponent is <= 0 once mx is the all-reduced maximum: nothing overflows. */
+        /* Every exponent is <= 0 once mx is the all-reduced maximum: nothing overflows. The
+         * exponentials in float vectors, a block at a time; the sum in double, in order. */
         double s = 0.0;
-        for (size_t k = 0; k < j->v; k++) s += exp((double)(l[k] - mx));
+        float e[XENT_BLOCK];
+        for (size_t k0 = 0; k0 < j->v; k0 += XENT_BLOCK) {
+            size_t len = j->v - k0 < XENT_BLOCK ? j->v - k0 : XENT_BLOCK;
+            j->exp_shift(l + k0, mx, e, len);
+            for (size_t k = 0; k < len; k++) s += (double)e[k];
+        }
         j->out_sum[i] = (float)s;
         long r = mt_cpu_slice_row(j->targets[i], j->vocab_start, j->vocab_local);
         j->out_target[i] = r >= 0 ? l[r] : 0.0f;
@@ -62,7 +74,8 @@ mt_status mt_cpu_op_xent_local_sums(const float *logits, const int *targets, siz
                             i, (double)row_max[i]);
     xent_job job = {.logits = logits, .targets = targets, .v = (size_t)vocab_local,
                     .vocab_start = vocab_start, .vocab_local = vocab_local, .row_max = row_max,
-                    .out_sum = sum_exp, .out_target = target_logit};
+                    .out_sum = sum_exp, .out_target = target_logit,
+                    .exp_shift = mt_exp_shift_pick()};
     return mt_cpu_parallel("xent_local_sums", n, mt_cpu_row_grain(job.v), xent_sum_rows, &job);
 }
 
@@ -74,8 +87,15 @@ static void xent_loss_rows(void *ctx, size_t chunk, size_t begin, size_t end) {
         if (!j->d_logits) continue;
         const float *l = j->logits + i * j->v;
         float *d = j->d_logits + i * j->v;
-        /* softmax_k = exp(l_k - lse): one exponential per logit, no division. */
-        for (size_t k = 0; k < j->v; k++) d[k] += j->scale * (float)exp((double)l[k] - lse);
+        /* softmax_k = exp(l_k - lse): one exponential per logit, no division; the exponent
+         * formed in double, rounded once to float for the vector exp. */
+        float e[XENT_BLOCK];
+        for (size_t k0 = 0; k0 < j->v; k0 += XENT_BLOCK) {
+            size_t len = j->v - k0 < XENT_BLOCK ? j->v - k0 : XENT_BLOCK;
+            for (size_t k = 0; k < len; k++) e[k] = (float)((double)l[k0 + k] - lse);
+            j->exp_shift(e, 0.0f, e, len);
+            for (size_t k = 0; k < len; k++) d[k0 + k] += j->scale * e[k];
+        }
         long r = mt_cpu_slice_row(j->targets[i], j->vocab_start, j->vocab_local);
         if (r >= 0) d[r] -= j->scale;
     }
@@ -95,7 +115,7 @@ mt_status mt_cpu_op_xent_loss_backward(const float *logits, const int *targets, 
     xent_job job = {.logits = logits, .targets = targets, .v = (size_t)vocab_local,
                     .vocab_start = vocab_start, .vocab_local = vocab_local, .row_max = row_max,
                     .sum_exp = sum_exp, .target_logit = target_logit, .scale = scale,
-                    .loss = loss, .d_logits = d_logits};
+                    .loss = loss, .d_logits = d_logits, .exp_shift = mt_exp_shift_pick()};
     return mt_cpu_parallel("xent_loss_backward", n, mt_cpu_row_grain(job.v), xent_loss_rows,
                            &job);
 }

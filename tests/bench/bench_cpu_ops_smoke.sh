@@ -13,7 +13,7 @@ for t in 1 3; do
     check "threads $t: the header" grep -q "^rows 16 channels 24 .* threads $t$" "$TMP/out"
     for op in embedding_forward embedding_backward layernorm_forward layernorm_backward \
         gelu_forward gelu_backward attention_forward attention_backward xent_loss_backward \
-        cast_f32_bf16 accumulate_bf16 linear_forward_sgemm; do
+        cast_f32_bf16 accumulate_bf16 linear_forward_sgemm linear_backward_sgemm sum_squares_4CxC; do
         check "threads $t: $op" grep -q "^op $op " "$TMP/out"
     done
     bad_rate=$(awk '/^op / && $(NF-1) + 0 <= 0 { n++ } END { print n + 0 }' "$TMP/out")

@@ -5,18 +5,23 @@
  * single-threaded loops the ops were before they were split (copied below, so that a change of
  * the kernels cannot move the reference with them): bit for bit, except GELU, whose vectorised
  * tanh must stay within 3e-6 * (1 + |reference|) of libm's tanhf formula (docs/cpu-kernels.md).
- * The GELU kernels of every vector width this CPU runs give the same bits, specials included. */
+ * The GELU kernels of every vector width this CPU runs give the same bits, specials included.
+ * Matrix products (blocks of C cut by shape on the pool, OpenBLAS on 1 thread each) must stay
+ * within 3e-5 relative of one single-threaded sgemm call (the blocks' tiles may round otherwise),
+ * and the sum of squares must give the bits of its fixed chunked order. */
 #include "check.h"
 #include "numeric.h"
 
 #include "core/cpu/gelu_kernels.h"
 #include "core/cpu/ops_cpu.h"
+#include "core/cpu/parallel.h"
 #include "core/ops_internal.h"
 
 #include <meshtrain/device.h>
 #include <meshtrain/dtype.h>
 #include <meshtrain/ops.h>
 
+#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -30,15 +35,17 @@
 enum { B = 7, T = 10, R = B * T, C = 300, C4 = 4 * C, EL = R * C4 };
 enum { VOCAB_START = 5, VOCAB_LOCAL = 25, AB = 2, AT = 9, NH = 3, HD = 8, XV = 300 };
 
-/* One output of one op: name, floats, whether the old loop's bits are required. */
+/* One output of one op: name, floats, whether the old loop's bits are required, else the
+ * tolerance relative to 1 + |reference|. */
 typedef struct seg {
     const char *name;
     size_t n;
     bool exact;
+    double tol;
     float *data;
 } seg;
 
-enum { MAX_SEGS = 32 };
+enum { MAX_SEGS = 48 };
 typedef struct record {
     seg s[MAX_SEGS];
     int count;
@@ -50,6 +57,7 @@ static void put(record *r, const char *name, const float *data, size_t n, bool e
     s->name = name;
     s->n = n;
     s->exact = exact;
+    s->tol = 3e-6;
     s->data = malloc(n * sizeof(float));
     CHECK(s->data != NULL);
     memcpy(s->data, data, n * sizeof(float));
@@ -295,9 +303,9 @@ static void run_all(bool reference, record *rec) {
         CHECK_OK(mt_op_attention_forward(dev, qkv, AB, AT, NH, HD, out, out2));
         CHECK_OK(mt_op_attention_backward(dev, att_dy, qkv, out2, AB, AT, NH, HD, d1));
     }
-    put(rec, "attention_forward", out, no, true);
-    put(rec, "attention_weights", out2, na, true);
-    put(rec, "attention_backward", d1, nq, true);
+    put(rec, "attention_forward", out, no, false);
+    put(rec, "attention_weights", out2, na, false);
+    put(rec, "attention_backward", d1, nq, false);
 
     memcpy(d1, acc_x, (size_t)R * XV * sizeof(float));
     if (reference) ref_xent(logits, targets, mx, sum, tl, loss, d1);
@@ -308,10 +316,10 @@ static void run_all(bool reference, record *rec) {
                                           loss, d1));
     }
     put(rec, "xent_max", mx, R, true);
-    put(rec, "xent_sum_exp", sum, R, true);
+    put(rec, "xent_sum_exp", sum, R, false);
     put(rec, "xent_target_logit", tl, R, true);
-    put(rec, "xent_loss", loss, R, true);
-    put(rec, "xent_d_logits", d1, (size_t)R * XV, true);
+    put(rec, "xent_loss", loss, R, false);
+    put(rec, "xent_d_logits", d1, (size_t)R * XV, false);
 
     memcpy(d2, acc_c, C * sizeof(float));
     if (reference)
@@ -319,6 +327,38 @@ static void run_all(bool reference, record *rec) {
             for (size_t j = 0; j < C; j++) d2[j] += dy[i * C + j];
     else CHECK_OK(mt_cpu_add_column_sums(dy, R, C, d2));
     put(rec, "column_sums", d2, C, true);
+
+    /* products, every transpose: 200 x 180 (cut into 3 blocks of rows) and a wide 100 x 300
+     * (2 blocks of columns), against one single-threaded sgemm call; k 400 spans several of
+     * OpenBLAS's k blocks */
+    static const char *gemm_names[8] = {"gemm_nn", "gemm_nt", "gemm_tn", "gemm_tt",
+                                        "gemm_wide_nn", "gemm_wide_nt", "gemm_wide_tn",
+                                        "gemm_wide_tt"};
+    static const int gemm_shapes[2][3] = {{200, 180, 400}, {100, 300, 250}};
+    for (int t = 0; t < 8; t++) {
+        bool ta = t % 4 >= 2, tb = t % 2 == 1;
+        int gm = gemm_shapes[t / 4][0], gn = gemm_shapes[t / 4][1], gk = gemm_shapes[t / 4][2];
+        memcpy(out, big, (size_t)gm * gn * sizeof(float));
+        if (reference) {
+            openblas_set_num_threads(1);
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                        tb ? CblasTrans : CblasNoTrans, gm, gn, gk, 0.75f, acc_el, ta ? gm : gk,
+                        big_dy, tb ? gk : gn, 0.5f, out, gn);
+        } else
+            CHECK_OK(mt_op_gemm(dev, ta, tb, gm, gn, gk, 0.75f, acc_el, big_dy, 0.5f, out));
+        /* k = 250..400 terms: a sum in another order moves by up to ~k * 6e-8 relative */
+        put(rec, gemm_names[t], out, (size_t)gm * gn, false);
+        rec->s[rec->count - 1].tol = 3e-5;
+    }
+
+    /* sum of squares: its chunked order written plainly; the double's bits travel as 2 floats */
+    double sq = 0.125;
+    if (reference) {
+        sq = test_chunked_sum_squares(sq, big, EL, MT_CPU_ELEM_GRAIN);
+    } else CHECK_OK(mt_cpu_op_sum_squares(big, EL, &sq));
+    float sq_bits[2];
+    memcpy(sq_bits, &sq, sizeof sq);
+    put(rec, "sum_squares", sq_bits, 2, true);
 
     /* casts: f32 -> bf16 -> f32, and accumulate of both dtypes */
     uint16_t *h = malloc((size_t)EL * sizeof(uint16_t));
@@ -397,6 +437,16 @@ static float *run_child(int threads, size_t n) {
     return all;
 }
 
+/* Whether this CPU runs vector width w (0: AVX2, 1: AVX-512). */
+static bool width_runs(size_t w) {
+#if defined(__x86_64__) || defined(__i386__)
+    return w == 0 ? __builtin_cpu_supports("avx2") : __builtin_cpu_supports("avx512f");
+#else
+    (void)w;
+    return false;
+#endif
+}
+
 /* Every GELU width against the generic one, bit for bit, over ragged lengths and specials. */
 static void test_gelu_widths(void) {
     enum { N = 1000 + 13 };
@@ -416,12 +466,7 @@ static void test_gelu_widths(void) {
         mt_gelu_backward_generic(x, dy, dwant, len);
         CHECK(isnan(want[6]) && want[3] == INFINITY && want[0] == 0.0f);
         for (size_t w = 0; w < 2; w++) {
-#if defined(__x86_64__) || defined(__i386__)
-            bool runs = w == 0 ? __builtin_cpu_supports("avx2") : __builtin_cpu_supports("avx512f");
-#else
-            bool runs = false;
-#endif
-            if (!runs) continue;
+            if (!width_runs(w)) continue;
             widths[w].f(x, got, len);
             for (size_t i = 0; i < len; i++) dgot[i] = 0.25f;
             widths[w].b(x, dy, dgot, len);
@@ -434,8 +479,47 @@ static void test_gelu_widths(void) {
     free(dy);
 }
 
+/* The vector exp of the softmax and cross-entropy (mt_exp_shift_*): every width against the
+ * generic one bit for bit, and the generic one against exp in double over [-87, 0] in ulps of
+ * the float result (the bound docs/cpu-kernels.md states). */
+static void test_exp_widths(void) {
+    enum { N = 200003 };
+    float *x = malloc(N * sizeof *x), *want = malloc(N * sizeof *want);
+    float *got = malloc(N * sizeof *got);
+    CHECK(x && want && got);
+    for (size_t i = 0; i < N; i++) x[i] = (float)(-87.0 * (double)i / (N - 1)) + 3.5f;
+    x[0] = 3.5f, x[1] = 3.5f - 1e-30f, x[2] = nextafterf(3.5f, 0.0f);
+    mt_exp_shift_generic(x, 3.5f, want, N);
+    double worst = 0.0;
+    for (size_t i = 0; i < N; i++) {
+        double exact = exp((double)(x[i] - 3.5f)); /* the kernel's rounded argument */
+        if (exact < 0x1p-126) continue; /* below the normals: exp(-87) by design */
+        int e2;
+        frexp(exact, &e2);
+        double ulp = ldexp(1.0, e2 - 24), err = fabs((double)want[i] - exact) / ulp;
+        if (err > worst) worst = err;
+    }
+    printf("exp_shift: worst %.3f ulp against exp in double over [-87, 0]\n", worst);
+    CHECK_MSG(worst <= 2.0, "exp_shift is %.3f ulp off exp", worst);
+    CHECK(want[0] == 1.0f);
+    typedef void (*expf_fn)(const float *, float, float *, size_t);
+    struct { const char *name; expf_fn f; } widths[] = {{"avx2", mt_exp_shift_avx2},
+                                                        {"avx512", mt_exp_shift_avx512}};
+    for (size_t w = 0; w < 2; w++) {
+        if (!width_runs(w)) continue;
+        for (size_t len = N - 17; len <= N; len += 4) {
+            widths[w].f(x, 3.5f, got, len);
+            CHECK_MSG(memcmp(got, want, len * sizeof(float)) == 0,
+                      "exp_shift %s differs from the generic width at length %zu",
+                      widths[w].name, len);
+        }
+    }
+    free(x), free(want), free(got);
+}
+
 int main(void) {
     test_gelu_widths();
+    test_exp_widths();
     record ref = {0};
     run_all(true, &ref);
     size_t n = record_floats(&ref);
@@ -458,10 +542,10 @@ int main(void) {
             }
             double err = fabs((double)got - (double)want) / (1.0 + fabs((double)want));
             if (err > worst) worst = err;
-            if (!(err <= 3e-6)) bad++;
+            if (!(err <= s->tol)) bad++;
         }
-        CHECK_MSG(bad == 0, "%s: %zu of %zu values off the single-threaded loop%s", s->name, bad,
-                  s->n, s->exact ? " (bits)" : " (3e-6 relative)");
+        CHECK_MSG(bad == 0, "%s: %zu of %zu values off the single-threaded loop (%s %.0e)",
+                  s->name, bad, s->n, s->exact ? "bits" : "relative", s->tol);
         if (!s->exact) printf("%s: worst %.3g relative to the libm formula\n", s->name, worst);
         at += s->n;
         free(s->data);

@@ -1,10 +1,12 @@
 /* The reductions of gradient clipping on the CPU device (core/cpu/ops_reduce.c through
  * core/ops.c): mt_op_sum_squares against a long double reference summed in another order, and
- * bit for bit against the plain running-double loop fsdp/clip.c used before the op existed (CPU
- * clipping must keep its bits), accumulation over several calls into one device double, NaN and
+ * bit for bit against its fixed chunked order written plainly (the same bits on any thread
+ * count; tests/core/test_cpu_ops_threads.c runs it on 1, 2, 3 and 7), accumulation over several calls into one device double, NaN and
  * infinity, mt_op_scale bit for bit, and the argument checks. */
 #include "check.h"
 #include "numeric.h"
+
+#include "core/cpu/parallel.h"
 
 #include <meshtrain/device.h>
 #include <meshtrain/ops.h>
@@ -18,14 +20,9 @@ static uint64_t rng_state = 0x5eed0fc11bULL;
 
 static float *rnd_vec(size_t n, double scale) { return test_lcg_floats(&rng_state, n, scale); }
 
-/* The loop fsdp/clip.c ran on the host before mt_op_sum_squares: one running double. */
-static double running_double(double start, const float *x, size_t n) {
-    double sum = start;
-    for (size_t i = 0; i < n; i++) {
-        double g = x[i];
-        sum += g * g;
-    }
-    return sum;
+/* The op's order (any thread count must give these bits). */
+static double chunked_sum(double start, const float *x, size_t n) {
+    return test_chunked_sum_squares(start, x, n, MT_CPU_ELEM_GRAIN);
 }
 
 /* An independent reference: pairwise, in long double. */
@@ -52,7 +49,9 @@ static double read_acc(mt_device *dev, const double *acc) {
 }
 
 static void test_sum_squares_sizes(mt_device *dev) {
-    const size_t sizes[] = {0, 1, 2, 7, 31, 1001, 65537, (size_t)1 << 22};
+    /* 65537: 5 chunks, the last of 1 element; 2^22 + 5: more chunks than the op keeps on its
+     * stack (256), so the partials come from the heap. */
+    const size_t sizes[] = {0, 1, 2, 7, 31, 1001, 65537, ((size_t)1 << 22) + 5};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         size_t n = sizes[s];
         float *x = rnd_vec(n, 3.0);
@@ -63,8 +62,8 @@ static void test_sum_squares_sizes(mt_device *dev) {
         double err = fabs(got - (double)want) / (want > 0 ? (double)want : 1.0);
         /* Every term is >= 0, so no cancellation: n * 2^-53 bounds the running sum's error. */
         CHECK_MSG(err <= 1e-12, "n %zu: got %.17g want %.17Lg (rel err %.3g)", n, got, want, err);
-        CHECK_MSG(got == running_double(0.0, x, n), "n %zu: %.17g is not the running-double sum "
-                  "%.17g bit for bit", n, got, running_double(0.0, x, n));
+        CHECK_MSG(got == chunked_sum(0.0, x, n), "n %zu: %.17g is not the chunked sum "
+                  "%.17g bit for bit", n, got, chunked_sum(0.0, x, n));
         mt_device_free(dev, acc);
         free(x);
     }
@@ -93,12 +92,10 @@ static void test_accumulate(mt_device *dev) {
     for (size_t c = 0; c + 1 < sizeof cuts / sizeof cuts[0]; c++) {
         size_t b = cuts[c], e = cuts[c + 1];
         CHECK_OK(mt_op_sum_squares(dev, x + b, e - b, acc));
-        expect = running_double(expect, x + b, e - b);
+        expect = chunked_sum(expect, x + b, e - b);
     }
     double got = read_acc(dev, acc);
     CHECK_MSG(got == expect, "pieces: %.17g, want %.17g", got, expect);
-    /* Pieces in order add up to the same bits as the whole in one call after start. */
-    CHECK(got == running_double(start, x, n));
     long double ref = start + pairwise(x, n);
     CHECK(fabs(got - (double)ref) <= 1e-12 * (double)ref);
     /* n 0 leaves the accumulator alone, even with no input buffer. */
