@@ -31,6 +31,7 @@
  * for a core, while CPU time counts the work; step - ops in CPU time is the engine's work at one
  * rank (more ranks add the progress thread's copies).
  */
+#include "core/cpu/ops_cpu.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "fsdp/fsdp_internal.h"
@@ -128,8 +129,10 @@ static double median(double *v, int n) {
 
 /* ---- the sgemm peak -------------------------------------------------------------------------- */
 
-/* GFLOP/s of the best of GEMM_REPS cblas_sgemm GEMM_N^3 on the rank's threads (the pool set
- * OpenBLAS to them), after one untimed call. */
+/* GFLOP/s of the best of GEMM_REPS sgemm GEMM_N^3 on the rank's threads, after one untimed call:
+ * through the CPU device's product (core/cpu/ops_gemm.c), which cuts it into blocks that the
+ * pool's threads hand to OpenBLAS (set to 1 thread by the pool); a bare cblas_sgemm here would
+ * run on one thread only. */
 static mt_status sgemm_peak(double *gflops) {
     size_t nn = (size_t)GEMM_N * GEMM_N;
     float *a = malloc(nn * sizeof *a), *b = malloc(nn * sizeof *b), *c = malloc(nn * sizeof *c);
@@ -147,9 +150,14 @@ static mt_status sgemm_peak(double *gflops) {
     double best = 1e30;
     for (int r = 0; r <= GEMM_REPS; r++) {
         double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, GEMM_N, GEMM_N, GEMM_N, 1.0f, a,
-                    GEMM_N, b, GEMM_N, 0.0f, c, GEMM_N);
+        mt_status st = mt_cpu_op_gemm(false, false, GEMM_N, GEMM_N, GEMM_N, 1.0f, a, b, 0.0f, c);
         double dt = now_s() - t0;
+        if (st != MT_OK) {
+            free(a);
+            free(b);
+            free(c);
+            return mt_error_wrap(st, PROG ": the sgemm peak's product");
+        }
         if (r > 0 && dt < best) best = dt;
     }
     free(a);

@@ -28,7 +28,10 @@ struct mt_task;
  * disagree on what their n-th collective of a group is wait, and their timeout and the flight
  * recorder say so, instead of exchanging same-sized messages and completing with wrong data. The
  * desc bit marks a shared-memory descriptor sent instead of the data (comm/host/shm.c): receives
- * ignore it so that either form matches; the ack bit marks the receiver's reply to one. */
+ * ignore it so that either form matches; the ack bit marks the receiver's reply to one. The
+ * sequence wraps at 8192: operations of one group 8192 apart share a tag, so no member may run
+ * that far ahead of another in a group (a collective cannot complete without every member; a
+ * point-to-point sender 8192 unreceived messages ahead would be matched by UCX in order only). */
 #define MT_TAG_GROUP_SHIFT 48
 #define MT_TAG_OP_SHIFT 45
 #define MT_TAG_OP_MASK 0x7u

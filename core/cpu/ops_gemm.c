@@ -77,6 +77,10 @@ mt_status mt_cpu_op_gemm(bool trans_a, bool trans_b, int m, int n, int k, float 
         for (size_t i = 0; i < total; i++) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
         return MT_OK;
     }
+    /* The pool first, even for one block: creating it sets OpenBLAS to one thread, without
+     * which a one-block product would run on OpenBLAS's own threads and their bits. */
+    mt_thread_pool *pool = NULL;
+    MT_TRY(mt_thread_pool_get(&pool));
     gemm_job job = {trans_a, trans_b, m, n, k, trans_a ? m : k, trans_b ? k : n, alpha, beta,
                     a, b, c};
     /* Split the dimension whose blocks repack the smaller operand: rows repack op(B) (k x n),

@@ -11,7 +11,7 @@
 #   C. SIGUSR1 to a healthy job: "no rank is behind", and the job finishes with 0;
 #   D. MT_FLIGHT_RECORDER=0: no ring files, SIGUSR1 says the recorder is off; out of range: exit 2;
 #      ring files left by an mtrun that is gone (SIGKILLed) are removed by the next mtrun, those of
-#      a live one are kept;
+#      a live one are kept, and so are those held by a live process's lock (another pid namespace);
 #   E. two nodes: SIGUSR1 to node 1 makes node 0 print the diagnosis of all 4 ranks; then a rank
 #      of node 1 stopped: node 0's diagnosis names it, with its node;
 #   F. two nodes, SIGUSR1 to both at once: node 0 prints both diagnoses, each of all 4 ranks and
@@ -115,6 +115,11 @@ wait "$dead"
 : >"/dev/shm/mt-fr-$dead-0"
 : >"/dev/shm/mt-fr-$dead-1"
 : >"/dev/shm/mt-fr-$$-0"
+# a gone pid whose file is held (a shared flock, as a live mtrun holds its rings): an mtrun in
+# another pid namespace sharing /dev/shm looks gone from here
+: >"/dev/shm/mt-fr-$dead-2"
+flock -s "/dev/shm/mt-fr-$dead-2" sleep 60 & holder=$!
+sleep 0.2
 "$MTRUN" --standalone "$LOOP" loop 1 1 "$MARKER" >"$TMP/sweep.out" 2>&1
 rc=$?
 check "D: an mtrun after one that was killed runs (rc $rc)" test "$rc" = 0
@@ -124,7 +129,10 @@ check "D: ... saying so" grep -qF \
     "mtrun: removed 2 flight recorder files of mtrun processes that are gone (/dev/shm/mt-fr-*)" \
     "$TMP/sweep.out"
 check "D: ... and keeps a live process's" test -e "/dev/shm/mt-fr-$$-0"
-rm -f "/dev/shm/mt-fr-$$-0" "/dev/shm/mt-fr-$dead-0" "/dev/shm/mt-fr-$dead-1"
+check "D: ... and one held by a live process's lock" test -e "/dev/shm/mt-fr-$dead-2"
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+rm -f "/dev/shm/mt-fr-$$-0" "/dev/shm/mt-fr-$dead-"[012]
 
 # E
 mkdir -p "$TMP/pids_e"

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -29,6 +30,7 @@ struct mtrun_fr {
     uint32_t capacity;
     bool off;           /* a file could not be made: no rank gets one */
     char (*paths)[PATH_MAX];
+    int *held;          /* per ring: an open fd with a shared flock while mtrun lives (-1: none) */
 };
 
 /* A decimal number of digits only (no sign, no space), at most max, at *p; advances *p. */
@@ -56,6 +58,18 @@ int mtrun_fr_parse_name(const char *name, long *pid, int *local) {
     return strcmp(p, MTRUN_FR_NEW_SUFFIX) == 0 ? 2 : 0;
 }
 
+/* Whether a ring file is held by a live mtrun (make_ring's shared flock): a pid that looks gone
+ * here may live in another pid namespace sharing /dev/shm (containers with the host's IPC), and
+ * a flock is seen across namespaces. A lock taken means the file is stale; it is removed while
+ * held, so an mtrun that opened it meanwhile cannot be racing a half-removed file. */
+static bool remove_if_unheld(int dir, const char *name) {
+    int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return false;
+    bool removed = flock(fd, LOCK_EX | LOCK_NB) == 0 && unlinkat(dir, name, 0) == 0;
+    close(fd);
+    return removed;
+}
+
 /* Ring files of mtrun processes that are gone (SIGKILLed, or the machine's OOM killer: nothing
  * removed them) would fill /dev/shm, which is memory, run after run: this user's are removed,
  * with the half-made ones (.new) a killed mtrun may have left. A pid that lives again in another
@@ -74,7 +88,7 @@ static void sweep_stale_rings(void) {
             st.st_uid != geteuid())
             continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-        if (unlinkat(dirfd(d), de->d_name, 0) == 0) removed++;
+        if (remove_if_unheld(dirfd(d), de->d_name)) removed++;
     }
     closedir(d);
     if (removed)
@@ -93,7 +107,9 @@ int mtrun_fr_create(int nproc, mtrun_fr **out) {
     if (n == 0) return 0;
     mtrun_fr *f = calloc(1, sizeof *f);
     if (f) f->paths = calloc((size_t)nproc, sizeof *f->paths);
-    if (!f || !f->paths) {
+    if (f) f->held = malloc((size_t)nproc * sizeof *f->held);
+    if (!f || !f->paths || !f->held) {
+        if (f) free(f->paths);
         free(f);
         mtrun_msg("out of memory for the flight recorder; it is off");
         return 0;
@@ -101,6 +117,7 @@ int mtrun_fr_create(int nproc, mtrun_fr **out) {
     sweep_stale_rings();
     f->nproc = nproc;
     f->capacity = (uint32_t)n;
+    for (int i = 0; i < nproc; i++) f->held[i] = -1;
     for (int i = 0; i < nproc; i++)
         snprintf(f->paths[i], sizeof f->paths[i], "/dev/shm/mt-fr-%ld-%d", (long)getpid(), i);
     *out = f;
@@ -111,7 +128,7 @@ int mtrun_fr_create(int nproc, mtrun_fr **out) {
  * renamed over the ring of the round before: a reader that has that one mapped (mtrun
  * --diagnose, at any time) keeps reading the old file, never one truncated under it (SIGBUS) or
  * one with its header not yet written. */
-static int make_ring(const mtrun_fr *f, int i) {
+static int make_ring(mtrun_fr *f, int i) {
     char tmp[PATH_MAX + sizeof MTRUN_FR_NEW_SUFFIX];
     snprintf(tmp, sizeof tmp, "%s%s", f->paths[i], MTRUN_FR_NEW_SUFFIX);
     /* O_EXCL: never write through a file someone else put there; ours (from a make_ring that
@@ -125,10 +142,17 @@ static int make_ring(const mtrun_fr *f, int i) {
                       .rank = f->node * f->nproc + i, .node = f->node};
     /* ftruncate zeroes every record: lock 0 means never written. */
     int ok = ftruncate(fd, (off_t)bytes) == 0 && pwrite(fd, &h, sizeof h, 0) == (ssize_t)sizeof h;
+    /* Held (shared lock, fd kept) until mtrun ends or remakes it: another mtrun's sweep leaves
+     * it alone even when it cannot see this pid (remove_if_unheld). */
+    ok = ok && flock(fd, LOCK_SH | LOCK_NB) == 0;
     int e = errno;
-    close(fd);
-    if (ok && rename(tmp, f->paths[i]) == 0) return 0;
+    if (ok && rename(tmp, f->paths[i]) == 0) {
+        if (f->held[i] >= 0) close(f->held[i]);
+        f->held[i] = fd;
+        return 0;
+    }
     if (ok) e = errno;
+    close(fd);
     unlink(tmp);
     errno = e;
     return -1;
@@ -157,6 +181,9 @@ void mtrun_fr_destroy(mtrun_fr *f) {
     if (!f) return;
     if (!f->off)
         for (int i = 0; i < f->nproc; i++) unlink(f->paths[i]);
+    for (int i = 0; i < f->nproc; i++)
+        if (f->held[i] >= 0) close(f->held[i]);
+    free(f->held);
     free(f->paths);
     free(f);
 }
