@@ -1,6 +1,7 @@
 /* GELU (tanh form) and the residual add on the CPU device (include/meshtrain/ops.h, "GPT ops"),
  * elementwise in fixed chunks over the rank's pool. GELU runs the vector kernels of
  * core/cpu/gelu_vec.h (a vectorised tanh, within a few ulps of libm's; docs/cpu-kernels.md). */
+#include "core/cpu/adamw_host.h"
 #include "core/cpu/gelu_kernels.h"
 #include "core/cpu/ops_cpu.h"
 #include "core/cpu/parallel.h"
@@ -15,27 +16,28 @@ typedef struct elem_job {
     gelu_bwd_fn bwd;
 } elem_job;
 
-/* The widest kernels the CPU runs; all give the same bits (core/cpu/gelu_vec.h). */
+/* The widest vector width the CPU runs, by the same check as the host AdamW's kernels
+ * (core/cpu/adamw_host.c); every width gives the same bits (core/cpu/gelu_vec.h). */
+static mt_adamw_isa widest_isa(void) {
+    return mt_adamw_isa_supported(MT_ADAMW_AVX512) ? MT_ADAMW_AVX512
+           : mt_adamw_isa_supported(MT_ADAMW_AVX2) ? MT_ADAMW_AVX2
+                                                   : MT_ADAMW_SCALAR;
+}
+
 static void gelu_pick(elem_job *job) {
-    job->fwd = mt_gelu_forward_generic;
-    job->bwd = mt_gelu_backward_generic;
-#if defined(__x86_64__) || defined(__i386__)
-    if (__builtin_cpu_supports("avx512f")) {
-        job->fwd = mt_gelu_forward_avx512;
-        job->bwd = mt_gelu_backward_avx512;
-    } else if (__builtin_cpu_supports("avx2")) {
-        job->fwd = mt_gelu_forward_avx2;
-        job->bwd = mt_gelu_backward_avx2;
-    }
-#endif
+    static const gelu_fwd_fn fwd[MT_ADAMW_ISA_COUNT] = {
+        mt_gelu_forward_generic, mt_gelu_forward_avx2, mt_gelu_forward_avx512};
+    static const gelu_bwd_fn bwd[MT_ADAMW_ISA_COUNT] = {
+        mt_gelu_backward_generic, mt_gelu_backward_avx2, mt_gelu_backward_avx512};
+    mt_adamw_isa isa = widest_isa();
+    job->fwd = fwd[isa];
+    job->bwd = bwd[isa];
 }
 
 mt_exp_shift_fn mt_exp_shift_pick(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (__builtin_cpu_supports("avx512f")) return mt_exp_shift_avx512;
-    if (__builtin_cpu_supports("avx2")) return mt_exp_shift_avx2;
-#endif
-    return mt_exp_shift_generic;
+    static const mt_exp_shift_fn exp_shift[MT_ADAMW_ISA_COUNT] = {
+        mt_exp_shift_generic, mt_exp_shift_avx2, mt_exp_shift_avx512};
+    return exp_shift[widest_isa()];
 }
 
 static void gelu_forward_chunk(void *ctx, size_t chunk, size_t begin, size_t end) {
