@@ -59,8 +59,9 @@ static void gemm_cols(void *ctx, size_t chunk, size_t begin, size_t end) {
                 j->a, max1(j->lda), b, max1(j->ldb), j->beta, j->c + begin, max1(j->n));
 }
 
-/* The block size along dim (rows or columns) from the shape alone: at least min_units for the
- * multiply-adds, at most MT_CPU_GEMM_MAX_BLOCKS blocks, rounded up to align. */
+/* The block size along dim (rows or columns) from the shape alone: enough units for
+ * MT_CPU_GEMM_MIN_BLOCK_MACS multiply-adds, at most MT_CPU_GEMM_MAX_BLOCKS blocks, rounded up to
+ * align. */
 static size_t block_units(size_t dim, double macs_per_unit, size_t align) {
     size_t per = (size_t)(MT_CPU_GEMM_MIN_BLOCK_MACS / macs_per_unit) + 1;
     size_t cap = (dim + MT_CPU_GEMM_MAX_BLOCKS - 1) / MT_CPU_GEMM_MAX_BLOCKS;
