@@ -45,8 +45,10 @@ enum { FAIL_NONE, FAIL_BACKWARD, FAIL_LAUNCH };
 
 /* The test hook's registration on block 0 (inside FSDP's: its post-backward runs first). */
 typedef struct hook_state {
-    int mode;          /* FAIL_* for the next backward */
-    bool saw_aliased;  /* at one rank: the block's gradient was in its shard when it failed */
+    int mode;            /* FAIL_* for the next backward */
+    mt_fsdp_unit *root;  /* the model's root unit */
+    bool saw_aliased;    /* at one rank: the block's gradient was in its shard when it failed */
+    bool saw_root_part;  /* and the root's shard held part of its gradient (the head's) */
 } hook_state;
 
 static const char hook_owner = 0;
@@ -65,11 +67,12 @@ static mt_status fail_post_backward(mt_module *m, void *user, mt_status st) {
     hook_state *h = user;
     if (st != MT_OK || h->mode == FAIL_NONE) return st;
     if (h->mode == FAIL_LAUNCH) {
-        mt_work_inject_launch_failure(true); /* main turns it off after the backward */
+        mt_work_inject_launch_failure(true); /* off again once the backward returned */
         return MT_OK;
     }
     mt_fsdp_unit *u = mt_fsdp_unit_of(m);
     h->saw_aliased = u && u->grad_aliased && any_nonzero(u->grad_shard, u->S);
+    h->saw_root_part = h->root->grad_aliased && any_nonzero(h->root->grad_shard, h->root->S);
     return mt_error(MT_ERR_INVALID_ARG, "the backward of '%s' fails on purpose (test hook)",
                     mt_module_name(m));
 }
@@ -182,9 +185,9 @@ static void check_clean(mt_gpt *g, const grads *ref, const char *what) {
 
 static void failed_backward(mt_mesh *mesh, mt_device *dev, const int *tokens, const grads *ref,
                             int world) {
-    hook_state h = {0};
     mt_gpt *g = build(mesh);
     if (!g) return;
+    hook_state h = {.root = unit(g, LAYERS)};
     CHECK_OK(mt_module_add_hooks(mt_gpt_block(g, 0), &hook_owner, &fail_hooks, &h));
     size_t base = current(dev, MT_MEM_GRADS);
     float loss;
@@ -195,9 +198,13 @@ static void failed_backward(mt_mesh *mesh, mt_device *dev, const int *tokens, co
         h.mode = FAIL_NONE;
         CHECK_MSG(st == MT_ERR_INVALID_ARG && strstr(mt_last_error(), "fails on purpose"),
                   "failed backward %d: %s: %s", pass, mt_status_str(st), mt_last_error());
-        if (world == 1)
+        if (world == 1) {
             CHECK_MSG(h.saw_aliased, "failed backward %d: block 0's gradient was not in its "
                       "shard when its backward failed (the one-rank alias did not happen)", pass);
+            CHECK_MSG(h.saw_root_part, "failed backward %d: the root's shard held none of its "
+                      "gradient when block 0 failed: the root's part-way case is not tested",
+                      pass);
+        }
         check_after_failure(g, ref, false, "after a failed backward");
         CHECK_MSG(current(dev, MT_MEM_GRADS) == base, "after a failed backward the grads "
                   "category holds %zu bytes, the shards %zu", current(dev, MT_MEM_GRADS), base);
@@ -220,9 +227,9 @@ static void failed_backward(mt_mesh *mesh, mt_device *dev, const int *tokens, co
 
 static void failed_reduce_scatter(mt_mesh *mesh, mt_device *dev, const int *tokens,
                                   const grads *ref) {
-    hook_state h = {0};
     mt_gpt *g = build(mesh);
     if (!g) return;
+    hook_state h = {.root = unit(g, LAYERS)};
     CHECK_OK(mt_module_add_hooks(mt_gpt_block(g, 0), &hook_owner, &fail_hooks, &h));
     size_t base_g = current(dev, MT_MEM_GRADS), base_c = current(dev, MT_MEM_COMM);
     CHECK_MSG(mt_fsdp_rs_into_shard(unit(g, 0)), "block 0's reduce-scatter would not write "
