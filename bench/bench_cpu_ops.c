@@ -1,8 +1,10 @@
 /* mt-bench-cpu-ops: the CPU GPT ops (core/cpu/ops_*.c) one by one at train_gpt's shapes.
  *
  *   mt-bench-cpu-ops [--rows 256] [--channels 768] [--heads 12] [--seq 64] [--vocab 256]
- *                    [--reps 20]
+ *                    [--reps 20] [--op NAME]
  *
+ * --op runs only the ops whose name contains NAME (attention_backward alone at seq 1024 takes
+ * seconds; the products at rows 4096 much longer).
  * Each op runs --reps times after one warm-up on the rank's pool (MT_NUM_THREADS sets its size);
  * the median time is printed, with the median CPU time of the calling thread (all of the op's
  * at MT_NUM_THREADS=1), with the bytes it must move (GB/s: inputs read once, outputs
@@ -27,6 +29,7 @@
 
 typedef struct shape {
     long rows, channels, heads, seq, vocab, reps;
+    const char *only; /* --op: a substring of the names to run; NULL runs all */
 } shape;
 
 static double clock_s(clockid_t id) {
@@ -131,6 +134,7 @@ static mt_status op_sum_squares(bench_ctx *b) {
 
 /* Times op; prints its median and rate (bytes moved, or flops when flops > 0). */
 static int run(bench_ctx *b, const char *name, op_fn op, double bytes, double flops) {
+    if (b->s.only && !strstr(name, b->s.only)) return 0;
     double *t = malloc(2 * (size_t)b->s.reps * sizeof *t), *cpu = t + b->s.reps;
     if (!t) return 1;
     mt_status st = op(b);
@@ -168,8 +172,12 @@ static int bad(const char *opt, const char *value) {
 }
 
 static int parse(int argc, char **argv, shape *s) {
-    *s = (shape){256, 768, 12, 64, 256, 20};
+    *s = (shape){256, 768, 12, 64, 256, 20, NULL};
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) {
+            s->only = argv[++i];
+            continue;
+        }
         static const char *const names[] = {"--rows", "--channels", "--heads", "--seq",
                                             "--vocab", "--reps"};
         long *fields[] = {&s->rows, &s->channels, &s->heads, &s->seq, &s->vocab, &s->reps};

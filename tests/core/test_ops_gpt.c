@@ -325,6 +325,43 @@ static void test_attention(mt_device *dev) {
     free(w), free(fd), free(ctx.qkv), free(ctx.att);
 }
 
+/* The backward reads only the causal half: NaN in att above the diagonal changes no bit of d_qkv,
+ * and an Inf in V at position P (whose dot products with earlier dy rows sit in the masked half
+ * of dY V^T) changes no bit of d_V nor of d_Q at positions before P. A softmax backward that
+ * multiplied the masked entries by their zero probabilities would make those rows NaN. T 13 >
+ * the backward's 8 lanes, with a tail. */
+static void test_attention_masked(mt_device *dev) {
+    enum { TL = 13, P = 6 };
+    const size_t W = NH * HD, nqkv = (size_t)B * TL * 3 * W, nout = (size_t)B * TL * W;
+    const size_t natt = (size_t)B * NH * TL * TL;
+    float *qkv = rnd_vec(nqkv, 1.5), *out = malloc(nout * sizeof *out);
+    float *att = malloc(natt * sizeof *att), *d_out = rnd_vec(nout, 1.0);
+    float *want = calloc(nqkv, sizeof *want), *got = calloc(nqkv, sizeof *got);
+    CHECK_OK(mt_op_attention_forward(dev, qkv, B, TL, NH, HD, out, att));
+    CHECK_OK(mt_op_attention_backward(dev, d_out, qkv, att, B, TL, NH, HD, want));
+    for (size_t r = 0; r < (size_t)B * NH * TL; r++)
+        for (size_t u = r % TL + 1; u < TL; u++) att[r * TL + u] = NAN;
+    CHECK_OK(mt_op_attention_backward(dev, d_out, qkv, att, B, TL, NH, HD, got));
+    CHECK_MSG(memcmp(got, want, nqkv * sizeof *got) == 0,
+              "attention backward: NaN above att's diagonal changed d_qkv");
+
+    for (int b = 0; b < B; b++) /* every V of position P */
+        for (size_t i = 0; i < W; i++) qkv[((size_t)b * TL + P) * 3 * W + 2 * W + i] = INFINITY;
+    memset(got, 0, nqkv * sizeof *got);
+    CHECK_OK(mt_op_attention_backward(dev, d_out, qkv, att, B, TL, NH, HD, got));
+    int differ = 0, nonfinite = 0;
+    for (size_t row = 0; row < (size_t)B * TL; row++) {
+        const float *g = got + row * 3 * W, *w = want + row * 3 * W;
+        if (row % TL < P && memcmp(g, w, W * sizeof *g) != 0) differ++; /* d_Q before P */
+        if (memcmp(g + 2 * W, w + 2 * W, W * sizeof *g) != 0) differ++;  /* d_V */
+        for (size_t i = 0; i < 3 * W; i++) nonfinite += !isfinite(g[i]);
+    }
+    CHECK_MSG(differ == 0, "attention backward: an Inf in V at position %d changed %d rows of "
+              "d_Q before it or of d_V", P, differ);
+    CHECK_MSG(nonfinite > 0, "attention backward: an Inf in V left every gradient finite");
+    free(qkv), free(out), free(att), free(d_out), free(want), free(got);
+}
+
 /* ---- cross-entropy --------------------------------------------------------------------------- */
 
 enum { V = 11 };
@@ -450,6 +487,7 @@ int main(void) {
     test_gelu(dev);
     test_add(dev);
     test_attention(dev);
+    test_attention_masked(dev);
     test_xent(dev, 0.0);
     test_xent(dev, 1000.0);
     test_errors(dev);
