@@ -64,11 +64,16 @@ for order in node0_first node1_first; do
     check_node "$order" 1 "$port" "$job"
 done
 
-# One rank: OMP/OpenBLAS left alone; a user's own setting is kept with several ranks.
+# One rank: OMP left alone, OpenBLAS at 1 thread (docs/mtrun.md); a user's own setting is kept.
 start_bg single "$MTRUN" --standalone "$WORKER" --env --marker "$MARKER"
 wait_rc "$PID_single" 20
 check "single rank: exit 0 (got $RC)" test "$RC" = 0
 check "single rank: OMP_NUM_THREADS not set" has_line "$TMP/single.out" "[rank0]:env OMP_NUM_THREADS=<unset>"
+check "single rank: OPENBLAS_NUM_THREADS=1" has_line "$TMP/single.out" "[rank0]:env OPENBLAS_NUM_THREADS=1"
+OPENBLAS_NUM_THREADS=3 start_bg blas "$MTRUN" --standalone "$WORKER" --env --marker "$MARKER"
+wait_rc "$PID_blas" 20
+check "user OPENBLAS_NUM_THREADS: exit 0 (got $RC)" test "$RC" = 0
+check "user OPENBLAS_NUM_THREADS kept" has_line "$TMP/blas.out" "[rank0]:env OPENBLAS_NUM_THREADS=3"
 check "single rank: defaults (job id none, one node)" has_line "$TMP/single.out" "[rank0]:env MT_RDZV_ID=none"
 check "single rank: --standalone picks a port" bash -c "! grep -qxF '[rank0]:env MASTER_PORT=29500' '$TMP/single.out' && grep -qE '^\[rank0\]:env MASTER_PORT=[1-9][0-9]*$' '$TMP/single.out'"
 OMP_NUM_THREADS=7 start_bg omp "$MTRUN" --standalone --nproc_per_node=2 "$WORKER" --env --marker "$MARKER"

@@ -80,9 +80,11 @@ static char *env_entry(const char *name, const char *fmt, ...) {
     return e;
 }
 
-/* The variables mtrun owns replace inherited ones; OMP/OpenBLAS threads default to 1 when
- * several ranks share the node, unless the user chose otherwise (mt_init then sets OpenBLAS to
- * the rank's thread pool, sized from MT_CPU_SHARERS when mtrun bound the rank). */
+/* The variables mtrun owns replace inherited ones; OMP threads default to 1 when several ranks
+ * share the node, OpenBLAS threads to 1 always, unless the user chose otherwise. A meshtrain
+ * rank runs OpenBLAS on 1 thread anyway (its pool's threads call it, core/thread_pool.c), but
+ * only the variable, read when OpenBLAS is loaded, keeps OpenBLAS from starting its own workers,
+ * which spin on sched_yield for about 0.1 s before they sleep (docs/cpu-kernels.md). */
 static char **build_env(const mtrun_launch *l, int local_rank, char ***owned, int *nowned) {
     static const char *const set_names[] = {
         "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
@@ -118,10 +120,9 @@ static char **build_env(const mtrun_launch *l, int local_rank, char ***owned, in
     if (l->cpu_sharers > 0) mine[n++] = env_entry("MT_CPU_SHARERS", "%d", l->cpu_sharers);
     if (l->flight_recorder)
         mine[n++] = env_entry("MT_FLIGHT_RECORDER_FILE", "%s", l->flight_recorder);
-    if (l->nproc_per_node > 1) {
-        if (!getenv("OMP_NUM_THREADS")) mine[n++] = env_entry("OMP_NUM_THREADS", "1");
-        if (!getenv("OPENBLAS_NUM_THREADS")) mine[n++] = env_entry("OPENBLAS_NUM_THREADS", "1");
-    }
+    if (l->nproc_per_node > 1 && !getenv("OMP_NUM_THREADS"))
+        mine[n++] = env_entry("OMP_NUM_THREADS", "1");
+    if (!getenv("OPENBLAS_NUM_THREADS")) mine[n++] = env_entry("OPENBLAS_NUM_THREADS", "1");
     size_t count = 0;
     while (environ[count]) count++;
     char **env = malloc((count + (size_t)n + 1) * sizeof *env);
