@@ -90,10 +90,19 @@ static void softmax_backward_row(const float *restrict a, float *restrict d, siz
     memset(d + t + 1, 0, (t_n - t - 1) * sizeof(float));
 }
 
-/* The backward as four products per pair, on OpenBLAS at 1 thread inside the pool's worker, on
- * one T x T scratch block s: s = the causal part of att (zeros past the diagonal, whatever the
+/* Rows (query positions) per block of the backward's products: each block's products stop at
+ * its last row's column, so a long sequence skips most of the masked half (at seq 1024, 16
+ * blocks do 53% of the full square's multiply-adds). Fixed, never from the thread count; 64
+ * rows keep OpenBLAS's kernels near their peak. */
+#define ATTN_BLOCK ((size_t)64)
+
+/* The backward as products per pair, on OpenBLAS at 1 thread inside the pool's worker, on one
+ * T x T scratch block s: s = the causal part of att (zeros past the diagonal, whatever the
  * caller's att holds there); dV += s^T dY; s = dY V^T; the softmax backward turns s into the
- * scores' gradient (zeros past the diagonal); dQ += scale s K; dK += scale s^T Q. */
+ * scores' gradient (zeros past the diagonal); dQ += scale s K; dK += scale s^T Q. Each product
+ * runs per block of ATTN_BLOCK rows (dY V^T, dQ) or columns (dV, dK) of s, over the part of s
+ * that block's causal entries lie in: rows [i0, i1) need columns [0, i1), columns [j0, j1) rows
+ * [j0, T). */
 static void attn_backward_pair(attn_job *j, size_t pair) {
     size_t b = pair / j->nh, h = pair % j->nh;
     size_t t_n = j->t_n, hd = j->hd, width = j->width;
@@ -102,25 +111,40 @@ static void attn_backward_pair(attn_job *j, size_t pair) {
         atomic_store(&j->out_of_memory, true);
         return;
     }
-    const float *base = j->qkv + b * t_n * 3 * width + h * hd;
-    float *dbase = j->d_qkv + b * t_n * 3 * width + h * hd;
+    const float *q = j->qkv + b * t_n * 3 * width + h * hd, *k = q + width, *v = k + width;
+    float *dq = j->d_qkv + b * t_n * 3 * width + h * hd, *dk = dq + width, *dv = dk + width;
     const float *att = j->att_in + pair * t_n * t_n;
     const float *dy = j->d_out + b * t_n * width + h * hd;
-    int T = (int)t_n, HD = (int)hd, ld = (int)(3 * width), ldy = (int)width;
+    size_t ld = 3 * width;
+    int T = (int)t_n, HD = (int)hd;
     for (size_t t = 0; t < t_n; t++) {
         memcpy(s + t * t_n, att + t * t_n, (t + 1) * sizeof(float));
         memset(s + t * t_n + t + 1, 0, (t_n - t - 1) * sizeof(float));
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, s, T, dy, ldy, 1.0f,
-                dbase + 2 * width, ld);
-    /* beta 0: OpenBLAS stores C without reading it. */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, 1.0f, dy, ldy,
-                base + 2 * width, ld, 0.0f, s, T);
+    for (size_t j0 = 0; j0 < t_n; j0 += ATTN_BLOCK) {
+        int n = (int)(t_n - j0 < ATTN_BLOCK ? t_n - j0 : ATTN_BLOCK), rows = (int)(t_n - j0);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HD, rows, 1.0f,
+                    s + j0 * t_n + j0, T, dy + j0 * width, (int)width, 1.0f, dv + j0 * ld,
+                    (int)ld);
+    }
+    /* beta 0: OpenBLAS stores C without reading it; the columns past i1 keep att's copy until
+     * the softmax backward zeroes them. */
+    for (size_t i0 = 0; i0 < t_n; i0 += ATTN_BLOCK) {
+        size_t i1 = t_n - i0 < ATTN_BLOCK ? t_n : i0 + ATTN_BLOCK;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(i1 - i0), (int)i1, HD, 1.0f,
+                    dy + i0 * width, (int)width, v, (int)ld, 0.0f, s + i0 * t_n, T);
+    }
     for (size_t t = 0; t < t_n; t++) softmax_backward_row(att + t * t_n, s + t * t_n, t, t_n);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, j->scale, s, T,
-                base + width, ld, 1.0f, dbase, ld);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, j->scale, s, T, base, ld,
-                1.0f, dbase + width, ld);
+    for (size_t i0 = 0; i0 < t_n; i0 += ATTN_BLOCK) {
+        size_t i1 = t_n - i0 < ATTN_BLOCK ? t_n : i0 + ATTN_BLOCK;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(i1 - i0), HD, (int)i1,
+                    j->scale, s + i0 * t_n, T, k, (int)ld, 1.0f, dq + i0 * ld, (int)ld);
+    }
+    for (size_t j0 = 0; j0 < t_n; j0 += ATTN_BLOCK) {
+        int n = (int)(t_n - j0 < ATTN_BLOCK ? t_n - j0 : ATTN_BLOCK), rows = (int)(t_n - j0);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HD, rows, j->scale,
+                    s + j0 * t_n + j0, T, q + j0 * ld, (int)ld, 1.0f, dk + j0 * ld, (int)ld);
+    }
     free(s);
 }
 

@@ -362,6 +362,58 @@ static void test_attention_masked(mt_device *dev) {
     free(qkv), free(out), free(att), free(d_out), free(want), free(got);
 }
 
+/* A sequence of 150 positions: the backward's products run in blocks of 64 rows and columns
+ * (core/cpu/ops_attention.c), the last one ragged. d_qkv (prefilled: it accumulates) against the
+ * backward's formula in double on the same att; then an Inf in K at position 100 (the second
+ * block) must leave d_Q of the first block's positions bit for bit as they were. */
+static void test_attention_blocks(mt_device *dev) {
+    enum { BL = 1, TL = 150, KINF = 100, FIRST_BLOCK = 64 };
+    const size_t W = NH * HD, nqkv = (size_t)BL * TL * 3 * W, nout = (size_t)BL * TL * W;
+    const size_t natt = (size_t)BL * NH * TL * TL;
+    float *qkv = rnd_vec(nqkv, 1.5), *out = malloc(nout * sizeof *out);
+    float *att = malloc(natt * sizeof *att), *d_out = rnd_vec(nout, 1.0);
+    float *got = rnd_vec(nqkv, 1.0), *base = test_copy_floats(got, nqkv);
+    double *want = calloc(nqkv, sizeof *want);
+    CHECK_OK(mt_op_attention_forward(dev, qkv, BL, TL, NH, HD, out, att));
+    CHECK_OK(mt_op_attention_backward(dev, d_out, qkv, att, BL, TL, NH, HD, got));
+    const double scale = 1.0 / sqrt((double)HD);
+    for (int h = 0; h < NH; h++)
+        for (size_t t = 0; t < TL; t++) {
+            const float *a = att + ((size_t)h * TL + t) * TL, *dy = d_out + t * W + h * HD;
+            const float *qt = qkv + t * 3 * W + h * HD;
+            double datt[TL], adot = 0.0;
+            for (size_t u = 0; u <= t; u++) {
+                const float *vu = qkv + u * 3 * W + 2 * W + h * HD;
+                datt[u] = 0.0;
+                for (int i = 0; i < HD; i++) datt[u] += (double)dy[i] * vu[i];
+                adot += a[u] * datt[u];
+            }
+            for (size_t u = 0; u <= t; u++) {
+                double dpre = a[u] * (datt[u] - adot) * scale;
+                const float *ku = qkv + u * 3 * W + W + h * HD;
+                for (int i = 0; i < HD; i++) {
+                    want[t * 3 * W + h * HD + i] += dpre * ku[i];
+                    want[u * 3 * W + W + h * HD + i] += dpre * qt[i];
+                    want[u * 3 * W + 2 * W + h * HD + i] += (double)a[u] * dy[i];
+                }
+            }
+        }
+    CHECK_MSG(count_off(got, base, want, nqkv, 1e-4, 1e-5) == 0,
+              "attention backward, 150 positions: d_qkv off the formula");
+
+    float *inf = calloc(nqkv, sizeof *inf);
+    memset(got, 0, nqkv * sizeof *got);
+    CHECK_OK(mt_op_attention_backward(dev, d_out, qkv, att, BL, TL, NH, HD, got));
+    for (size_t i = 0; i < W; i++) qkv[KINF * 3 * W + W + i] = INFINITY;
+    CHECK_OK(mt_op_attention_backward(dev, d_out, qkv, att, BL, TL, NH, HD, inf));
+    int differ = 0;
+    for (size_t t = 0; t < FIRST_BLOCK; t++)
+        differ += memcmp(inf + t * 3 * W, got + t * 3 * W, W * sizeof *inf) != 0;
+    CHECK_MSG(differ == 0, "attention backward: an Inf in K at position %d changed d_Q at %d of "
+              "the first %d positions", KINF, differ, FIRST_BLOCK);
+    free(qkv), free(out), free(att), free(d_out), free(got), free(base), free(want), free(inf);
+}
+
 /* ---- cross-entropy --------------------------------------------------------------------------- */
 
 enum { V = 11 };
@@ -488,6 +540,7 @@ int main(void) {
     test_add(dev);
     test_attention(dev);
     test_attention_masked(dev);
+    test_attention_blocks(dev);
     test_xent(dev, 0.0);
     test_xent(dev, 1000.0);
     test_errors(dev);
