@@ -36,6 +36,9 @@
  * that the elementwise ops run 6 chunks of 16384. */
 enum { B = 7, T = 10, R = B * T, C = 300, C4 = 4 * C, EL = R * C4 };
 enum { VOCAB_START = 5, VOCAB_LOCAL = 25, AB = 2, AT = 9, NH = 3, HD = 8, XV = 300 };
+enum { AT_LONG = 150 }; /* one sequence; its att (NH x 150 x 150) fits the EL-float buffers */
+_Static_assert(AT_LONG >= AB * AT && (size_t)NH * AT_LONG * AT_LONG <= (size_t)EL,
+               "the attention buffers are sized for the long case");
 
 /* One output of one op: name, floats, whether the old loop's bits are required, else the
  * tolerance relative to 1 + |reference|. */
@@ -144,11 +147,11 @@ static float dotf(const float *a, const float *b, size_t n) {
     return s;
 }
 
-static void ref_attention(const float *qkv, float *out, float *att, const float *d_out,
-                          float *d_qkv) {
-    const size_t w = NH * HD, t_n = AT;
+static void ref_attention(size_t nb, size_t t_n, const float *qkv, float *out, float *att,
+                          const float *d_out, float *d_qkv) {
+    const size_t w = NH * HD;
     const float scale = (float)(1.0 / sqrt((double)HD));
-    for (size_t b = 0; b < AB; b++)
+    for (size_t b = 0; b < nb; b++)
         for (size_t t = 0; t < t_n; t++)
             for (size_t h = 0; h < NH; h++) {
                 const float *base = qkv + b * t_n * 3 * w, *q = base + t * 3 * w + h * HD;
@@ -169,7 +172,7 @@ static void ref_attention(const float *qkv, float *out, float *att, const float 
                     for (size_t i = 0; i < HD; i++)
                         o[i] += a[u] * base[u * 3 * w + 2 * w + h * HD + i];
             }
-    for (size_t b = 0; b < AB; b++)
+    for (size_t b = 0; b < nb; b++)
         for (size_t t = 0; t < t_n; t++)
             for (size_t h = 0; h < NH; h++) {
                 const float *base = qkv + b * t_n * 3 * w, *q = base + t * 3 * w + h * HD;
@@ -226,14 +229,15 @@ static void run_all(bool reference, record *rec) {
     float *dy = test_lcg_floats(&rng, (size_t)R * C, 1.0);
     float *g = test_lcg_floats(&rng, C, 1.0), *be = test_lcg_floats(&rng, C, 1.0);
     float *big = test_lcg_floats(&rng, EL, 8.0), *big_dy = test_lcg_floats(&rng, EL, 1.0);
-    float *qkv = test_lcg_floats(&rng, (size_t)AB * AT * 3 * NH * HD, 1.5);
-    float *att_dy = test_lcg_floats(&rng, (size_t)AB * AT * NH * HD, 1.0);
+    /* attention inputs for AT_LONG positions (>= AB x AT): the long case uses them all */
+    float *qkv = test_lcg_floats(&rng, (size_t)AT_LONG * 3 * NH * HD, 1.5);
+    float *att_dy = test_lcg_floats(&rng, (size_t)AT_LONG * NH * HD, 1.0);
     float *logits = test_lcg_floats(&rng, (size_t)R * XV, 6.0);
     /* Outputs that accumulate start from nonzero values. */
     float *acc_c = test_lcg_floats(&rng, C, 0.5);
     float *acc_rc = test_lcg_floats(&rng, (size_t)R * C, 0.5);
     float *acc_el = test_lcg_floats(&rng, EL, 0.5);
-    float *acc_qkv = test_lcg_floats(&rng, (size_t)AB * AT * 3 * NH * HD, 0.5);
+    float *acc_qkv = test_lcg_floats(&rng, (size_t)AT_LONG * 3 * NH * HD, 0.5);
     float *acc_x = test_lcg_floats(&rng, (size_t)R * XV, 0.5);
     float *out = malloc((size_t)EL * sizeof(float)), *out2 = malloc((size_t)EL * sizeof(float));
     float *d1 = malloc((size_t)EL * sizeof(float)), *d2 = malloc((size_t)EL * sizeof(float));
@@ -300,7 +304,7 @@ static void run_all(bool reference, record *rec) {
     size_t nq = (size_t)AB * AT * 3 * NH * HD, no = (size_t)AB * AT * NH * HD;
     size_t na = (size_t)AB * NH * AT * AT;
     memcpy(d1, acc_qkv, nq * sizeof(float));
-    if (reference) ref_attention(qkv, out, out2, att_dy, d1);
+    if (reference) ref_attention(AB, AT, qkv, out, out2, att_dy, d1);
     else {
         CHECK_OK(mt_op_attention_forward(dev, qkv, AB, AT, NH, HD, out, out2));
         CHECK_OK(mt_op_attention_backward(dev, att_dy, qkv, out2, AB, AT, NH, HD, d1));
@@ -308,6 +312,17 @@ static void run_all(bool reference, record *rec) {
     put(rec, "attention_forward", out, no, false);
     put(rec, "attention_weights", out2, na, false);
     put(rec, "attention_backward", d1, nq, false);
+
+    /* One sequence of AT_LONG positions: the backward's products in blocks of 64 (64, 64, 22). */
+    size_t nql = (size_t)AT_LONG * 3 * NH * HD, nol = (size_t)AT_LONG * NH * HD;
+    memcpy(d1, acc_qkv, nql * sizeof(float));
+    if (reference) ref_attention(1, AT_LONG, qkv, out, out2, att_dy, d1);
+    else {
+        CHECK_OK(mt_op_attention_forward(dev, qkv, 1, AT_LONG, NH, HD, out, out2));
+        CHECK_OK(mt_op_attention_backward(dev, att_dy, qkv, out2, 1, AT_LONG, NH, HD, d1));
+    }
+    put(rec, "attention_forward_150", out, nol, false);
+    put(rec, "attention_backward_150", d1, nql, false);
 
     memcpy(d1, acc_x, (size_t)R * XV * sizeof(float));
     if (reference) ref_xent(logits, targets, mx, sum, tl, loss, d1);
