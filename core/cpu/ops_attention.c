@@ -8,10 +8,10 @@
  * faster than the dot loops at seq 64 and 128 (docs/benchmarks.md, round 2). Backward: four
  * products (dV, the softmax's input gradient dY V^T, dQ, dK) around a vectorised softmax
  * backward, in blocks that stop at the diagonal; 2.8x (seq 64) to 5.4x (seq 1024) less CPU time
- * than the loops (docs/benchmarks.md, round 3; docs/cpu-kernels.md). Neither gives the old loops' bits (summation order);
- * tests/core/test_cpu_ops_threads.c holds them within 3e-6 of the loops and bit for bit across
- * thread counts. The softmax's exponentials run in the vector exp of core/cpu/gelu_vec.h (same
- * bits at every width; within 2 ulp of exp). */
+ * than the loops (docs/benchmarks.md, round 3; docs/cpu-kernels.md). Neither gives the old
+ * loops' bits (summation order); tests/core/test_cpu_ops_threads.c holds them within 3e-6 of
+ * the loops and bit for bit across thread counts. The softmax's exponentials run in the vector
+ * exp of core/cpu/gelu_vec.h (same bits at every width; within 2 ulp of exp). */
 #include "core/cpu/gelu_kernels.h"
 #include "core/cpu/ops_cpu.h"
 #include "core/cpu/parallel.h"
