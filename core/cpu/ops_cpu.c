@@ -29,12 +29,16 @@ static void bias_rows(void *ctx, size_t chunk, size_t begin, size_t end) {
     }
 }
 
+mt_status mt_cpu_bias_rows(const float *bias, float *out, size_t rows, size_t cols) {
+    bias_job job = {bias, out, rows, cols};
+    return mt_cpu_parallel("linear_forward", rows, mt_cpu_row_grain(cols), bias_rows, &job);
+}
+
 mt_status mt_cpu_op_linear_forward(const float *in, const float *w, const float *bias, float *out,
                                    int batch, int in_features, int out_features) {
     size_t rows = (size_t)batch, cols = (size_t)out_features;
     /* Start from the bias rows so that the product adds onto them (beta = 1). */
-    bias_job job = {bias, out, rows, cols};
-    MT_TRY(mt_cpu_parallel("linear_forward", rows, mt_cpu_row_grain(cols), bias_rows, &job));
+    MT_TRY(mt_cpu_bias_rows(bias, out, rows, cols));
     return mt_cpu_op_gemm(false, true, batch, out_features, in_features, 1.0f, in, w, 1.0f, out);
 }
 

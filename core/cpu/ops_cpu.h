@@ -19,6 +19,9 @@ mt_status mt_cpu_op_linear_forward(const float *in, const float *w, const float 
 mt_status mt_cpu_op_linear_backward(const float *d_out, const float *in, const float *w,
                                     float *d_in, float *d_w, float *d_bias, int batch,
                                     int in_features, int out_features);
+/* Every row of out (rows x cols) set to bias (zeros when NULL): where the linears' forward
+ * products start (beta = 1). */
+mt_status mt_cpu_bias_rows(const float *bias, float *out, size_t rows, size_t cols);
 /* d_bias[j] += the column sums of g (rows x cols), rows in order (split by columns over the
  * pool, so any thread count gives the same bits): the linear's bias gradient. */
 mt_status mt_cpu_add_column_sums(const float *g, size_t rows, size_t cols, float *d_bias);

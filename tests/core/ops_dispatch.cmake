@@ -5,3 +5,11 @@ mt_add_unit_test(test_ops_cast SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops_cast.c
 # The bf16 matrix products (core/cpu/ops_bf16.c) against the f32 ops on pre-rounded operands.
 mt_add_unit_test(test_ops_bf16 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops_bf16.c TIMEOUT 60
                  LABELS core)
+# And on each path of core/cpu/bf16_gemm_path.h whatever the CPU would choose (forced oneDNN
+# runs on any x86-64, emulating bf16 where the CPU has no bf16 instructions).
+foreach(path f32 onednn)
+  add_test(NAME test_ops_bf16_${path} COMMAND test_ops_bf16)
+  math(EXPR t "60 * ${MT_TEST_TIMEOUT_FACTOR}")
+  set_tests_properties(test_ops_bf16_${path} PROPERTIES TIMEOUT ${t} LABELS "unit;core"
+                       ENVIRONMENT "MT_CPU_BF16_GEMM=${path}")
+endforeach()
