@@ -13,3 +13,8 @@ foreach(path f32 onednn)
   set_tests_properties(test_ops_bf16_${path} PROPERTIES TIMEOUT ${t} LABELS "unit;core"
                        ENVIRONMENT "MT_CPU_BF16_GEMM=${path}")
 endforeach()
+# A value that names no path fails the first bf16 product with a message that says which.
+add_test(NAME test_ops_bf16_bad_path COMMAND test_ops_bf16)
+set_tests_properties(test_ops_bf16_bad_path PROPERTIES TIMEOUT 60 LABELS "unit;core"
+                     ENVIRONMENT "MT_CPU_BF16_GEMM=sgemm"
+                     PASS_REGULAR_EXPRESSION "invalid argument: gemm_ex \\(bf16\\): MT_CPU_BF16_GEMM='sgemm': expected onednn, f32 or auto")
