@@ -287,7 +287,8 @@ int main(int argc, char **argv) {
     b.d_qkv = filled(r * 3 * c, &rng), b.att = filled(nb * nh * t * t, &rng);
     /* The weights: up to 4C x C, or C x vocab for the linears below. */
     size_t wmax = 4 * c * c > c * v ? 4 * c * c : c * v;
-    b.w = filled(wmax, &rng), b.dw = filled(wmax, &rng), b.wte = filled(v * c, &rng), b.logits = filled(r * v, &rng);
+    b.w = filled(wmax, &rng), b.dw = filled(wmax, &rng), b.wte = filled(v * c, &rng);
+    b.logits = filled(r * v, &rng);
     b.d_logits = filled(r * v, &rng), b.mx = filled(r, &rng), b.sum = filled(r, &rng);
     b.tl = filled(r, &rng), b.loss = filled(r, &rng);
     b.half = malloc(r * 4 * c * sizeof *b.half);

@@ -1,7 +1,8 @@
 /* The CPU's bf16 product path (core/cpu/bf16_gemm_path.h): decided once per process. Why these
- * rules: on a CPU with AVX512-BF16 oneDNN's bf16 kernel ran the GPT's products 4-15 times faster
- * than widening and sgemm (docs/benchmarks.md, "bf16 products"); without bf16 instructions
- * oneDNN would emulate them, which is no faster than sgemm on widened copies. */
+ * rules: on a CPU with AVX512-BF16 oneDNN's bf16 kernels ran the GPT's products 3 times faster
+ * than sgemm on f32 (docs/benchmarks.md, "bf16 products"); without bf16 instructions oneDNN 2.6
+ * emulates them on AVX-512 (1.4 times sgemm's time, where widening costs 1.06) and has no bf16
+ * matmul at all below AVX-512 (primitive creation fails: unimplemented). */
 #include "core/cpu/bf16_gemm_path.h"
 
 #include "core/cpu/cpu_features.h"

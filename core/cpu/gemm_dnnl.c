@@ -38,7 +38,7 @@ builds on OpenMP or sequential, not this one's threading runtime"
 #include <stdlib.h>
 #include <string.h>
 
-/* A block is at least this many multiply-adds: oneDNN's bf16 kernels run 4-15 times faster than
+/* A block is at least this many multiply-adds: oneDNN's bf16 kernels run some 3 times faster than
  * sgemm on AVX512-BF16 (docs/benchmarks.md, "bf16 products"), so a block worth a hand-off is
  * larger than an sgemm block. */
 #define MT_DNNL_MIN_BLOCK_MACS ((double)(1 << 24))

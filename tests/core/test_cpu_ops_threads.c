@@ -9,11 +9,12 @@
  * Matrix products (blocks of C cut by shape on the pool, OpenBLAS on 1 thread each) must stay
  * within 3e-5 relative of one single-threaded sgemm call (the blocks' tiles may round otherwise),
  * and the sum of squares must give the bits of its fixed chunked order. bf16 products (on oneDNN
- * unless MT_CPU_BF16_GEMM says otherwise) likewise within 3e-5 of sgemm on the widened values,
- * and must leave the process with no more threads than before them. */
+ * on CPUs with AVX-512, unless MT_CPU_BF16_GEMM says otherwise) likewise within 3e-5 of sgemm on
+ * the widened values, and must leave the process with no more threads than before them. */
 #include "check.h"
 #include "numeric.h"
 
+#include "core/cpu/cpu_features.h"
 #include "core/cpu/gelu_kernels.h"
 #include "core/cpu/ops_cpu.h"
 #include "core/cpu/parallel.h"
@@ -233,8 +234,8 @@ static uint16_t *bf16_operand(uint64_t *rng, size_t n, double scale, float **wid
     return h;
 }
 
-/* bf16 products (core/cpu/ops_bf16.c; on oneDNN unless MT_CPU_BF16_GEMM says otherwise), every
- * transpose: 400 x 300 (3 blocks of rows, the last ragged) and a wide 100 x 700 (2 blocks of
+/* bf16 products (core/cpu/ops_bf16.c; on oneDNN on AVX-512 CPUs unless MT_CPU_BF16_GEMM says),
+ * every transpose: 400 x 300 (3 blocks of rows, the last ragged) and a wide 100 x 700 (2 blocks of
  * columns), k 512, and a linear's forward and backward (2 blocks of columns; operands rounded
  * over the pool), against single-threaded sgemm calls on the widened values: f32 sums of exact
  * products in another order, within 3e-5 relative. oneDNN must start no threads of its own: the
@@ -492,8 +493,9 @@ static float *run_child(int threads, size_t n) {
         char v[16];
         snprintf(v, sizeof v, "%d", threads);
         setenv("MT_NUM_THREADS", v, 1);
-        /* The bf16 products on oneDNN, whatever this CPU would choose, unless the caller says. */
-        setenv("MT_CPU_BF16_GEMM", "onednn", 0);
+        /* The bf16 products on oneDNN unless the caller says, also where the CPU would not
+         * choose it, if oneDNN has bf16 there at all (AVX-512: emulated without AVX512-BF16). */
+        if (mt_cpu_has(MT_CPU_AVX512F)) setenv("MT_CPU_BF16_GEMM", "onednn", 0);
         record rec = {0};
         run_all(false, &rec);
         for (int i = 0; i < rec.count; i++) {
