@@ -52,6 +52,8 @@ typedef struct prim_key {
     int ta, tb;
     float alpha, beta;
 } prim_key;
+/* No padding, whose bytes a struct copy need not keep. */
+_Static_assert(sizeof(prim_key) == 8 * sizeof(int) + 2 * sizeof(float), "prim_key is padded");
 
 typedef struct prim_entry {
     prim_key key;
@@ -315,6 +317,13 @@ mt_status mt_cpu_dnnl_gemm_bf16(const char *op, bool trans_a, bool trans_b, int 
     }
     free(job);
     return st;
+}
+
+size_t mt_cpu_dnnl_primitives(void) {
+    pthread_mutex_lock(&g_lock);
+    size_t n = g_count;
+    pthread_mutex_unlock(&g_lock);
+    return n;
 }
 
 const char *mt_cpu_dnnl_isa_name(void) {

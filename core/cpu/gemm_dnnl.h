@@ -6,6 +6,7 @@
 #include <meshtrain/status.h>
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* C (m x n, f32, row-major) = alpha op(A) op(B) + beta C, A and B bf16 row-major (m x k, k x n,
@@ -15,6 +16,9 @@
 mt_status mt_cpu_dnnl_gemm_bf16(const char *op, bool trans_a, bool trans_b, int m, int n, int k,
                                 float alpha, const uint16_t *a, const uint16_t *b, float beta,
                                 float *c);
+
+/* How many primitives the process keeps (tests: a product run again makes none). */
+size_t mt_cpu_dnnl_primitives(void);
 
 /* The instruction set oneDNN's kernels use on this CPU (e.g. "avx512_core_bf16"), for messages. */
 const char *mt_cpu_dnnl_isa_name(void);

@@ -11,6 +11,7 @@
 
 #include "core/cpu/bf16_gemm_path.h"
 #include "core/cpu/cpu_features.h"
+#include "core/cpu/gemm_dnnl.h"
 
 #include <meshtrain/device.h>
 #include <meshtrain/dtype.h>
@@ -221,6 +222,30 @@ static void test_errors(mt_device *dev) {
     CHECK(mt_op_linear_forward_ex(NULL, a, a, MT_BF16, NULL, c, 2, 2, 2) == MT_ERR_INVALID_ARG);
 }
 
+/* oneDNN: the primitives are made by the first call of a shape and kept; the same products
+ * again make none (a primitive costs milliseconds to make). */
+static void test_primitives_kept(mt_device *dev) {
+    if (!on_onednn()) return;
+    const int batch = 40, in = 96, out = 160;
+    size_t ni = (size_t)batch * in, no = (size_t)batch * out, nw = (size_t)out * in;
+    float *x = rand_floats(ni), *w = rand_floats(nw), *y = rand_floats(no), *w_r;
+    float *dx = rand_floats(ni), *dw = rand_floats(nw);
+    mt_bf16 *wb = to_bf16(w, nw, &w_r);
+    size_t before = mt_cpu_dnnl_primitives(), after_first = 0;
+    for (int round = 0; round < 3; round++) {
+        CHECK_OK(mt_op_linear_forward_ex(dev, x, wb, MT_BF16, NULL, y, batch, in, out));
+        CHECK_OK(mt_op_linear_backward_ex(dev, y, x, wb, MT_BF16, dx, dw, NULL, batch, in, out));
+        if (round == 0) after_first = mt_cpu_dnnl_primitives();
+    }
+    size_t after = mt_cpu_dnnl_primitives();
+    /* forward, d_in and d_w are three products of different shapes */
+    CHECK_MSG(after_first >= before + 3, "%zu primitives after the first round, %zu before",
+              after_first, before);
+    CHECK_MSG(after == after_first, "%zu primitives after three rounds, %zu after the first",
+              after, after_first);
+    free(x), free(w), free(y), free(w_r), free(dx), free(dw), free(wb);
+}
+
 /* The scratch is charged to activations and gone when the op returns, also when the second of
  * two allocations fails. */
 static void test_scratch(void) {
@@ -283,6 +308,7 @@ int main(void) {
     test_input_rounding(dev);
     test_linear(dev);
     test_errors(dev);
+    test_primitives_kept(dev);
     mt_device_close(dev);
     test_scratch();
     return check_report("test_ops_bf16");
