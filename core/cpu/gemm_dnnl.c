@@ -207,15 +207,19 @@ static thread_state *thread_state_get(dnnl_fail *fail) {
     thread_state *ts = pthread_getspecific(g_thread_key);
     if (ts) return ts;
     ts = calloc(1, sizeof *ts);
-    if (!ts || pthread_setspecific(g_thread_key, ts) != 0) {
-        free(ts);
+    if (!ts) {
         *fail = (dnnl_fail){dnnl_out_of_memory, "the thread's state"};
         return NULL;
     }
     dnnl_status_t s = dnnl_stream_create(&ts->stream, g_engine, dnnl_stream_default_flags);
     if (s != dnnl_success) {
-        ts->stream = NULL;
+        free(ts);
         *fail = (dnnl_fail){s, "the thread's stream"};
+        return NULL;
+    }
+    if (pthread_setspecific(g_thread_key, ts) != 0) {
+        thread_state_free(ts);
+        *fail = (dnnl_fail){dnnl_out_of_memory, "the thread's state"};
         return NULL;
     }
     return ts;
@@ -243,13 +247,16 @@ static void run_block(const prim_key *key, const uint16_t *a, const uint16_t *b,
     DNNL_TRY(dnnl_memory_create(&mem[0], &e->a_md, g_engine, (void *)(uintptr_t)a), "A's memory");
     DNNL_TRY(dnnl_memory_create(&mem[1], &e->b_md, g_engine, (void *)(uintptr_t)b), "B's memory");
     DNNL_TRY(dnnl_memory_create(&mem[2], &e->c_md, g_engine, c), "C's memory");
-    DNNL_TRY(dnnl_memory_create(&mem[3], &e->scratch_md, g_engine, ts->scratch),
-             "the scratchpad's memory");
+    /* A primitive that needs no scratchpad gets none. */
+    if (e->scratch_bytes)
+        DNNL_TRY(dnnl_memory_create(&mem[3], &e->scratch_md, g_engine, ts->scratch),
+                 "the scratchpad's memory");
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]},
                                {DNNL_ARG_WEIGHTS, mem[1]},
                                {DNNL_ARG_DST, mem[2]},
                                {DNNL_ARG_SCRATCHPAD, mem[3]}};
-    DNNL_TRY(dnnl_primitive_execute(e->prim, ts->stream, 4, args), "executing the matmul");
+    DNNL_TRY(dnnl_primitive_execute(e->prim, ts->stream, e->scratch_bytes ? 4 : 3, args),
+             "executing the matmul");
     DNNL_TRY(dnnl_stream_wait(ts->stream), "waiting for the matmul");
 out:
     for (int i = 0; i < 4; i++)
