@@ -8,6 +8,10 @@ ratio (meshtrain / PyTorch; issue 20's target is <= 0.8), the first step's loss 
 near ln 256 = 5.55 from the same init distribution) and the parameter counts, which must be
 equal: they show that the two models have the same shape. Exit status 1 when they are not or
 a run fails; the ratio itself decides nothing here (a comparison, not a test).
+
+With --llmc DIR (a checkout of github.com/karpathy/llm.c), the 1-rank configuration also runs
+llm.c's CPU trainer on the same model shape and batch, OpenMP threads = the cores, third in each
+round (bench/compare_llmc.py says how it is built and fed).
 """
 
 import argparse
@@ -102,6 +106,8 @@ def main():
     ap.add_argument("--global-batch", type=int, default=4, help="sequences per step, all ranks")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--llmc", metavar="DIR",
+                    help="a checkout of karpathy/llm.c: also time its train_gpt2.c at 1 rank")
     a = ap.parse_args()
     if a.steps <= a.warmup:
         ap.error(f"--steps {a.steps} leaves no timed step after --warmup {a.warmup}")
@@ -121,6 +127,10 @@ def main():
     for exe in (a.mtrun, a.train_gpt):
         if not os.access(exe, os.X_OK):
             ap.error(f"{exe} not found: build meshtrain first (scripts/build)")
+    if a.llmc and not (os.path.isfile(os.path.join(a.llmc, "train_gpt2.c"))
+                       and os.path.isdir(os.path.join(a.llmc, "llmc"))):
+        ap.error(f"--llmc {a.llmc}: no train_gpt2.c and llmc/ there (a checkout of "
+                 "github.com/karpathy/llm.c)")
     a.cores = len(os.sched_getaffinity(0))
 
     import torch  # noqa: F401 (the version goes into the header)
@@ -129,31 +139,61 @@ def main():
           f"median of steps {a.warmup}..{a.steps - 1}; torch {torch.__version__}, "
           f"{a.cores} cores, torch threads per rank = cores / ranks (at least 1); "
           f"load average at start {load()}", flush=True)
+    llmc = None
+    if a.llmc and (1, 1) in configs:
+        from compare_llmc import LlmC
+        llmc = LlmC(a.llmc, a.layers, a.d_model, a.heads, a.seq, a.global_batch, a.steps,
+                    seed=a.seed)
+        print(f"llm.c: {a.llmc} built in {llmc.dir}, {llmc.params} parameters, OpenMP "
+              f"threads {a.cores}", flush=True)
     rows, ok = [], True
-    for dp, tp in configs:
-        mt_ms, pt_ms = [], []
-        for r in range(a.rounds):
-            ms, mt_loss, mt_params = run_meshtrain(a, dp, tp)
-            mt_round = ms[a.warmup:]
-            ms, pt_loss, pt_params = run_torch(a, dp, tp)
-            pt_round = ms[a.warmup:]
-            mt_ms += mt_round
-            pt_ms += pt_round
-            print(f"  {config_name(dp, tp)} round {r}: meshtrain {statistics.median(mt_round):.0f}"
-                  f" ms, PyTorch {statistics.median(pt_round):.0f} ms (this round's medians); "
-                  f"load average {load()}", flush=True)
-        mt, pt = statistics.median(mt_ms), statistics.median(pt_ms)
-        if mt_params != pt_params:
-            ok = False
-        rows.append((config_name(dp, tp), mt, pt, mt_loss, pt_loss, mt_params, pt_params))
+    try:
+        for dp, tp in configs:
+            mt_ms, pt_ms, lc_ms = [], [], []
+            lc_loss, lc_params = None, None
+            for r in range(a.rounds):
+                ms, mt_loss, mt_params = run_meshtrain(a, dp, tp)
+                mt_round = ms[a.warmup:]
+                ms, pt_loss, pt_params = run_torch(a, dp, tp)
+                pt_round = ms[a.warmup:]
+                mt_ms += mt_round
+                pt_ms += pt_round
+                extra = ""
+                if llmc and (dp, tp) == (1, 1):
+                    ms, lc_loss = llmc.run(a.cores)
+                    lc_params = llmc.params
+                    lc_ms += ms[a.warmup:]
+                    extra = f", llm.c {statistics.median(ms[a.warmup:]):.0f} ms"
+                print(f"  {config_name(dp, tp)} round {r}: meshtrain "
+                      f"{statistics.median(mt_round):.0f} ms, PyTorch "
+                      f"{statistics.median(pt_round):.0f} ms{extra} (this round's medians); "
+                      f"load average {load()}", flush=True)
+            mt, pt = statistics.median(mt_ms), statistics.median(pt_ms)
+            lc = statistics.median(lc_ms) if lc_ms else None
+            if mt_params != pt_params or (lc_params is not None and lc_params != mt_params):
+                ok = False
+            rows.append((config_name(dp, tp), mt, pt, lc, mt_loss, pt_loss, lc_loss,
+                         mt_params, pt_params, lc_params))
+    finally:
+        if llmc:
+            llmc.close()
     print(f"load average at end {load()}\n")
+    with_lc = llmc is not None
     print("| configuration | meshtrain step | PyTorch step | ratio (target <= 0.8) | "
-          "step 0 loss mt / torch | parameters mt / torch |")
-    print("|---|---|---|---|---|---|")
-    for name, mt, pt, ml, pl, mp, pp in rows:
+          + ("llm.c step (OpenMP) | " if with_lc else "")
+          + "step 0 loss mt / torch" + (" / llm.c" if with_lc else "")
+          + " | parameters mt / torch" + (" / llm.c" if with_lc else "") + " |")
+    print("|---|---|---|---|" + ("---|" if with_lc else "") + "---|---|")
+    for name, mt, pt, lc, ml, pl, ll, mp, pp, lp in rows:
+        same = mp == pp and (lp is None or lp == mp)
+        lc_cells = ""
+        if with_lc:
+            lc_cells = (f"{lc / 1e3:.2f} s | " if lc is not None else "| ")
+        losses = f"{ml:.3f} / {pl:.3f}" + (f" / {ll:.3f}" if ll is not None else "")
+        params = f"{mp} / {pp}" + (f" / {lp}" if lp is not None else "")
         print(f"| {name} | {mt / 1e3:.2f} s | {pt / 1e3:.2f} s | {mt / pt:.2f} "
-              f"{'(met)' if mt / pt <= 0.8 else '(not met)'} | {ml:.3f} / {pl:.3f} | "
-              f"{mp} / {pp}{'' if mp == pp else ' MISMATCH'} |")
+              f"{'(met)' if mt / pt <= 0.8 else '(not met)'} | {lc_cells}{losses} | "
+              f"{params}{'' if same else ' MISMATCH'} |")
     print(f"\n(ln {256} = {math.log(256):.3f}: both first losses should be near it)")
     return 0 if ok else 1
 

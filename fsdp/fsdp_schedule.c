@@ -305,6 +305,10 @@ static mt_status issue_rs(mt_fsdp_root *r, mt_fsdp_unit *u) {
         mt_device_free(u->dev, u->rs_send);
         if (u->rs_in_shard) rs_in_shard_undo(u);
         else mt_device_free(u->dev, u->rs_recv);
+        /* Nothing will reduce the full gradient now (the model refuses every later pass), so it
+         * goes with the staging instead of staying held until the model is destroyed. */
+        if (!u->grad_aliased) mt_device_free(u->dev, u->full_grad);
+        u->full_grad = NULL;
         u->rs_send = u->rs_recv = NULL;
         u->rs_in_shard = false;
         u->rs_work = NULL;

@@ -11,6 +11,8 @@
 #include "core/error.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 /* Floats of a row's exponentials at a time (on the stack). */
 enum { XENT_BLOCK = 512 };
@@ -25,16 +27,53 @@ typedef struct xent_job {
     float *out_max, *out_sum, *out_target, *loss, *d_logits;
 } xent_job;
 
+/* The row maximum's running maxima: XENT_MAX_VECS independent vectors of 4 lanes (the baseline
+ * SSE width, which every x86-64 runs; a wider GCC vector type is split into scalar code there),
+ * so that the compare-and-select of one element does not wait for the previous one's (the loop
+ * is a chain of maxss, about one element a cycle). */
+enum { XENT_MAX_WIDTH = 4, XENT_MAX_VECS = 4, XENT_MAX_LANES = XENT_MAX_WIDTH * XENT_MAX_VECS };
+typedef float xent_vf __attribute__((vector_size(XENT_MAX_WIDTH * sizeof(float))));
+typedef int32_t xent_vi __attribute__((vector_size(XENT_MAX_WIDTH * sizeof(float))));
+
+/* The loop's rule, from mx = -inf in element order: mx = l[k] > mx ? l[k] : mx. So NaNs are
+ * skipped (a compare with NaN is false), a row of NaNs or none gives -inf, and of several
+ * elements equal to the maximum the first is kept; equal floats have equal bits except +0 and
+ * -0, so only a zero maximum depends on the order. Each lane keeps the rule over its elements
+ * and the lanes are combined by it, which gives the loop's bits for any other maximum; a row
+ * whose maximum is a zero runs the loop again for its sign. */
+static float row_max_loop(const float *l, size_t v) {
+    float mx = -INFINITY;
+    for (size_t k = 0; k < v; k++)
+        if (l[k] > mx) mx = l[k];
+    return mx;
+}
+
+static float xent_row_max(const float *l, size_t v) {
+    size_t k = 0;
+    float mx = -INFINITY;
+    if (v >= XENT_MAX_LANES) {
+        xent_vf m[XENT_MAX_VECS];
+        for (int q = 0; q < XENT_MAX_VECS; q++) m[q] = (xent_vf){0} - INFINITY;
+        for (; k + XENT_MAX_LANES <= v; k += XENT_MAX_LANES)
+            for (int q = 0; q < XENT_MAX_VECS; q++) {
+                xent_vf x;
+                memcpy(&x, l + k + (size_t)q * XENT_MAX_WIDTH, sizeof x);
+                xent_vi gt = x > m[q];
+                m[q] = (xent_vf)(((xent_vi)x & gt) | ((xent_vi)m[q] & ~gt));
+            }
+        for (int q = 0; q < XENT_MAX_VECS; q++)
+            for (int lane = 0; lane < XENT_MAX_WIDTH; lane++)
+                if (m[q][lane] > mx) mx = m[q][lane];
+    }
+    for (; k < v; k++)
+        if (l[k] > mx) mx = l[k];
+    return mx == 0.0f ? row_max_loop(l, v) : mx;
+}
+
 static void xent_max_rows(void *ctx, size_t chunk, size_t begin, size_t end) {
     const xent_job *j = ctx;
-    for (size_t i = begin; i < end; i++) {
-        /* An empty slice gives -inf, the identity of the MAX all-reduce. */
-        const float *l = j->logits + i * j->v;
-        float mx = -INFINITY;
-        for (size_t k = 0; k < j->v; k++)
-            if (l[k] > mx) mx = l[k];
-        j->out_max[i] = mx;
-    }
+    /* An empty slice gives -inf, the identity of the MAX all-reduce. */
+    for (size_t i = begin; i < end; i++) j->out_max[i] = xent_row_max(j->logits + i * j->v, j->v);
 }
 
 mt_status mt_cpu_op_xent_local_max(const float *logits, size_t n, int vocab_local,

@@ -39,3 +39,8 @@ mt_add_unit_test(test_env_clock SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_env_clock
 # bf16 products on oneDNN included, which must start no OpenMP threads.
 mt_add_unit_test(test_cpu_ops_threads SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_ops_threads.c
                  TIMEOUT 60 LABELS core gpt)
+# A one-block product issued before the rank's pool exists (a fresh process's first, OpenBLAS
+# at 4 threads) gives one single-threaded sgemm's bits, as after the pool, on pools of 1, 2, 3
+# and 7 threads (core/cpu/ops_gemm.c creates the pool first, which puts OpenBLAS on 1 thread).
+mt_add_unit_test(test_gemm_pool_first SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_pool_first.c
+                 TIMEOUT 60 LABELS core)

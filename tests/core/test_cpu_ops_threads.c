@@ -8,9 +8,11 @@
  * The GELU kernels of every vector width this CPU runs give the same bits, specials included.
  * Matrix products (blocks of C cut by shape on the pool, OpenBLAS on 1 thread each) must stay
  * within 3e-5 relative of one single-threaded sgemm call (the blocks' tiles may round otherwise),
- * and the sum of squares must give the bits of its fixed chunked order. bf16 products (on oneDNN
- * on CPUs with AVX-512, unless MT_CPU_BF16_GEMM says otherwise) likewise within 3e-5 of sgemm on
- * the widened values, and must leave the process with no more threads than before them. */
+ * and the sum of squares must give the bits of its fixed chunked order. The cross-entropy's
+ * vectorised row maximum must give the loop's bits on rows of NaNs, signed zeros and
+ * infinities too. bf16 products (on oneDNN on CPUs with AVX-512, unless MT_CPU_BF16_GEMM says
+ * otherwise) stay within 3e-5 of sgemm on the widened values, and must leave the process with
+ * no more threads than before them. */
 #include "check.h"
 #include "numeric.h"
 
@@ -571,6 +573,62 @@ static void test_gelu_widths(void) {
     free(dy);
 }
 
+/* The cross-entropy's row maximum (vectorised in lanes) against the loop it was, bit for bit,
+ * on rows of every length around the lane counts made of specials: NaNs (skipped), +0 and -0
+ * (the loop keeps the first zero it meets, whichever lane holds it), infinities, all-NaN and
+ * empty rows (-inf), and ordinary values. */
+static float ref_row_max(const float *l, size_t v) {
+    float mx = -INFINITY;
+    for (size_t k = 0; k < v; k++)
+        if (l[k] > mx) mx = l[k];
+    return mx;
+}
+
+static void test_xent_max_specials(void) {
+    enum { ROWS = 48, MAXV = 70 };
+    static const float specials[] = {NAN, 0.0f, -0.0f, INFINITY, -INFINITY, -1e30f, 1e-40f};
+    mt_device *dev = NULL;
+    CHECK_OK(mt_device_open_cpu(0, &dev));
+    if (!dev) return;
+    float *rows = malloc((size_t)ROWS * MAXV * sizeof *rows), got[ROWS];
+    CHECK(rows != NULL);
+    uint64_t rng = 0x3a11u;
+    size_t bad = 0, zero_rows = 0, rows_done = 0;
+    for (size_t v = 0; rows && v <= MAXV; v++) {
+        for (size_t i = 0; i < ROWS; i++) {
+            float *l = rows + i * v;
+            int kind = (int)(i % 6);
+            for (size_t k = 0; k < v; k++) {
+                double u = test_rand_unit(&rng);
+                float x = (float)(4.0 * test_rand_unit(&rng) - 3.0);
+                if (kind == 0) x = -(float)u; /* <= 0: zeros below can be the maximum */
+                if (kind == 1 || (kind >= 3 && u < 0.3))
+                    x = specials[(size_t)(test_rand_unit(&rng) * 7.0) % 7];
+                if (kind == 2) x = test_rand_unit(&rng) < 0.5 ? 0.0f : -0.0f;
+                if (kind == 5) x = NAN;
+                l[k] = x;
+            }
+            /* Zeros of both signs in different lanes, the later one in a lower lane. */
+            if (kind == 0 && v > 17) l[1] = -0.0f, l[16] = 0.0f;
+            if (kind == 4 && v > 20) l[3] = 0.0f, l[17] = -0.0f;
+        }
+        CHECK_OK(mt_op_xent_local_max(dev, rows, ROWS, (int)v, got));
+        for (size_t i = 0; i < ROWS; i++) {
+            float want = ref_row_max(rows + i * v, v);
+            zero_rows += want == 0.0f;
+            bad += memcmp(&got[i], &want, sizeof want) != 0;
+            if (memcmp(&got[i], &want, sizeof want) != 0 && bad <= 5)
+                fprintf(stderr, "xent max, %zu logits, row %zu: %g, the loop gives %g\n", v, i,
+                        (double)got[i], (double)want);
+            rows_done++;
+        }
+    }
+    CHECK_MSG(bad == 0, "xent max: %zu of %zu rows differ from the loop's bits", bad, rows_done);
+    CHECK_MSG(zero_rows > 100, "xent max: only %zu rows with a zero maximum", zero_rows);
+    free(rows);
+    mt_device_close(dev);
+}
+
 /* The vector exp of the softmax and cross-entropy (mt_exp_shift_*): every width against the
  * generic one bit for bit, and the generic one against exp in double over [-87, 0] in ulps of
  * the float result (the bound docs/cpu-kernels.md states). */
@@ -644,5 +702,6 @@ int main(void) {
     }
     for (int k = 0; k < 4; k++) free(runs[k]);
     printf("%d outputs compared on 1, 2, 3 and 7 threads\n", ref.count);
+    test_xent_max_specials(); /* last: it makes this process's pool, which a fork would not copy */
     return check_report("test_cpu_ops_threads");
 }

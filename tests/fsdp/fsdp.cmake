@@ -16,3 +16,14 @@ mt_add_mp_test(fsdp_stages_differ TIMEOUT 60 LABELS fsdp ENV MT_TIMEOUT_S=30 MT_
 # onto non-zero shards still through its own buffer (g + g exactly).
 mt_add_unit_test(test_fsdp_one_rank SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fsdp_one_rank.c
                  TIMEOUT 60 LABELS fsdp ENV MT_DEVICE=cpu MT_TIMEOUT_S=30)
+# A backward that fails part-way leaves zeros (grad_shard_zero set) in the shards of the units
+# whose backward failed, at one rank where the gradient was aliased into the shard too, and the
+# next step gives a clean step's bits; at 2 ranks a reduce-scatter into the shard that fails to
+# launch (MT_TEST_COLL_LAUNCH_FAIL's switch) leaves zeros too and the model refuses its next step.
+mt_add_test_program(prog_fsdp_failed_grads ${CMAKE_CURRENT_LIST_DIR}/prog_fsdp_failed_grads.c)
+foreach(np 1 2)
+  mt_add_mp_test(fsdp_failed_grads_np${np} TIMEOUT 120 LABELS fsdp
+    ENV MT_TIMEOUT_S=30 MT_DEVICE=cpu
+    COMMAND ${CMAKE_BINARY_DIR}/bin/mtrun --standalone --nproc_per_node ${np}
+            ${MT_TEST_BIN}/prog_fsdp_failed_grads)
+endforeach()
