@@ -263,6 +263,7 @@ static void bf16_products(bool reference, mt_device *dev, record *rec, uint64_t 
         else CHECK_OK(mt_op_gemm_ex(dev, ta, tb, m, n, k, 0.75f, ha, hb, MT_BF16, 0.5f, c));
         put(rec, names[t], c, (size_t)m * n, false);
         rec->s[rec->count - 1].tol = 3e-5;
+        free(c);
     }
     /* The linear: R rows of C -> 4C, its input and output gradient f32 (rounded by the op). */
     float *x = test_lcg_floats(rng, (size_t)R * C, 2.0), *g = test_lcg_floats(rng, EL, 1.0);
@@ -297,6 +298,7 @@ static void bf16_products(bool reference, mt_device *dev, record *rec, uint64_t 
     put(rec, "bf16_linear_d_bias", db, C4, false);
     for (int i = 4; i > 0; i--) rec->s[rec->count - i].tol = 3e-5;
     free(x), free(g), free(bias), free(ha), free(hb), free(fa), free(fb);
+    free(y), free(dx), free(dw), free(db);
 }
 
 static void run_all(bool reference, record *rec) {
