@@ -10,7 +10,8 @@
  * Shard(dim) (each tp rank holds global_shape[dim] / tp rows of that dimension). The module holds
  * the tp-local part; its values are set after creation through mt_param_data (f32), before the
  * module is sharded. Data and gradients are valid only while the parameter's unit is unsharded
- * (inside its forward and backward); gradients are f32 and accumulate (+=).
+ * (inside its forward and backward); gradients are f32 and accumulate (+=), except that the first
+ * write of a gradient FSDP did not zero may overwrite it (mt_param_grad_write).
  *
  * Deferred initialisation (include/meshtrain/init.h): a parameter created with
  * mt_module_add_param_deferred has a shape and a placement but no storage, so a model larger

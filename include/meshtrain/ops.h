@@ -6,7 +6,8 @@
  * memory), which waits. core/ops.c checks the arguments once and dispatches on
  * the device kind (the vocabulary-parallel cross-entropy's steps, which tp.h's
  * mt_tp_vocab_cross_entropy runs, are internal: core/ops_internal.h). Shapes are row-major; every op
- * returns mt_status. Backward ops accumulate (+=) into gradient outputs. */
+ * returns mt_status. Backward ops accumulate (+=) into gradient outputs; the _into forms below
+ * can overwrite some of them instead (MT_OVERWRITE_*). */
 #ifndef MESHTRAIN_OPS_H
 #define MESHTRAIN_OPS_H
 
