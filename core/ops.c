@@ -640,7 +640,9 @@ mt_status mt_op_layernorm_backward_into(mt_device *dev, const float *d_out, cons
     static const char *op = "layernorm_backward_into";
     MT_TRY(check_overwrite(op, overwrite,
                            MT_OVERWRITE_D_IN | MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS));
-    if (overwrite == 0 || !on_cpu(dev)) {
+    MT_TRY(check_layernorm_backward(dev, op, d_out, in, gamma, mean, rstd, n, channels, d_in,
+                                    d_gamma, d_beta));
+    if (!on_cpu(dev)) {
         size_t c = channels > 0 ? (size_t)channels : 0;
         MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_IN, d_in, n * c));
         MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_W, d_gamma, c));
@@ -648,8 +650,6 @@ mt_status mt_op_layernorm_backward_into(mt_device *dev, const float *d_out, cons
         return mt_op_layernorm_backward(dev, d_out, in, gamma, mean, rstd, n, channels, d_in,
                                         d_gamma, d_beta);
     }
-    MT_TRY(check_layernorm_backward(dev, op, d_out, in, gamma, mean, rstd, n, channels, d_in,
-                                    d_gamma, d_beta));
     return mt_cpu_op_layernorm_backward(d_out, in, gamma, mean, rstd, n, channels, d_in, d_gamma,
                                         d_beta, overwrite);
 }
@@ -658,11 +658,11 @@ mt_status mt_op_position_backward_into(mt_device *dev, const float *d_out, int b
                                        int channels, float *d_wpe, unsigned overwrite) {
     static const char *op = "position_backward_into";
     MT_TRY(check_overwrite(op, overwrite, MT_OVERWRITE_D_W));
-    if (overwrite == 0 || !on_cpu(dev)) {
-        size_t plane = seq > 0 && channels > 0 ? (size_t)seq * (size_t)channels : 0;
-        MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_W, d_wpe, plane));
+    MT_TRY(check_position_backward(dev, op, d_out, batch, seq, channels, d_wpe));
+    if (!on_cpu(dev)) {
+        MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_W, d_wpe,
+                            (size_t)seq * (size_t)channels));
         return mt_op_position_backward(dev, d_out, batch, seq, channels, d_wpe);
     }
-    MT_TRY(check_position_backward(dev, op, d_out, batch, seq, channels, d_wpe));
-    return mt_cpu_op_position_backward(d_out, batch, seq, channels, d_wpe, true);
+    return mt_cpu_op_position_backward(d_out, batch, seq, channels, d_wpe, overwrite != 0);
 }
