@@ -263,6 +263,15 @@ static void point_plain_grads(mt_module *m, float *grads, size_t *at) {
     for (size_t i = 0; i < m->n_children; i++) point_plain_grads(m->children[i], grads, at);
 }
 
+/* Marks the plain gradients as holding nothing, as FSDP hands out its full gradient buffers, so
+ * that the model's backward runs the same ops as in the engine's step: the first write of each
+ * gradient overwrites (module.h, mt_param_grad_write). */
+static void unwrite_plain_grads(mt_module *m) {
+    for (size_t i = 0; i < mt_module_param_count(m); i++)
+        mt_module_param(m, i)->grad_unwritten = true;
+    for (size_t i = 0; i < m->n_children; i++) unwrite_plain_grads(m->children[i]);
+}
+
 static size_t subtree_numel(const mt_module *m) {
     size_t n = 0;
     for (size_t i = 0; i < mt_module_param_count(m); i++)
@@ -314,6 +323,7 @@ static void bench_free(bench *b) {
 
 static mt_status ops_pass(bench *b) {
     float loss;
+    unwrite_plain_grads(mt_gpt_root(b->plain));
     MT_TRY(mt_gpt_forward_backward(b->plain, b->tokens, b->batch, 1.0f, &loss));
     /* The optimizer's compute on this rank's shards: clipping's sum of squares, AdamW per unit
      * (the engine adds the reduced gradient into its shard and zeroes it too: that is engine). */
