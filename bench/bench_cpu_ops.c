@@ -3,15 +3,22 @@
  *   mt-bench-cpu-ops [--rows 256] [--channels 768] [--heads 12] [--seq 64] [--vocab 256]
  *                    [--reps 20] [--op NAME]
  *
- * --op runs only the ops whose name contains NAME (attention_backward alone at seq 1024 takes
- * seconds; the products at rows 4096 much longer).
  * Each op runs --reps times after one warm-up on the rank's pool (MT_NUM_THREADS sets its size);
  * the median time is printed, with the median CPU time of the calling thread (all of the op's
  * at MT_NUM_THREADS=1), with the bytes it must move (GB/s: inputs read once, outputs
  * written once; an accumulated output counts twice) or, for attention and the product, its
  * multiply-adds (GFLOP/s), so that each op reads against the memory bandwidth or the sgemm of the
  * same run. The ops' entry points only (mt_op_*) and clock_gettime: the same file built in an
- * older tree gives the before figures of docs/benchmarks.md ("CPU ops"). */
+ * older tree gives the before figures of docs/benchmarks.md ("CPU ops").
+ *
+ * Then the GPT's linears (C -> 3C, C -> C, C -> 4C, 4C -> C, C -> vocab), forward and backward,
+ * each with f32 weights (sgemm) and with bf16 weights (mt_op_linear_*_ex: the bf16 product path
+ * of this CPU, core/cpu/bf16_gemm_path.h, which MT_CPU_BF16_GEMM forces), timed alternately, and
+ * the ratio bf16 / f32 of their medians (docs/benchmarks.md, "bf16 products").
+ *
+ * --op runs only the ops whose name contains NAME, and the linears' table only when NAME is part
+ * of "bf16_linears" (attention_backward alone at seq 1024 takes seconds; the products at rows
+ * 4096 much longer). */
 #include "core/ops_internal.h"
 
 #include <meshtrain/device.h>
@@ -53,8 +60,9 @@ struct bench_ctx {
     shape s;
     int *ids;
     float *x, *y, *z, *dx, *big, *big2, *big3, *gamma, *beta, *mean, *rstd, *qkv, *d_qkv, *att,
-        *w, *dw, *wte, *logits, *d_logits, *mx, *sum, *tl, *loss;
-    uint16_t *half;
+        *w, *dw, *wte, *logits, *d_logits, *mx, *sum, *tl, *loss, *big4;
+    uint16_t *half, *w16;
+    int lin_in, lin_out; /* the linear the lin_* ops run */
 };
 
 #define B_ROWS ((size_t)b->s.rows)
@@ -127,41 +135,107 @@ static mt_status op_linear_backward(bench_ctx *b) {
     return mt_op_linear_backward(b->dev, b->big3, b->x, b->w, b->dx, b->dw, NULL, (int)b->s.rows,
                                  B_C, 4 * B_C);
 }
+/* The GPT's linear of lin_in -> lin_out features on rows x lin_in inputs (big), f32 or bf16. */
+static mt_status op_lin_f32_forward(bench_ctx *b) {
+    return mt_op_linear_forward(b->dev, b->big, b->w, b->gamma, b->big2, (int)b->s.rows,
+                                b->lin_in, b->lin_out);
+}
+static mt_status op_lin_bf16_forward(bench_ctx *b) {
+    return mt_op_linear_forward_ex(b->dev, b->big, b->w16, MT_BF16, b->gamma, b->big2,
+                                   (int)b->s.rows, b->lin_in, b->lin_out);
+}
+static mt_status op_lin_f32_backward(bench_ctx *b) {
+    return mt_op_linear_backward(b->dev, b->big3, b->big, b->w, b->big4, b->dw, NULL,
+                                 (int)b->s.rows, b->lin_in, b->lin_out);
+}
+static mt_status op_lin_bf16_backward(bench_ctx *b) {
+    return mt_op_linear_backward_ex(b->dev, b->big3, b->big, b->w16, MT_BF16, b->big4, b->dw,
+                                    NULL, (int)b->s.rows, b->lin_in, b->lin_out);
+}
+
 static mt_status op_sum_squares(bench_ctx *b) {
     double acc = 0.0;
     return mt_op_sum_squares(b->dev, b->w, 4 * (size_t)B_C * (size_t)B_C, &acc);
 }
 
-/* Times op; prints its median and rate (bytes moved, or flops when flops > 0). */
-static int run(bench_ctx *b, const char *name, op_fn op, double bytes, double flops) {
-    if (b->s.only && !strstr(name, b->s.only)) return 0;
-    double *t = malloc(2 * (size_t)b->s.reps * sizeof *t), *cpu = t + b->s.reps;
+/* Times ops[0..n) alternately (one call of each per rep, so that a busy moment of the machine
+ * hits them alike) after one warm-up call each; med[i] and cmed[i] get op i's median wall and
+ * calling-thread CPU seconds. Returns 0, or 1 after printing the failure. */
+static int time_ops(bench_ctx *b, const char *const *names, const op_fn *ops, int n, double *med,
+                    double *cmed) {
+    size_t reps = (size_t)b->s.reps;
+    double *t = malloc(2 * reps * (size_t)n * sizeof *t);
     if (!t) return 1;
-    mt_status st = op(b);
-    for (long r = 0; st == MT_OK && r < b->s.reps; r++) {
-        double t0 = now_s(), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
-        st = op(b);
-        t[r] = now_s() - t0;
-        cpu[r] = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
-    }
+    mt_status st = MT_OK;
+    int i = 0;
+    for (; i < n && st == MT_OK; i++) st = ops[i](b);
+    for (size_t r = 0; st == MT_OK && r < reps; r++)
+        for (i = 0; i < n && st == MT_OK; i++) {
+            double t0 = now_s(), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+            st = ops[i](b);
+            t[(size_t)i * reps + r] = now_s() - t0;
+            t[((size_t)n + (size_t)i) * reps + r] = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
+        }
     if (st != MT_OK) {
-        fprintf(stderr, PROG ": %s: %s: %s\n", name, mt_status_str(st), mt_last_error());
+        fprintf(stderr, PROG ": %s: %s: %s\n", names[i - 1], mt_status_str(st), mt_last_error());
         free(t);
         return 1;
     }
-    qsort(t, (size_t)b->s.reps, sizeof *t, cmp_double);
-    qsort(cpu, (size_t)b->s.reps, sizeof *cpu, cmp_double);
-    double med = t[b->s.reps / 2];
-    /* The calling thread's CPU time: the whole op's at MT_NUM_THREADS=1, and far less noisy
-     * than the wall time on a loaded machine. */
-    double cmed = cpu[b->s.reps / 2];
+    for (i = 0; i < 2 * n; i++) {
+        qsort(t + (size_t)i * reps, reps, sizeof *t, cmp_double);
+        (i < n ? med : cmed)[i % n] = t[(size_t)i * reps + reps / 2];
+    }
+    free(t);
+    return 0;
+}
+
+/* Times op; prints its median and rate (bytes moved, or flops when flops > 0). */
+static int run(bench_ctx *b, const char *name, op_fn op, double bytes, double flops) {
+    if (b->s.only && !strstr(name, b->s.only)) return 0;
+    double med, cmed;
+    /* cmed: the calling thread's CPU time: the whole op's at MT_NUM_THREADS=1, and far less
+     * noisy than the wall time on a loaded machine. */
+    if (time_ops(b, &name, &op, 1, &med, &cmed)) return 1;
     if (flops > 0)
         printf("op %-22s %9.1f us %9.1f us-cpu %8.2f GFLOP/s\n", name, med * 1e6, cmed * 1e6,
                flops / med * 1e-9);
     else
         printf("op %-22s %9.1f us %9.1f us-cpu %8.2f GB/s\n", name, med * 1e6, cmed * 1e6,
                bytes / med * 1e-9);
-    free(t);
+    return 0;
+}
+
+/* The GPT's linears with f32 and with bf16 weights: per linear and direction the medians, the
+ * bf16 one's GFLOP/s and the ratio bf16 / f32 (wall, and calling-thread CPU); then the ratio of
+ * the sums over all of them, one training step's products. */
+static int run_linears(bench_ctx *b) {
+    if (b->s.only && !strstr("bf16_linears", b->s.only)) return 0;
+    long c = b->s.channels, v = b->s.vocab;
+    const long shapes[5][2] = {{c, 3 * c}, {c, c}, {c, 4 * c}, {4 * c, c}, {c, v}};
+    static const char *const names[5] = {"C->3C", "C->C", "C->4C", "4C->C", "C->vocab"};
+    double sum32 = 0.0, sum16 = 0.0;
+    printf("# bf16 products: %-9s %-8s %10s %10s %9s %10s %10s\n", "linear", "pass", "f32_us",
+           "bf16_us", "bf16/f32", "cpu_ratio", "bf16_GF/s");
+    for (int i = 0; i < 5; i++) {
+        b->lin_in = (int)shapes[i][0], b->lin_out = (int)shapes[i][1];
+        double macs = (double)b->s.rows * (double)shapes[i][0] * (double)shapes[i][1];
+        for (int pass = 0; pass < 2; pass++) {
+            static const char *const op_names[2][2] = {
+                {"linear_forward", "linear_forward_ex bf16"},
+                {"linear_backward", "linear_backward_ex bf16"}};
+            const op_fn ops[2][2] = {{op_lin_f32_forward, op_lin_bf16_forward},
+                                     {op_lin_f32_backward, op_lin_bf16_backward}};
+            double med[2], cmed[2];
+            if (time_ops(b, op_names[pass], ops[pass], 2, med, cmed)) return 1;
+            double flops = 2.0 * macs * (pass ? 2.0 : 1.0);
+            printf("bf16 linear %-9s %-8s %10.1f %10.1f %9.3f %10.3f %10.1f\n", names[i],
+                   pass ? "backward" : "forward", med[0] * 1e6, med[1] * 1e6, med[1] / med[0],
+                   cmed[1] / cmed[0], flops / med[1] * 1e-9);
+            sum32 += med[0], sum16 += med[1];
+        }
+    }
+    printf("bf16 linears all: f32 %.1f us, bf16 %.1f us, bf16/f32 %.3f\n", sum32 * 1e6,
+           sum16 * 1e6, sum16 / sum32);
     return 0;
 }
 
@@ -222,13 +296,26 @@ int main(int argc, char **argv) {
     b.big3 = filled(r * 4 * c, &rng), b.gamma = filled(4 * c, &rng), b.beta = filled(c, &rng);
     b.mean = filled(r, &rng), b.rstd = filled(r, &rng), b.qkv = filled(r * 3 * c, &rng);
     b.d_qkv = filled(r * 3 * c, &rng), b.att = filled(nb * nh * t * t, &rng);
-    b.w = filled(4 * c * c, &rng), b.dw = filled(4 * c * c, &rng), b.wte = filled(v * c, &rng), b.logits = filled(r * v, &rng);
+    /* The weights: up to 4C x C, or C x vocab for the linears below. */
+    size_t wmax = 4 * c * c > c * v ? 4 * c * c : c * v;
+    b.w = filled(wmax, &rng), b.dw = filled(wmax, &rng), b.wte = filled(v * c, &rng);
+    b.logits = filled(r * v, &rng);
     b.d_logits = filled(r * v, &rng), b.mx = filled(r, &rng), b.sum = filled(r, &rng);
     b.tl = filled(r, &rng), b.loss = filled(r, &rng);
     b.half = malloc(r * 4 * c * sizeof *b.half);
+    /* The linears' input gradients (up to rows x 4C) and bf16 weights. */
+    b.big4 = filled(r * 4 * c, &rng);
+    b.w16 = malloc(wmax * sizeof *b.w16);
+    if (b.w16) mt_f32_to_bf16_array(b.w, b.w16, wmax);
+    /* and the bias (gamma) up to vocab; rows x vocab outputs fit big2 while vocab <= 4C */
+    if (v > 4 * c) {
+        fprintf(stderr, PROG ": --vocab above 4 x --channels is not measured\n");
+        return 2;
+    }
     if (!b.ids || !b.x || !b.y || !b.z || !b.dx || !b.big || !b.big2 || !b.big3 || !b.gamma ||
         !b.beta || !b.mean || !b.rstd || !b.qkv || !b.d_qkv || !b.att || !b.w || !b.dw || !b.wte ||
-        !b.logits || !b.d_logits || !b.mx || !b.sum || !b.tl || !b.loss || !b.half) {
+        !b.logits || !b.d_logits || !b.mx || !b.sum || !b.tl || !b.loss || !b.half || !b.w16 ||
+        !b.big4) {
         fprintf(stderr, PROG ": out of memory\n");
         return 1;
     }
@@ -262,6 +349,7 @@ int main(int argc, char **argv) {
     fail |= run(&b, "linear_backward_sgemm", op_linear_backward, 0,
                 4.0 * (double)r * (double)c * 4.0 * (double)c);
     fail |= run(&b, "sum_squares_4CxC", op_sum_squares, f * 4.0 * (double)(c * c), 0);
+    fail |= run_linears(&b);
     mt_device_close(b.dev);
     return fail;
 }

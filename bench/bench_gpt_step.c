@@ -2,7 +2,7 @@
  * the hardware's matrix-product peak, all measured in one run.
  *
  *   mtrun --nproc_per_node N mt-bench-gpt-step [--layers 12] [--d-model 768] [--heads 12]
- *         [--vocab 256] [--seq 64] [--global-batch 4] [--rounds 5] [--json]
+ *         [--vocab 256] [--seq 64] [--global-batch 4] [--rounds 5] [--bf16-step] [--json]
  *
  * The ranks form a {"dp": N, "tp": 1} mesh and each takes global-batch / N sequences (the same
  * global batch at every N, as train_gpt's figures in docs/benchmarks.md). Measured per round,
@@ -30,6 +30,10 @@
  * on a machine that other jobs share, wall-clock differences of a few percent drown in waiting
  * for a core, while CPU time counts the work; step - ops in CPU time is the engine's work at one
  * rank (more ranks add the progress thread's copies).
+ * --bf16-step adds a second engine model, the same GPT sharded with bf16 parameters (train_gpt's
+ * --param-dtype bf16: gathered and multiplied in bf16, core/cpu/ops_bf16.c), whose step is timed
+ * in every round right after the f32 one: the bf16 step's median and its ratio to the f32 step's,
+ * both from the same run (docs/benchmarks.md, "bf16 products").
  */
 #include "core/cpu/ops_cpu.h"
 #include "core/error.h"
@@ -55,7 +59,7 @@
 
 typedef struct options {
     int layers, d_model, heads, vocab, seq, global_batch, rounds;
-    bool json;
+    bool json, bf16_step;
 } options;
 
 static const char usage[] =
@@ -67,14 +71,15 @@ static const char usage[] =
     "  --seq N           tokens per sequence (64)\n"
     "  --global-batch N  sequences per step over all ranks, divisible by the ranks (4)\n"
     "  --rounds N        timed rounds, the median is reported (5)\n"
+    "  --bf16-step       also time the step of the model with bf16 parameters, and the ratio\n"
     "  --json            one JSON object on stdout instead of the table\n";
 
 static int parse_args(int argc, char **argv, options *o) {
     *o = (options){.layers = 12, .d_model = 768, .heads = 12, .vocab = 256, .seq = 64,
                    .global_batch = 4, .rounds = 5};
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) {
-            o->json = true;
+        if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "--bf16-step")) {
+            *(argv[i][2] == 'j' ? &o->json : &o->bf16_step) = true;
             continue;
         }
         if (!strcmp(argv[i], "--help")) {
@@ -185,6 +190,9 @@ typedef struct bench {
     /* The engine's model, sharded as train_gpt shards it, and its optimizer. */
     mt_gpt *gpt;
     mt_adamw *adam;
+    /* --bf16-step: the same model with bf16 parameters, and its optimizer. */
+    mt_gpt *gpt16;
+    mt_adamw *adam16;
     size_t *unit_n; /* each unit's shard elements, mt_fsdp_collect_shards order */
     size_t n_units, shard_total, unit_max;
     /* The ops' model: unsharded, its gradients plain buffers, and the optimizer's buffers. */
@@ -208,18 +216,26 @@ static mt_gpt_config model_config(const options *o, bool defer) {
                            .seq = o->seq, .vocab = o->vocab, .seed = 1, .defer_init = defer};
 }
 
-/* The engine's model: every block, then the root, sharded over dp (f32), values from the seed,
- * AdamW on the shards (train_gpt's defaults). */
-static mt_status engine_model(bench *b) {
+/* An engine's model: every block, then the root, sharded over dp with parameters of dtype,
+ * values from the seed, AdamW on the shards (train_gpt's defaults). */
+static mt_status sharded_model(bench *b, mt_dtype dtype, mt_gpt **gpt, mt_adamw **adam) {
     mt_gpt_config cfg = model_config(b->o, true);
-    MT_TRY(mt_gpt_create(b->mesh, &cfg, &b->gpt));
+    MT_TRY(mt_gpt_create(b->mesh, &cfg, gpt));
     mt_fsdp_options fo = mt_fsdp_defaults(b->mesh, "dp");
-    for (int l = 0; l < b->o->layers; l++) MT_TRY(mt_fsdp_shard(mt_gpt_block(b->gpt, l), &fo));
-    mt_module *root = mt_gpt_root(b->gpt);
+    fo.param_dtype = dtype;
+    for (int l = 0; l < b->o->layers; l++) MT_TRY(mt_fsdp_shard(mt_gpt_block(*gpt, l), &fo));
+    mt_module *root = mt_gpt_root(*gpt);
     MT_TRY(mt_fsdp_shard(root, &fo));
     MT_TRY(mt_module_init_params(root));
     mt_adamw_options ao = {.lr = 1e-3f, .weight_decay = 0.0f};
-    MT_TRY(mt_adamw_create(root, &ao, &b->adam));
+    return mt_adamw_create(root, &ao, adam);
+}
+
+/* The engine's model (f32) and, with --bf16-step, its bf16 twin; the f32 one's unit sizes. */
+static mt_status engine_model(bench *b) {
+    MT_TRY(sharded_model(b, MT_F32, &b->gpt, &b->adam));
+    if (b->o->bf16_step) MT_TRY(sharded_model(b, MT_BF16, &b->gpt16, &b->adam16));
+    mt_module *root = mt_gpt_root(b->gpt);
     mt_fsdp_shard_view *views = NULL;
     MT_TRY(mt_fsdp_collect_shards(root, &views, &b->n_units));
     b->unit_n = calloc(b->n_units + 1, sizeof *b->unit_n);
@@ -245,6 +261,15 @@ static void point_plain_grads(mt_module *m, float *grads, size_t *at) {
         *at += mt_param_numel(p);
     }
     for (size_t i = 0; i < m->n_children; i++) point_plain_grads(m->children[i], grads, at);
+}
+
+/* Marks the plain gradients as holding nothing, as FSDP hands out its full gradient buffers, so
+ * that the model's backward runs the same ops as in the engine's step: the first write of each
+ * gradient overwrites (module.h, mt_param_grad_write). */
+static void unwrite_plain_grads(mt_module *m) {
+    for (size_t i = 0; i < mt_module_param_count(m); i++)
+        mt_module_param(m, i)->grad_unwritten = true;
+    for (size_t i = 0; i < m->n_children; i++) unwrite_plain_grads(m->children[i]);
 }
 
 static size_t subtree_numel(const mt_module *m) {
@@ -287,6 +312,8 @@ static void bench_free(bench *b) {
     mt_device_free(b->dev, b->sumsq);
     if (b->adam) mt_adamw_destroy(b->adam);
     mt_gpt_destroy(b->gpt);
+    if (b->adam16) mt_adamw_destroy(b->adam16);
+    mt_gpt_destroy(b->gpt16);
     free(b->unit_n);
     free(b->tokens);
     mt_mesh_destroy(b->mesh);
@@ -296,6 +323,7 @@ static void bench_free(bench *b) {
 
 static mt_status ops_pass(bench *b) {
     float loss;
+    unwrite_plain_grads(mt_gpt_root(b->plain));
     MT_TRY(mt_gpt_forward_backward(b->plain, b->tokens, b->batch, 1.0f, &loss));
     /* The optimizer's compute on this rank's shards: clipping's sum of squares, AdamW per unit
      * (the engine adds the reduced gradient into its shard and zeroes it too: that is engine). */
@@ -335,6 +363,20 @@ static mt_status comm_pass(bench *b) {
 }
 
 /* Seconds every unit of the engine's model has waited for its collectives so far. */
+/* One training step of gpt; *norm gets the gradient norm, *t_reduce when the loss's all-reduce
+ * began. */
+static mt_status train_step(bench *b, mt_gpt *gpt, mt_adamw *adam, float *norm,
+                            double *t_reduce) {
+    mt_module *root = mt_gpt_root(gpt);
+    float loss;
+    MT_TRY(mt_gpt_forward_backward(gpt, b->tokens, b->batch, 1.0f, &loss));
+    MT_TRY(mt_clip_grad_norm(root, CLIP, norm));
+    MT_TRY(mt_adamw_step(adam));
+    MT_TRY(mt_zero_grad(root));
+    *t_reduce = now_s();
+    return mt_all_reduce(b->dp, &loss, &loss, 1, MT_F32, MT_REDUCE_AVG, NULL);
+}
+
 static double fsdp_wait_s(bench *b) {
     double s = 0.0;
     mt_fsdp_debug d;
@@ -345,28 +387,23 @@ static double fsdp_wait_s(bench *b) {
     return s;
 }
 
-/* train_gpt's step (examples/train_gpt.c, train_step); *exposed gets the seconds it waited for
- * communication. */
+/* train_gpt's step (examples/train_gpt.c, train_step) on the f32 model; *exposed gets the
+ * seconds it waited for communication. */
 static mt_status engine_step(bench *b, double *exposed) {
-    mt_module *root = mt_gpt_root(b->gpt);
-    double w0 = fsdp_wait_s(b);
-    float loss, norm;
-    MT_TRY(mt_gpt_forward_backward(b->gpt, b->tokens, b->batch, 1.0f, &loss));
-    MT_TRY(mt_clip_grad_norm(root, CLIP, &norm));
+    double w0 = fsdp_wait_s(b), t0 = 0.0;
+    float norm;
+    MT_TRY(train_step(b, b->gpt, b->adam, &norm, &t0));
     b->last_norm = norm;
-    MT_TRY(mt_adamw_step(b->adam));
-    MT_TRY(mt_zero_grad(root));
-    double t0 = now_s();
-    MT_TRY(mt_all_reduce(b->dp, &loss, &loss, 1, MT_F32, MT_REDUCE_AVG, NULL));
     *exposed = fsdp_wait_s(b) - w0 + (now_s() - t0);
     return MT_OK;
 }
 
 enum { T_OPS, T_COMM, T_STEP, T_EXPOSED, T_OVERHEAD, T_OPS_CPU, T_STEP_CPU, T_OVERHEAD_CPU,
-       T_COUNT };
+       T_BF16_STEP, T_BF16_STEP_CPU, T_COUNT };
 static const char *const t_names[T_COUNT] = {"ops_ms", "comm_ms", "step_ms", "exposed_comm_ms",
                                              "overhead_ms", "ops_cpu_ms", "step_cpu_ms",
-                                             "overhead_cpu_ms"};
+                                             "overhead_cpu_ms", "bf16_step_ms",
+                                             "bf16_step_cpu_ms"};
 
 /* One round: each phase on every rank at once, after a barrier; per phase the slowest rank's
  * time, and the slowest rank's overhead (step - ops - exposed, exposed 0 on one rank). */
@@ -383,6 +420,16 @@ static mt_status round_times(bench *b, double *t) {
         if (k == T_OPS) mine[T_OPS_CPU] = (float)(cpu_s() - c0);
         if (k == T_STEP) mine[T_STEP_CPU] = (float)(cpu_s() - c0);
         if (k == T_STEP) mine[T_EXPOSED] = b->nranks > 1 ? (float)exposed : 0.0f;
+    }
+    if (b->gpt16) {
+        /* Right after the f32 step, so that both meet the machine alike. */
+        MT_TRY(mt_barrier(b->world, NULL));
+        double t0 = now_s(), c0 = cpu_s(), t_reduce;
+        float norm;
+        MT_TRY(train_step(b, b->gpt16, b->adam16, &norm, &t_reduce));
+        MT_TRY(mt_device_synchronize(b->dev));
+        mine[T_BF16_STEP] = (float)(now_s() - t0);
+        mine[T_BF16_STEP_CPU] = (float)(cpu_s() - c0);
     }
     mine[T_OVERHEAD] = mine[T_STEP] - mine[T_OPS] - mine[T_EXPOSED];
     /* In CPU time the step's communication is the progress thread's work, not a wait: this one
@@ -422,6 +469,10 @@ static void print_table(const bench *b, const report *r) {
     printf("# CPU time (all threads of the slowest rank, ms): ops %.2f, step %.2f, step - ops "
            "%.2f (%.2f%% of the step's)\n", r->med[T_OPS_CPU], r->med[T_STEP_CPU],
            r->med[T_OVERHEAD_CPU], 100.0 * r->med[T_OVERHEAD_CPU] / r->med[T_STEP_CPU]);
+    if (b->gpt16)
+        printf("# bf16 parameters: step %.2f ms (CPU %.2f ms); bf16 / f32 step %.3f (CPU time "
+               "%.3f)\n", r->med[T_BF16_STEP], r->med[T_BF16_STEP_CPU],
+               r->med[T_BF16_STEP] / r->med[T_STEP], r->med[T_BF16_STEP_CPU] / r->med[T_STEP_CPU]);
 }
 
 static mt_status print_json(const bench *b, const report *r) {
@@ -434,7 +485,10 @@ static mt_status print_json(const bench *b, const report *r) {
                           "gemm_gflops_rank", r->gemm_rank_min, "gemm_gflops_total", r->gemm_sum,
                           "model_gflops", r->model_gflops, "of_peak",
                           r->model_gflops / r->gemm_sum);
-    for (int k = 0; j && k < T_COUNT; k++) json_object_set_new(j, t_names[k], json_real(r->med[k]));
+    int shown = b->gpt16 ? T_COUNT : T_BF16_STEP;
+    for (int k = 0; j && k < shown; k++) json_object_set_new(j, t_names[k], json_real(r->med[k]));
+    if (j && b->gpt16)
+        json_object_set_new(j, "bf16_step_ratio", json_real(r->med[T_BF16_STEP] / r->med[T_STEP]));
     if (j) json_object_set_new(j, "overhead_pct", json_real(100.0 * r->med[T_OVERHEAD] /
                                                             r->med[T_STEP]));
     if (j) json_object_set_new(j, "overhead_cpu_pct", json_real(100.0 * r->med[T_OVERHEAD_CPU] /

@@ -140,7 +140,7 @@ mt_status mt_op_linear_backward(mt_device *dev, const float *d_out, const float 
                                  out_features));
     if (on_cpu(dev))
         return mt_cpu_op_linear_backward(d_out, in, w, d_in, d_w, d_bias, batch, in_features,
-                                         out_features);
+                                         out_features, 0);
     return CUDA_OP(dev, op,
                    mt_cuda_op_linear_backward(dev, d_out, in, w, d_in, d_w, d_bias, batch,
                                               in_features, out_features));
@@ -399,15 +399,21 @@ mt_status mt_op_position_forward(mt_device *dev, const float *wpe, int batch, in
     return CUDA_OP(dev, op, mt_cuda_op_position_forward(dev, wpe, batch, seq, channels, out));
 }
 
-mt_status mt_op_position_backward(mt_device *dev, const float *d_out, int batch, int seq,
-                                  int channels, float *d_wpe) {
-    static const char *op = "position_backward";
+static mt_status check_position_backward(mt_device *dev, const char *op, const float *d_out,
+                                        int batch, int seq, int channels, const float *d_wpe) {
     MT_TRY(check_device(dev, op));
     MT_TRY(check_btc(op, batch, seq, channels));
     size_t t_n = (size_t)seq, c = (size_t)channels;
     MT_TRY(check_ptr(d_out, (size_t)batch * t_n * c, op, "the output gradient"));
-    MT_TRY(check_ptr(d_wpe, t_n * c, op, "the position gradient"));
-    if (on_cpu(dev)) return mt_cpu_op_position_backward(d_out, batch, seq, channels, d_wpe);
+    return check_ptr(d_wpe, t_n * c, op, "the position gradient");
+}
+
+mt_status mt_op_position_backward(mt_device *dev, const float *d_out, int batch, int seq,
+                                  int channels, float *d_wpe) {
+    static const char *op = "position_backward";
+    MT_TRY(check_position_backward(dev, op, d_out, batch, seq, channels, d_wpe));
+    if (on_cpu(dev))
+        return mt_cpu_op_position_backward(d_out, batch, seq, channels, d_wpe, false);
     return CUDA_OP(dev, op,
                    mt_cuda_op_position_backward(dev, d_out, batch, seq, channels, d_wpe));
 }
@@ -433,11 +439,11 @@ mt_status mt_op_layernorm_forward(mt_device *dev, const float *in, const float *
                                                 rstd));
 }
 
-mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, const float *in,
-                                   const float *gamma, const float *mean, const float *rstd,
-                                   size_t n, int channels, float *d_in, float *d_gamma,
-                                   float *d_beta) {
-    static const char *op = "layernorm_backward";
+static mt_status check_layernorm_backward(mt_device *dev, const char *op, const float *d_out,
+                                         const float *in, const float *gamma, const float *mean,
+                                         const float *rstd, size_t n, int channels,
+                                         const float *d_in, const float *d_gamma,
+                                         const float *d_beta) {
     MT_TRY(check_device(dev, op));
     if (channels <= 0 && n > 0)
         return mt_error(MT_ERR_INVALID_ARG, "%s: %d channels (the mean of none)", op, channels);
@@ -449,10 +455,19 @@ mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, const flo
     MT_TRY(check_ptr(rstd, n, op, "the saved rstd"));
     MT_TRY(check_ptr(d_in, n * c, op, "the input gradient"));
     MT_TRY(check_ptr(d_gamma, c, op, "the scale gradient"));
-    MT_TRY(check_ptr(d_beta, c, op, "the shift gradient"));
+    return check_ptr(d_beta, c, op, "the shift gradient");
+}
+
+mt_status mt_op_layernorm_backward(mt_device *dev, const float *d_out, const float *in,
+                                   const float *gamma, const float *mean, const float *rstd,
+                                   size_t n, int channels, float *d_in, float *d_gamma,
+                                   float *d_beta) {
+    static const char *op = "layernorm_backward";
+    MT_TRY(check_layernorm_backward(dev, op, d_out, in, gamma, mean, rstd, n, channels, d_in,
+                                    d_gamma, d_beta));
     if (on_cpu(dev))
         return mt_cpu_op_layernorm_backward(d_out, in, gamma, mean, rstd, n, channels, d_in,
-                                            d_gamma, d_beta);
+                                            d_gamma, d_beta, 0);
     return CUDA_OP(dev, op,
                    mt_cuda_op_layernorm_backward(dev, d_out, in, gamma, mean, rstd, n, channels,
                                                  d_in, d_gamma, d_beta));
@@ -577,4 +592,77 @@ mt_status mt_op_xent_loss_backward(mt_device *dev, const float *logits, const in
                    mt_cuda_op_xent_loss_backward(dev, logits, targets, n, vocab_start,
                                                  vocab_local, row_max, sum_exp, target_logit,
                                                  scale, loss, d_logits));
+}
+
+/* ---- backward ops that overwrite ------------------------------------------------------------- */
+
+static mt_status check_overwrite(const char *op, unsigned overwrite, unsigned allowed) {
+    if (!(overwrite & ~allowed)) return MT_OK;
+    return mt_error(MT_ERR_INVALID_ARG, "%s: overwrite flags 0x%x name outputs it does not have "
+                    "(allowed: 0x%x, MT_OVERWRITE_* in ops.h)", op, overwrite, allowed);
+}
+
+/* Where a backend only adds (bf16 products, CUDA): the flagged outputs are zeroed first, which
+ * gives the bits the CPU's overwrite gives (it starts from 0 inside the op), at one more pass. */
+static mt_status zero_flagged(mt_device *dev, const char *op, unsigned overwrite, unsigned flag,
+                              float *p, size_t n) {
+    if (!(overwrite & flag) || !p || n == 0) return MT_OK;
+    mt_status st = mt_device_memset(dev, p, 0, n * sizeof(float), NULL);
+    if (st != MT_OK) return mt_error_wrap(st, "%s: zeroing an output it overwrites", op);
+    return MT_OK;
+}
+
+mt_status mt_op_linear_backward_into(mt_device *dev, const float *d_out, const float *in,
+                                     const void *w, mt_dtype w_dtype, float *d_in, float *d_w,
+                                     float *d_bias, int batch, int in_features, int out_features,
+                                     unsigned overwrite) {
+    static const char *op = "linear_backward_into";
+    MT_TRY(check_float_dtype(w_dtype, op, "input"));
+    MT_TRY(check_overwrite(op, overwrite,
+                           MT_OVERWRITE_D_IN | MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS));
+    MT_TRY(check_linear_backward(dev, op, d_out, in, w, d_in, d_w, batch, in_features,
+                                 out_features));
+    if (w_dtype == MT_F32 && on_cpu(dev))
+        return mt_cpu_op_linear_backward(d_out, in, w, d_in, d_w, d_bias, batch, in_features,
+                                         out_features, overwrite);
+    size_t rows = (size_t)batch, fin = (size_t)in_features, fout = (size_t)out_features;
+    MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_IN, d_in, rows * fin));
+    MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_W, d_w, fout * fin));
+    MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_BIAS, d_bias, fout));
+    return mt_op_linear_backward_ex(dev, d_out, in, w, w_dtype, d_in, d_w, d_bias, batch,
+                                    in_features, out_features);
+}
+
+mt_status mt_op_layernorm_backward_into(mt_device *dev, const float *d_out, const float *in,
+                                        const float *gamma, const float *mean, const float *rstd,
+                                        size_t n, int channels, float *d_in, float *d_gamma,
+                                        float *d_beta, unsigned overwrite) {
+    static const char *op = "layernorm_backward_into";
+    MT_TRY(check_overwrite(op, overwrite,
+                           MT_OVERWRITE_D_IN | MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS));
+    MT_TRY(check_layernorm_backward(dev, op, d_out, in, gamma, mean, rstd, n, channels, d_in,
+                                    d_gamma, d_beta));
+    if (!on_cpu(dev)) {
+        size_t c = channels > 0 ? (size_t)channels : 0;
+        MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_IN, d_in, n * c));
+        MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_W, d_gamma, c));
+        MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_BIAS, d_beta, c));
+        return mt_op_layernorm_backward(dev, d_out, in, gamma, mean, rstd, n, channels, d_in,
+                                        d_gamma, d_beta);
+    }
+    return mt_cpu_op_layernorm_backward(d_out, in, gamma, mean, rstd, n, channels, d_in, d_gamma,
+                                        d_beta, overwrite);
+}
+
+mt_status mt_op_position_backward_into(mt_device *dev, const float *d_out, int batch, int seq,
+                                       int channels, float *d_wpe, unsigned overwrite) {
+    static const char *op = "position_backward_into";
+    MT_TRY(check_overwrite(op, overwrite, MT_OVERWRITE_D_W));
+    MT_TRY(check_position_backward(dev, op, d_out, batch, seq, channels, d_wpe));
+    if (!on_cpu(dev)) {
+        MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_W, d_wpe,
+                            (size_t)seq * (size_t)channels));
+        return mt_op_position_backward(dev, d_out, batch, seq, channels, d_wpe);
+    }
+    return mt_cpu_op_position_backward(d_out, batch, seq, channels, d_wpe, overwrite != 0);
 }

@@ -326,9 +326,13 @@ bool mt_fsdp_grads_alias(const mt_fsdp_unit *u) {
            u->requires_sync;
 }
 
-/* The buffer the backward adds into: the gradient shard itself where mt_fsdp_grads_alias allows
+/* The buffer the backward writes: the gradient shard itself where mt_fsdp_grads_alias allows
  * (at one rank the reduce-scatter would be a copy and the accumulation 0 + g, after a memset of
- * the whole unit: three passes over it for the same bits), else a zeroed full buffer. */
+ * the whole unit: three passes over it for the same bits), else a full buffer that is not
+ * zeroed: each parameter's slice is marked unwritten, so that its first writer overwrites it
+ * (mt_param_grad_write) or mt_param_grad zeroes it, and the slices nobody wrote are zeroed when
+ * the backward ends (zero_unwritten). Only the padding after the parameters is zeroed here: it
+ * is reduced with the rest and must stay 0 in the shards. */
 static mt_status grad_buffer(mt_fsdp_unit *u) {
     if (mt_fsdp_grads_alias(u)) {
         u->full_grad = u->grad_shard;
@@ -339,8 +343,10 @@ static mt_status grad_buffer(mt_fsdp_unit *u) {
     char desc[256];
     mt_status st = mt_device_alloc(u->dev, u->padded * sizeof(float), MT_MEM_GRADS,
                                    (void **)&u->full_grad);
-    if (st == MT_OK) st = mt_device_memset(u->dev, u->full_grad, 0, u->padded * sizeof(float),
-                                           NULL);
+    if (st == MT_OK && u->padded > u->total)
+        st = mt_device_memset(u->dev, u->full_grad + u->total, 0,
+                              (u->padded - u->total) * sizeof(float), NULL);
+    for (size_t i = 0; st == MT_OK && i < u->n_params; i++) u->params[i]->grad_unwritten = true;
     if (st != MT_OK) {
         mt_device_free(u->dev, u->full_grad);
         u->full_grad = NULL;
@@ -366,8 +372,23 @@ static mt_status drop_grad_buffer(mt_fsdp_unit *u, bool failed) {
 }
 
 static void point_grads(mt_fsdp_unit *u, bool valid) {
-    for (size_t i = 0; i < u->n_params; i++)
+    for (size_t i = 0; i < u->n_params; i++) {
         u->params[i]->grad = valid ? u->full_grad + u->offsets[i] : NULL;
+        if (!valid) u->params[i]->grad_unwritten = false;
+    }
+}
+
+/* After a backward: the gradients of the parameters its module never fetched are zero (what the
+ * zeroed buffer gave them before grad_buffer stopped zeroing it whole). */
+static mt_status zero_unwritten(mt_fsdp_unit *u) {
+    for (size_t i = 0; i < u->n_params; i++) {
+        mt_param *p = u->params[i];
+        if (!p->grad_unwritten) continue;
+        MT_TRY(mt_device_memset(u->dev, u->full_grad + u->offsets[i], 0, p->numel * sizeof(float),
+                                NULL));
+        p->grad_unwritten = false;
+    }
+    return MT_OK;
 }
 
 static mt_status pre_backward(mt_module *module, void *unit) {
@@ -394,9 +415,19 @@ static mt_status post_backward(mt_module *module, void *unit, mt_status user_sta
     mt_fsdp_root *r = u->root;
     char saved[1024];
     if (user_status != MT_OK) snprintf(saved, sizeof saved, "%s", mt_last_error());
+    mt_status st = MT_OK;
+    if (user_status == MT_OK) {
+        st = zero_unwritten(u);
+        if (st != MT_OK) {
+            char desc[256];
+            mt_error_wrap(st, "zeroing the gradients the backward of %s did not write",
+                          mt_fsdp_unit_desc(u, desc, sizeof desc));
+            user_status = st;
+            snprintf(saved, sizeof saved, "%s", mt_last_error());
+        }
+    }
     point_grads(u, false);
     u->in_backward = false;
-    mt_status st = MT_OK;
     /* A rank whose backward failed issues no reduce-scatter: the others find out by timeout or
      * by the launcher stopping the job, and this rank reports its own error. What the failed
      * backward added to the full gradient is partial: a later backward must not add to it (nor,

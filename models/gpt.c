@@ -176,16 +176,18 @@ static mt_status column_forward(const mt_gpt *g, float **in, float **kept, const
     return mt_tp_column_linear_forward(&g->tp, *in, w, wt, b, out, n, in_f, out_f);
 }
 
+/* ow: the tp backwards' overwrite flags for d_w and d_b (grad_ow). */
 static mt_status column_backward(const mt_gpt *g, const float *d_out, const float *in,
                                  const float *kept, const void *w, mt_dtype wt, float *d_in,
-                                 float *d_w, float *d_b, int n, int in_f, int out_f) {
+                                 float *d_w, float *d_b, int n, int in_f, int out_f, unsigned ow) {
     if (g->sp_keep)
         return mt_tp_column_linear_backward_sp_gathered(&g->tp, d_out, kept, w, wt, d_in, d_w,
-                                                        d_b, n, in_f, out_f);
+                                                        d_b, n, in_f, out_f, ow);
     if (g->sp)
         return mt_tp_column_linear_backward_sp(&g->tp, d_out, in, w, wt, d_in, d_w, d_b, n, in_f,
-                                               out_f);
-    return mt_tp_column_linear_backward(&g->tp, d_out, in, w, wt, d_in, d_w, d_b, n, in_f, out_f);
+                                               out_f, ow);
+    return mt_tp_column_linear_backward(&g->tp, d_out, in, w, wt, d_in, d_w, d_b, n, in_f, out_f,
+                                        ow);
 }
 
 static mt_status row_forward(const mt_gpt *g, const float *in, const void *w, mt_dtype wt,
@@ -196,16 +198,27 @@ static mt_status row_forward(const mt_gpt *g, const float *in, const void *w, mt
 
 static mt_status row_backward(const mt_gpt *g, const float *d_out, const float *in,
                               const void *w, mt_dtype wt, float *d_in, float *d_w, float *d_b,
-                              int n, int in_f, int out_f) {
+                              int n, int in_f, int out_f, unsigned ow) {
     if (g->sp)
         return mt_tp_row_linear_backward_sp(&g->tp, d_out, in, w, wt, d_in, d_w, d_b, n, in_f,
-                                            out_f);
-    return mt_tp_row_linear_backward(&g->tp, d_out, in, w, wt, d_in, d_w, d_b, n, in_f, out_f);
+                                            out_f, ow);
+    return mt_tp_row_linear_backward(&g->tp, d_out, in, w, wt, d_in, d_w, d_b, n, in_f, out_f,
+                                     ow);
+}
+
+/* The overwrite flags (ops.h) for a weight's and a bias's gradients from fresh[] (which of a
+ * module's gradients hold nothing yet: mt_model_param_grads_write). The first op to write each
+ * gradient overwrites it, so FSDP's full gradient buffers need no zeroing; every other write,
+ * and every write when the buffers hold a gradient already (micro-batches accumulating, an
+ * unsharded model), adds. */
+static unsigned grad_ow(const bool *fresh, int w, int b) {
+    return (w >= 0 && fresh[w] ? MT_OVERWRITE_D_W : 0u) |
+           (b >= 0 && fresh[b] ? MT_OVERWRITE_D_BIAS : 0u);
 }
 
 /* Where a pass's LayerNorm gradients go: into[i] receives gr[which[i]] (C values each) itself,
  * or, when sequence-parallel, its slice of *part, a zeroed k x C scratch that ln_grads_end sums
- * over tp and adds to the gradients. */
+ * over tp and adds to the gradients (copies, into a gradient that holds nothing yet). */
 static mt_status ln_grads_begin(const mt_gpt *g, float **gr, const int *which, int k,
                                 float **part, float **into) {
     for (int i = 0; i < k; i++) into[i] = gr[which[i]];
@@ -218,15 +231,30 @@ static mt_status ln_grads_begin(const mt_gpt *g, float **gr, const int *which, i
 /* Sequence-parallel: this rank's rows' LayerNorm gradients (part) summed over tp, then added to
  * the gradients, so that every tp rank holds the same full gradient of the replicated
  * parameters. */
-static mt_status ln_grads_end(const mt_gpt *g, float **gr, const int *which, int k, float *part) {
+static mt_status ln_grads_end(const mt_gpt *g, float **gr, const bool *fresh, const int *which,
+                              int k, float *part) {
     if (!g->sp) return MT_OK;
     size_t C = (size_t)g->C;
     MT_TRY(mt_tp_sequence_grad_sum(&g->tp, part, (size_t)k * C));
     for (int i = 0; i < k; i++) {
-        float *grad = gr[which[i]];
-        MT_TRY(mt_op_add(g->dev, grad, part + (size_t)i * C, grad, C));
+        float *grad = gr[which[i]], *src = part + (size_t)i * C;
+        if (fresh[which[i]])
+            MT_TRY(mt_device_copy(g->dev, grad, src, C * sizeof(float), MT_COPY_DEVICE_TO_DEVICE,
+                                  NULL));
+        else
+            MT_TRY(mt_op_add(g->dev, grad, src, grad, C));
     }
     return MT_OK;
+}
+
+/* A LayerNorm's backward: d_in accumulates (the residual stream's gradient); its gamma and beta
+ * gradients go to into[0], into[1] (ln_grads_begin), overwritten when they are the parameters'
+ * own gradients and hold nothing yet (ow), else added. */
+static mt_status ln_backward(const mt_gpt *g, const float *d_out, const float *in,
+                             const float *gamma, const float *mean, const float *rstd, size_t rows,
+                             float *d_in, float *const *into, unsigned ow) {
+    return mt_op_layernorm_backward_into(g->dev, d_out, in, gamma, mean, rstd, rows, g->C, d_in,
+                                         into[0], into[1], g->sp ? 0u : ow);
 }
 
 /* ---- a block --------------------------------------------------------------------------------- */
@@ -312,8 +340,11 @@ typedef struct block_grads {
 
 static const int block_ln_params[4] = {P_LN2_W, P_LN2_B, P_LN1_W, P_LN1_B};
 
+/* gr: the block's gradients; fresh: which hold nothing yet (each is overwritten by its first op,
+ * grad_ow). */
 static mt_status block_backward_run(mt_gpt *g, gpt_pass *pass, int l, const void *const *w,
-                                    const mt_dtype *wt, float **gr, block_grads *d) {
+                                    const mt_dtype *wt, float **gr, const bool *fresh,
+                                    block_grads *d) {
     block_acts *a = &pass->acts[l];
     mt_device *dev = g->dev;
     const float *x = block_input(pass, l);
@@ -330,22 +361,23 @@ static mt_status block_backward_run(mt_gpt *g, gpt_pass *pass, int l, const void
     MT_TRY(ln_grads_begin(g, gr, block_ln_params, 4, &d->d_ln_params, lg));
     /* MLP branch; the residual passes d_res through unchanged, the LayerNorm adds to it. */
     MT_TRY(row_backward(g, d_res, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W], d->d_fc_gelu,
-                        gr[P_PROJ_W], gr[P_PROJ_B], n, fl, C));
+                        gr[P_PROJ_W], gr[P_PROJ_B], n, fl, C, grad_ow(fresh, P_PROJ_W, P_PROJ_B)));
     MT_TRY(mt_op_gelu_backward(dev, a->fc, d->d_fc_gelu, d->d_fc, N * (size_t)fl));
     MT_TRY(column_backward(g, d->d_fc, a->ln2, a->ln2_full, w[P_FC_W], wt[P_FC_W], d->d_ln2,
-                           gr[P_FC_W], gr[P_FC_B], n, C, fl));
-    MT_TRY(mt_op_layernorm_backward(dev, d->d_ln2, a->res_mid, w[P_LN2_W], a->ln2_mean,
-                                    a->ln2_rstd, R, C, d_res, lg[0], lg[1]));
+                           gr[P_FC_W], gr[P_FC_B], n, C, fl, grad_ow(fresh, P_FC_W, P_FC_B)));
+    MT_TRY(ln_backward(g, d->d_ln2, a->res_mid, w[P_LN2_W], a->ln2_mean, a->ln2_rstd, R, d_res,
+                       lg, grad_ow(fresh, P_LN2_W, P_LN2_B)));
     /* Attention branch. */
     MT_TRY(row_backward(g, d_res, a->atty, w[P_ATTN_W], wt[P_ATTN_W], d->d_atty, gr[P_ATTN_W],
-                        gr[P_ATTN_B], n, cl, C));
+                        gr[P_ATTN_B], n, cl, C, grad_ow(fresh, P_ATTN_W, P_ATTN_B)));
     MT_TRY(mt_op_attention_backward(dev, d->d_atty, a->qkv, a->att, pass->batch, g->cfg.seq,
                                     g->heads_local, g->head_dim, d->d_qkv));
     MT_TRY(column_backward(g, d->d_qkv, a->ln1, a->ln1_full, w[P_QKV_W], wt[P_QKV_W], d->d_ln1,
-                           gr[P_QKV_W], gr[P_QKV_B], n, C, 3 * cl));
-    MT_TRY(mt_op_layernorm_backward(dev, d->d_ln1, x, w[P_LN1_W], a->ln1_mean, a->ln1_rstd, R, C,
-                                    d_res, lg[2], lg[3]));
-    return ln_grads_end(g, gr, block_ln_params, 4, d->d_ln_params);
+                           gr[P_QKV_W], gr[P_QKV_B], n, C, 3 * cl,
+                           grad_ow(fresh, P_QKV_W, P_QKV_B)));
+    MT_TRY(ln_backward(g, d->d_ln1, x, w[P_LN1_W], a->ln1_mean, a->ln1_rstd, R, d_res, lg + 2,
+                       grad_ow(fresh, P_LN1_W, P_LN1_B)));
+    return ln_grads_end(g, gr, fresh, block_ln_params, 4, d->d_ln_params);
 }
 
 static mt_status block_backward(mt_module *module, void *ctx) {
@@ -355,11 +387,12 @@ static mt_status block_backward(mt_module *module, void *ctx) {
     const void *w[BLOCK_PARAMS];
     mt_dtype wt[BLOCK_PARAMS];
     float *gr[BLOCK_PARAMS];
+    bool fresh[BLOCK_PARAMS];
     float *scratch[BLOCK_PARAMS] = {0};
     block_grads d = {0};
-    mt_status st = mt_model_param_grads("gpt", module, blk->p, BLOCK_PARAMS, gr);
+    mt_status st = mt_model_param_grads_write("gpt", module, blk->p, BLOCK_PARAMS, gr, fresh);
     if (st == MT_OK) st = read_params(g->dev, blk->p, BLOCK_PARAMS, block_matmul, w, wt, scratch);
-    if (st == MT_OK) st = block_backward_run(g, pass, blk->index, w, wt, gr, &d);
+    if (st == MT_OK) st = block_backward_run(g, pass, blk->index, w, wt, gr, fresh, &d);
     mt_model_free_all(g->dev, scratch, BLOCK_PARAMS);
     mt_model_free_all(g->dev, (float **)&d, sizeof d / sizeof(float *));
     if (st != MT_OK) return mt_error_wrap(st, "gpt: backward of block %d", blk->index);
@@ -437,7 +470,10 @@ static mt_status root_forward(mt_module *module, void *ctx) {
 
 static const int root_ln_params[2] = {R_LNF_W, R_LNF_B};
 
-static mt_status head_backward(mt_gpt *g, gpt_pass *pass, float **gr) {
+/* The head writes wte's gradient first (the embedding's backward adds to it after the blocks): its
+ * product covers the vocab_real rows it reads, the padding rows beyond are zeroed here when the
+ * gradient holds nothing yet. */
+static mt_status head_backward(mt_gpt *g, gpt_pass *pass, float **gr, const bool *fresh) {
     mt_param *ps[2] = {g->rp[R_LNF_W], g->rp[R_WTE]};
     static const bool matmul[2] = {false, true};
     const void *w[2];
@@ -449,13 +485,18 @@ static mt_status head_backward(mt_gpt *g, gpt_pass *pass, float **gr) {
     if (st == MT_OK) st = mt_model_act_alloc(g->dev, r * C, true, &d_lnf);
     if (st == MT_OK)
         st = column_backward(g, pass->d_logits, pass->lnf, pass->lnf_full, w[1], wt[1], d_lnf,
-                             gr[R_WTE], NULL, (int)n, g->C, g->vocab_real);
+                             gr[R_WTE], NULL, (int)n, g->C, g->vocab_real,
+                             grad_ow(fresh, R_WTE, -1));
+    size_t pad_rows = (size_t)(g->vocab_local - g->vocab_real);
+    if (st == MT_OK && fresh[R_WTE] && pad_rows > 0)
+        st = mt_device_memset(g->dev, gr[R_WTE] + (size_t)g->vocab_real * C, 0,
+                              pad_rows * C * sizeof(float), NULL);
     if (st == MT_OK) st = mt_model_act_alloc(g->dev, r * C, true, &pass->d_res);
     if (st == MT_OK) st = ln_grads_begin(g, gr, root_ln_params, 2, &d_ln_params, lg);
     if (st == MT_OK)
-        st = mt_op_layernorm_backward(g->dev, d_lnf, x, w[0], pass->lnf_mean, pass->lnf_rstd, r,
-                                      g->C, pass->d_res, lg[0], lg[1]);
-    if (st == MT_OK) st = ln_grads_end(g, gr, root_ln_params, 2, d_ln_params);
+        st = ln_backward(g, d_lnf, x, w[0], pass->lnf_mean, pass->lnf_rstd, r, pass->d_res, lg,
+                         grad_ow(fresh, R_LNF_W, R_LNF_B));
+    if (st == MT_OK) st = ln_grads_end(g, gr, fresh, root_ln_params, 2, d_ln_params);
     mt_device_free(g->dev, d_ln_params);
     mt_device_free(g->dev, d_lnf);
     mt_model_free_all(g->dev, scratch, 2);
@@ -475,8 +516,9 @@ static mt_status root_backward(mt_module *module, void *ctx) {
         return mt_error(MT_ERR_INTERNAL, "gpt: backward without a forward that kept the loss "
                         "gradient");
     float *gr[ROOT_PARAMS];
-    MT_TRY(mt_model_param_grads("gpt", module, g->rp, ROOT_PARAMS, gr));
-    MT_TRY(head_backward(g, pass, gr));
+    bool fresh[ROOT_PARAMS];
+    MT_TRY(mt_model_param_grads_write("gpt", module, g->rp, ROOT_PARAMS, gr, fresh));
+    MT_TRY(head_backward(g, pass, gr, fresh));
     for (int l = g->cfg.layers - 1; l >= 0; l--)
         MT_TRY(mt_module_backward(g->block_modules[l], pass));
     if (g->sp) {
@@ -489,8 +531,8 @@ static mt_status root_backward(mt_module *module, void *ctx) {
         pass->d_res = full;
         MT_TRY(st);
     }
-    MT_TRY(mt_op_position_backward(g->dev, pass->d_res, pass->batch, g->cfg.seq, g->C,
-                                   gr[R_WPE]));
+    MT_TRY(mt_op_position_backward_into(g->dev, pass->d_res, pass->batch, g->cfg.seq, g->C,
+                                        gr[R_WPE], grad_ow(fresh, R_WPE, -1)));
     return mt_tp_vocab_embedding_backward(&g->tp, pass->ids, (int)pass->n, pass->d_res,
                                           g->vocab_local, g->C, gr[R_WTE]);
 }

@@ -21,6 +21,7 @@
  * file too: the memory tests compare every category with the device's accounting and fail
  * otherwise; they do for activation checkpointing (AC below) and both sequence-parallel modes
  * (SP below) too. */
+#include "core/cpu/bf16_gemm_path.h"
 #include "core/error.h"
 #include "comm/coll_scratch.h"
 #include "models/gpt_config.h"
@@ -72,6 +73,7 @@ typedef struct sim {
     const mt_gpt_memory_plan *plan;
     gpt_shape s;
     bool bf16_scratch; /* bf16 products widen operands into activations scratch (CPU) */
+    bool bf16_narrow;  /* on oneDNN: only the rounded f32 operands, as bf16 copies */
     bool sp;           /* sequence parallelism, which at tp 1 has nothing to shard */
     bool sp_keep;      /* and the column-parallel inputs kept gathered from the forward */
     size_t sp_kept;    /* SP: the tp context's kept scratch (bytes), made in persistent() */
@@ -106,6 +108,23 @@ static void release(sim *m, mt_mem_category c, size_t bytes) {
 static size_t act_bytes(size_t elems) { return (elems ? elems : 1) * sizeof(float); }
 static void act(sim *m, size_t elems) { alloc(m, MT_MEM_ACTIVATIONS, act_bytes(elems)); }
 static void act_free(sim *m, size_t elems) { release(m, MT_MEM_ACTIVATIONS, act_bytes(elems)); }
+
+/* Scratch that exists together for one operation and goes after it: bytes[0..n), zeros
+ * skipped. */
+static void act_transient_bytes(sim *m, const size_t *bytes, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (bytes[i]) alloc(m, MT_MEM_ACTIVATIONS, bytes[i]);
+    for (size_t i = 0; i < n; i++)
+        if (bytes[i]) release(m, MT_MEM_ACTIVATIONS, bytes[i]);
+}
+
+/* The bytes of a bf16 product's scratch operand of elems values (core/cpu/ops_bf16.c): f32 when
+ * widened, a bf16 copy on oneDNN (at least one value); 0 when the path makes none (bf16 weights
+ * on oneDNN, everything without bf16 scratch). */
+static size_t bf16_op_bytes(const sim *m, size_t elems, bool weight) {
+    if (!m->bf16_scratch || (weight && m->bf16_narrow)) return 0;
+    return m->bf16_narrow ? (elems ? elems : 1) * 2 : act_bytes(elems);
+}
 
 /* Scratch that exists together for one operation and goes after it: elems[0..n), zeros skipped. */
 static void act_transient(sim *m, const size_t *elems, size_t n) {
@@ -332,10 +351,9 @@ static void sp_take(sim *m, size_t elems) {
  * linear computes its N x C partial output in a temporary that is reduce-scattered into the
  * N / tp rows (tp/tp_sequence.c). */
 static void linear_forward(sim *m, size_t rows, size_t fin, size_t fout, bool sp_temp) {
-    bool b = m->bf16_scratch;
     sp_take(m, sp_temp ? sp_take_elems(m, true, 0) : 0);
-    size_t scratch[2] = {b ? rows * fin : 0, b ? fout * fin : 0};
-    act_transient(m, scratch, 2);
+    size_t scratch[2] = {bf16_op_bytes(m, rows * fin, false), bf16_op_bytes(m, fout * fin, true)};
+    act_transient_bytes(m, scratch, 2);
 }
 
 /* A linear backward: a column linear over tp > 1 sums its input gradient in a zeroed N x fin
@@ -345,12 +363,12 @@ static void linear_forward(sim *m, size_t rows, size_t fin, size_t fout, bool sp
  * gathered, the row output gradient) is gathered into a temporary N x C first. */
 static void linear_backward(sim *m, size_t rows, size_t fin, size_t fout, bool column,
                             bool sp_temp) {
-    bool b = m->bf16_scratch;
     /* Without SP the column part is tp_linear.c's own, for this call only. */
-    size_t part = column && m->s.tp > 1 && !m->sp ? rows * fin : 0;
+    size_t part = column && m->s.tp > 1 && !m->sp ? act_bytes(rows * fin) : 0;
     if (m->sp) sp_take(m, sp_take_elems(m, sp_temp, column ? fin : 0));
-    size_t scratch[4] = {part, b ? rows * fout : 0, b ? rows * fin : 0, b ? fout * fin : 0};
-    act_transient(m, scratch, 4);
+    size_t scratch[4] = {part, bf16_op_bytes(m, rows * fout, false),
+                         bf16_op_bytes(m, rows * fin, false), bf16_op_bytes(m, fout * fin, true)};
+    act_transient_bytes(m, scratch, 4);
 }
 
 /* SP kept gathered (gpt.c, column_forward): a column linear's forward gathers its input into an
@@ -698,6 +716,11 @@ mt_status mt_gpt_memory_predict(const mt_gpt_config *cfg, const mt_gpt_memory_pl
     m.plan = plan;
     m.s = shape_of(cfg, plan);
     m.bf16_scratch = plan->cpu_device && plan->param_dtype == MT_BF16;
+    if (m.bf16_scratch) {
+        mt_bf16_gemm_path path;
+        MT_TRY(mt_cpu_bf16_gemm_path(&path, false));
+        m.bf16_narrow = path == MT_BF16_GEMM_ONEDNN;
+    }
     m.sp = plan->sequence_parallel && plan->tp > 1;
     m.sp_keep = m.sp && plan->sequence_parallel == MT_GPT_SP_KEEP_GATHERED;
     m.defer_init = cfg->defer_init;

@@ -2,6 +2,7 @@
 #include "models/model_common.h"
 
 #include "core/error.h"
+#include "module/module_internal.h"
 
 mt_status mt_model_act_alloc(mt_device *dev, size_t elems, bool zero, float **out) {
     size_t bytes = (elems ? elems : 1) * sizeof(float);
@@ -47,14 +48,23 @@ mt_status mt_model_param_values(mt_device *dev, const char *model, mt_param **pa
     return MT_OK;
 }
 
+mt_status mt_model_param_grads_write(const char *model, const mt_module *module,
+                                     mt_param **params, int n, float **grads, bool *fresh) {
+    for (int i = 0; i < n; i++) {
+        mt_status st = mt_param_grad_get(params[i], fresh ? &fresh[i] : NULL, &grads[i]);
+        if (st != MT_OK)
+            return mt_error_wrap(st, "%s: the backward of '%s'", model, mt_module_name(module));
+        if (grads[i]) continue;
+        return mt_error(MT_ERR_INVALID_ARG, "%s: '%s' has no gradient buffer for '%s' in its "
+                        "backward (shard the model with mt_fsdp_shard before training)",
+                        model, mt_module_name(module), mt_param_name(params[i]));
+    }
+    return MT_OK;
+}
+
 mt_status mt_model_param_grads(const char *model, const mt_module *module, mt_param **params,
                                int n, float **grads) {
-    for (int i = 0; i < n; i++)
-        if (!(grads[i] = mt_param_grad(params[i])))
-            return mt_error(MT_ERR_INVALID_ARG, "%s: '%s' has no gradient buffer for '%s' in its "
-                            "backward (shard the model with mt_fsdp_shard before training)",
-                            model, mt_module_name(module), mt_param_name(params[i]));
-    return MT_OK;
+    return mt_model_param_grads_write(model, module, params, n, grads, NULL);
 }
 
 mt_status mt_model_add_child(mt_mesh *mesh, mt_module *parent, const char *name,

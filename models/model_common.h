@@ -29,7 +29,11 @@ mt_status mt_model_param_values(mt_device *dev, const char *model, mt_param **pa
                                 float **scratch);
 
 /* The gradient buffers of params[0..n) into grads; an error naming the model, the module and the
- * parameter when one has none (the module was not sharded with mt_fsdp_shard). */
+ * parameter when one has none (the module was not sharded with mt_fsdp_shard). With fresh
+ * (mt_model_param_grads_write), fresh[i] says that grads[i] holds no gradient yet and its first
+ * op must overwrite it (mt_param_grad_write); without, every buffer is ready to add into. */
+mt_status mt_model_param_grads_write(const char *model, const mt_module *module,
+                                     mt_param **params, int n, float **grads, bool *fresh);
 mt_status mt_model_param_grads(const char *model, const mt_module *module, mt_param **params,
                                int n, float **grads);
 

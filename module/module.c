@@ -369,4 +369,34 @@ mt_status mt_param_read_f32(mt_param *param, float *dst) {
                       param->numel);
 }
 
-float *mt_param_grad(mt_param *param) { return param ? param->grad : NULL; }
+/* Zeroes a gradient view nothing has written yet (grad_unwritten), for a caller that adds. */
+static mt_status grad_zero_unwritten(mt_param *param) {
+    if (!param->grad || !param->grad_unwritten) return MT_OK;
+    mt_status st = mt_device_memset(param->owner->dev, param->grad, 0,
+                                    param->numel * sizeof(float), NULL);
+    if (st != MT_OK)
+        return mt_error_wrap(st, "zeroing the gradient of parameter '%s' of module '%s'",
+                             param->name, param->owner->name);
+    param->grad_unwritten = false;
+    return MT_OK;
+}
+
+mt_status mt_param_grad_get(mt_param *param, bool *overwrite, float **grad) {
+    *grad = NULL;
+    if (overwrite) {
+        *overwrite = param->grad && param->grad_unwritten;
+        param->grad_unwritten = false;
+    } else {
+        MT_TRY(grad_zero_unwritten(param));
+    }
+    *grad = param->grad;
+    return MT_OK;
+}
+
+float *mt_param_grad(mt_param *param) { return mt_param_grad_write(param, NULL); }
+
+float *mt_param_grad_write(mt_param *param, bool *overwrite) {
+    float *grad = NULL;
+    if (param) mt_param_grad_get(param, overwrite, &grad); /* NULL with the error when failed */
+    return grad;
+}

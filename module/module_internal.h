@@ -30,6 +30,10 @@ struct mt_param {
     bool own_data;
     mt_dtype dtype;
     float *grad; /* a view to accumulate into during the backward that provides one; else NULL */
+    /* The view holds no gradient yet and was not zeroed (FSDP's full gradient buffer): its first
+     * writer overwrites it (mt_param_grad_write), or mt_param_grad zeroes it before handing it
+     * out, so that a module that only adds sees zeros as before. */
+    bool grad_unwritten;
     int64_t real_rows; /* global rows [real_rows, global_shape[0]) are padding (mt_param_set_padding) */
     /* Deferred initialisation (init.h): created without values; initialised once an initialiser
      * ran or a checkpoint was loaded. init is the recorded initialiser (has_init). */
@@ -45,6 +49,10 @@ struct mt_param {
     mt_status (*held_written)(mt_param *param, void *ctx);
     void *held_ctx;
 };
+
+/* mt_param_grad_write (module.h) with a status: *grad is NULL when the parameter has no gradient
+ * buffer (MT_OK) or when zeroing an unwritten one failed (the error). overwrite may be NULL. */
+mt_status mt_param_grad_get(mt_param *param, bool *overwrite, float **grad);
 
 /* One registration of mt_module_add_hooks. */
 typedef struct mt_module_hook_entry {

@@ -111,6 +111,19 @@ static mt_status check_sizes(const char *what, int n, int in, int out) {
     return MT_OK;
 }
 
+mt_status mt_tp_backward_overwrite(const mt_tp_ctx *tp, const char *what, unsigned overwrite,
+                                   int n, float *d_w, size_t w_elems, float *d_b, size_t b_elems) {
+    if (overwrite & ~(MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS))
+        return mt_error(MT_ERR_INVALID_ARG, "%s: overwrite flags 0x%x: only MT_OVERWRITE_D_W and "
+                        "MT_OVERWRITE_D_BIAS (the input gradient accumulates)", what, overwrite);
+    if (n != 0) return MT_OK;
+    if ((overwrite & MT_OVERWRITE_D_W) && d_w)
+        MT_TRY(mt_device_memset(tp->dev, d_w, 0, w_elems * sizeof(float), NULL));
+    if ((overwrite & MT_OVERWRITE_D_BIAS) && d_b)
+        MT_TRY(mt_device_memset(tp->dev, d_b, 0, b_elems * sizeof(float), NULL));
+    return MT_OK;
+}
+
 mt_status mt_tp_column_linear_forward(const mt_tp_ctx *tp, const float *in, const void *w_local,
                                       mt_dtype w_dtype, const float *b_local, float *out_local,
                                       int n, int in_features, int out_features_local) {
@@ -125,21 +138,26 @@ mt_status mt_tp_column_linear_forward(const mt_tp_ctx *tp, const float *in, cons
 mt_status mt_tp_column_linear_backward(const mt_tp_ctx *tp, const float *d_out_local,
                                        const float *in, const void *w_local, mt_dtype w_dtype,
                                        float *d_in, float *d_w, float *d_b, int n,
-                                       int in_features, int out_features_local) {
+                                       int in_features, int out_features_local,
+                                       unsigned overwrite) {
     static const char what[] = "tp column-parallel linear backward";
     MT_TRY(mt_tp_check_ctx(tp, what));
     MT_TRY(check_sizes(what, n, in_features, out_features_local));
+    size_t w_elems = (size_t)out_features_local * (size_t)in_features;
+    MT_TRY(mt_tp_backward_overwrite(tp, what, overwrite, n, d_w, w_elems, d_b,
+                                    (size_t)out_features_local));
     if (n == 0) return MT_OK;
     if (!d_in || tp->size == 1)
-        return mt_op_linear_backward_ex(tp->dev, d_out_local, in, w_local, w_dtype, d_in, d_w,
-                                        d_b, n, in_features, out_features_local);
+        return mt_op_linear_backward_into(tp->dev, d_out_local, in, w_local, w_dtype, d_in, d_w,
+                                          d_b, n, in_features, out_features_local, overwrite);
     /* Each rank holds only its output features' part of the input gradient: sum it over tp in a
      * scratch buffer, then accumulate, so that d_in keeps its += meaning. */
     size_t count = (size_t)n * (size_t)in_features;
     float *part = NULL;
     MT_TRY(mt_tp_scratch(tp, count, sizeof(float), (void **)&part));
-    mt_status st = mt_op_linear_backward_ex(tp->dev, d_out_local, in, w_local, w_dtype, part, d_w,
-                                            d_b, n, in_features, out_features_local);
+    mt_status st = mt_op_linear_backward_into(tp->dev, d_out_local, in, w_local, w_dtype, part,
+                                              d_w, d_b, n, in_features, out_features_local,
+                                              overwrite);
     if (st == MT_OK) st = mt_tp_all_reduce(tp, part, count, MT_REDUCE_SUM, what);
     if (st == MT_OK) st = mt_op_add(tp->dev, d_in, part, d_in, count);
     mt_device_free(tp->dev, part);
@@ -163,13 +181,17 @@ mt_status mt_tp_row_linear_forward(const mt_tp_ctx *tp, const float *in_local,
 mt_status mt_tp_row_linear_backward(const mt_tp_ctx *tp, const float *d_out,
                                     const float *in_local, const void *w_local,
                                     mt_dtype w_dtype, float *d_in_local, float *d_w, float *d_b,
-                                    int n, int in_features_local, int out_features) {
+                                    int n, int in_features_local, int out_features,
+                                    unsigned overwrite) {
     static const char what[] = "tp row-parallel linear backward";
     MT_TRY(mt_tp_check_ctx(tp, what));
     MT_TRY(check_sizes(what, n, in_features_local, out_features));
+    MT_TRY(mt_tp_backward_overwrite(tp, what, overwrite, n, d_w,
+                                    (size_t)out_features * (size_t)in_features_local, d_b,
+                                    (size_t)out_features));
     if (n == 0) return MT_OK;
     /* d_out is replicated, so every rank's bias gradient is the full one, as the replicated
      * parameter needs. */
-    return mt_op_linear_backward_ex(tp->dev, d_out, in_local, w_local, w_dtype, d_in_local, d_w,
-                                    d_b, n, in_features_local, out_features);
+    return mt_op_linear_backward_into(tp->dev, d_out, in_local, w_local, w_dtype, d_in_local, d_w,
+                                      d_b, n, in_features_local, out_features, overwrite);
 }

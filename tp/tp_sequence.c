@@ -138,11 +138,12 @@ static size_t part_elems(const mt_tp_ctx *tp, const float *d_in_shard, int n, in
 static mt_status column_backward_full(const mt_tp_ctx *tp, const float *d_out_local,
                                       const float *full, const void *w_local, mt_dtype w_dtype,
                                       float *d_in_shard, float *d_w, float *d_b, int n,
-                                      int in_features, int out_features_local, float *part) {
+                                      int in_features, int out_features_local, float *part,
+                                      unsigned overwrite) {
     size_t count = (size_t)n * (size_t)in_features, shard = count / (size_t)tp->size;
-    mt_status st = mt_op_linear_backward_ex(tp->dev, d_out_local, full, w_local, w_dtype,
-                                            d_in_shard ? part : NULL, d_w, d_b, n, in_features,
-                                            out_features_local);
+    mt_status st = mt_op_linear_backward_into(tp->dev, d_out_local, full, w_local, w_dtype,
+                                              d_in_shard ? part : NULL, d_w, d_b, n, in_features,
+                                              out_features_local, overwrite);
     /* Each rank holds its output features' part of every row's input gradient: summed over tp,
      * each rank keeps its rows, then accumulates, so that d_in_shard keeps its += meaning. */
     if (st == MT_OK && d_in_shard) {
@@ -157,9 +158,12 @@ mt_status mt_tp_column_linear_backward_sp(const mt_tp_ctx *tp, const float *d_ou
                                           const float *in_shard, const void *w_local,
                                           mt_dtype w_dtype, float *d_in_shard, float *d_w,
                                           float *d_b, int n, int in_features,
-                                          int out_features_local) {
+                                          int out_features_local, unsigned overwrite) {
     static const char what[] = "tp column-parallel linear backward (sequence-parallel input)";
     MT_TRY(check_sp(tp, what, n, in_features, out_features_local));
+    MT_TRY(mt_tp_backward_overwrite(tp, what, overwrite, n, d_w,
+                                    (size_t)out_features_local * (size_t)in_features, d_b,
+                                    (size_t)out_features_local));
     if (n == 0) return MT_OK;
     float *full = NULL;
     /* The input was not kept gathered: gather it again for the weight gradient, the part
@@ -168,7 +172,8 @@ mt_status mt_tp_column_linear_backward_sp(const mt_tp_ctx *tp, const float *d_ou
     MT_TRY(gather_scratch(tp, in_shard, n, in_features,
                           part_elems(tp, d_in_shard, n, in_features), &full));
     mt_status st = column_backward_full(tp, d_out_local, full, w_local, w_dtype, d_in_shard, d_w,
-                                        d_b, n, in_features, out_features_local, full + count);
+                                        d_b, n, in_features, out_features_local, full + count,
+                                        overwrite);
     mt_tp_scratch_put(tp, full);
     return st;
 }
@@ -178,10 +183,14 @@ mt_status mt_tp_column_linear_backward_sp_gathered(const mt_tp_ctx *tp,
                                                    const float *in_full, const void *w_local,
                                                    mt_dtype w_dtype, float *d_in_shard,
                                                    float *d_w, float *d_b, int n,
-                                                   int in_features, int out_features_local) {
+                                                   int in_features, int out_features_local,
+                                                   unsigned overwrite) {
     static const char what[] = "tp column-parallel linear backward (sequence-parallel input, "
                                "kept gathered)";
     MT_TRY(check_sp(tp, what, n, in_features, out_features_local));
+    MT_TRY(mt_tp_backward_overwrite(tp, what, overwrite, n, d_w,
+                                    (size_t)out_features_local * (size_t)in_features, d_b,
+                                    (size_t)out_features_local));
     if (n == 0) return MT_OK;
     if (!in_full)
         return mt_error(MT_ERR_INVALID_ARG, "%s: in_full (the input gathered in forward) must "
@@ -190,7 +199,8 @@ mt_status mt_tp_column_linear_backward_sp_gathered(const mt_tp_ctx *tp,
     float *part = NULL;
     if (elems) MT_TRY(mt_tp_scratch_take(tp, elems, 0, &part));
     mt_status st = column_backward_full(tp, d_out_local, in_full, w_local, w_dtype, d_in_shard,
-                                        d_w, d_b, n, in_features, out_features_local, part);
+                                        d_w, d_b, n, in_features, out_features_local, part,
+                                        overwrite);
     if (part) mt_tp_scratch_put(tp, part);
     return st;
 }
@@ -217,17 +227,20 @@ mt_status mt_tp_row_linear_backward_sp(const mt_tp_ctx *tp, const float *d_out_s
                                        const float *in_local, const void *w_local,
                                        mt_dtype w_dtype, float *d_in_local, float *d_w,
                                        float *d_b, int n, int in_features_local,
-                                       int out_features) {
+                                       int out_features, unsigned overwrite) {
     static const char what[] = "tp row-parallel linear backward (sequence-parallel output)";
     MT_TRY(check_sp(tp, what, n, in_features_local, out_features));
+    MT_TRY(mt_tp_backward_overwrite(tp, what, overwrite, n, d_w,
+                                    (size_t)out_features * (size_t)in_features_local, d_b,
+                                    (size_t)out_features));
     if (n == 0) return MT_OK;
     float *d_out = NULL;
     MT_TRY(gather_scratch(tp, d_out_shard, n, out_features, 0, &d_out));
     /* From the gathered gradient every rank computes the full bias gradient, the same on each,
      * as the replicated parameter needs: no all-reduce of it. */
-    mt_status st = mt_op_linear_backward_ex(tp->dev, d_out, in_local, w_local, w_dtype,
-                                            d_in_local, d_w, d_b, n, in_features_local,
-                                            out_features);
+    mt_status st = mt_op_linear_backward_into(tp->dev, d_out, in_local, w_local, w_dtype,
+                                              d_in_local, d_w, d_b, n, in_features_local,
+                                              out_features, overwrite);
     mt_tp_scratch_put(tp, d_out);
     return st;
 }

@@ -3,6 +3,7 @@
  * bits; fixed chunks keep it so should a reduction, e.g. a fused norm, join it). */
 #include "core/cpu/adamw_host.h"
 
+#include "core/cpu/cpu_features.h"
 #include "core/error.h"
 
 #include <math.h>
@@ -21,11 +22,8 @@ const char *mt_adamw_isa_name(mt_adamw_isa isa) {
 bool mt_adamw_isa_supported(mt_adamw_isa isa) {
     switch (isa) {
     case MT_ADAMW_SCALAR: return true;
-#if defined(__x86_64__) || defined(__i386__)
-    /* libgcc's check includes the OS's support of the wide registers (XGETBV). */
-    case MT_ADAMW_AVX2: return __builtin_cpu_supports("avx2");
-    case MT_ADAMW_AVX512: return __builtin_cpu_supports("avx512f");
-#endif
+    case MT_ADAMW_AVX2: return mt_cpu_has(MT_CPU_AVX2);
+    case MT_ADAMW_AVX512: return mt_cpu_has(MT_CPU_AVX512F);
     default: return false;
     }
 }

@@ -7,6 +7,7 @@
 
 #include <meshtrain/device.h>
 #include <meshtrain/dtype.h>
+#include <meshtrain/ops.h>
 #include <meshtrain/status.h>
 
 #include <stdbool.h>
@@ -16,12 +17,19 @@ mt_status mt_cpu_op_gemm(bool trans_a, bool trans_b, int m, int n, int k, float 
                          const float *a, const float *b, float beta, float *c);
 mt_status mt_cpu_op_linear_forward(const float *in, const float *w, const float *bias, float *out,
                                    int batch, int in_features, int out_features);
+/* overwrite: MT_OVERWRITE_* (ops.h) */
 mt_status mt_cpu_op_linear_backward(const float *d_out, const float *in, const float *w,
                                     float *d_in, float *d_w, float *d_bias, int batch,
-                                    int in_features, int out_features);
+                                    int in_features, int out_features, unsigned overwrite);
+/* Every row of out (rows x cols) set to bias (zeros when NULL): where the linears' forward
+ * products start (beta = 1). */
+mt_status mt_cpu_bias_rows(const float *bias, float *out, size_t rows, size_t cols);
 /* d_bias[j] += the column sums of g (rows x cols), rows in order (split by columns over the
  * pool, so any thread count gives the same bits): the linear's bias gradient. */
 mt_status mt_cpu_add_column_sums(const float *g, size_t rows, size_t cols, float *d_bias);
+/* The same, with d_bias starting from 0 when overwrite (its old contents not read). */
+mt_status mt_cpu_column_sums(const float *g, size_t rows, size_t cols, float *d_bias,
+                             bool overwrite);
 /* bf16 products (mt_op_gemm_ex, mt_op_linear_*_ex with bf16): dev is the CPU device, for the
  * scratch copies of rounded inputs (charged to activations). */
 mt_status mt_cpu_op_gemm_bf16(mt_device *dev, bool trans_a, bool trans_b, int m, int n, int k,
@@ -54,13 +62,14 @@ mt_status mt_cpu_op_embedding_backward(const int *ids, size_t n, const float *d_
 mt_status mt_cpu_op_position_forward(const float *wpe, int batch, int seq, int channels,
                                      float *out);
 mt_status mt_cpu_op_position_backward(const float *d_out, int batch, int seq, int channels,
-                                      float *d_wpe);
+                                      float *d_wpe, bool overwrite);
 mt_status mt_cpu_op_layernorm_forward(const float *in, const float *gamma, const float *beta,
                                       size_t n, int channels, float *out, float *mean,
                                       float *rstd);
 mt_status mt_cpu_op_layernorm_backward(const float *d_out, const float *in, const float *gamma,
                                        const float *mean, const float *rstd, size_t n,
-                                       int channels, float *d_in, float *d_gamma, float *d_beta);
+                                       int channels, float *d_in, float *d_gamma, float *d_beta,
+                                       unsigned overwrite);
 mt_status mt_cpu_op_gelu_forward(const float *in, float *out, size_t n);
 mt_status mt_cpu_op_gelu_backward(const float *in, const float *d_out, float *d_in, size_t n);
 mt_status mt_cpu_op_add(const float *a, const float *b, float *out, size_t n);

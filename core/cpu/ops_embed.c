@@ -66,6 +66,7 @@ typedef struct position_job {
     const float *src;
     float *dst;
     size_t batch, plane; /* plane: seq * channels, one batch entry */
+    bool zero_first;     /* backward: d_wpe starts from 0 (overwrite) */
 } position_job;
 
 /* out[b][i] += wpe[i] over elements [begin, end) of the flattened (batch, plane). */
@@ -83,7 +84,7 @@ static void position_add(void *ctx, size_t chunk, size_t begin, size_t end) {
 mt_status mt_cpu_op_position_forward(const float *wpe, int batch, int seq, int channels,
                                      float *out) {
     size_t plane = (size_t)seq * (size_t)channels;
-    position_job job = {wpe, out, (size_t)batch, plane};
+    position_job job = {wpe, out, (size_t)batch, plane, false};
     return mt_cpu_parallel("position_forward", job.batch * plane, MT_CPU_ELEM_GRAIN, position_add,
                            &job);
 }
@@ -91,6 +92,8 @@ mt_status mt_cpu_op_position_forward(const float *wpe, int batch, int seq, int c
 /* d_wpe[i] += d_out[b][i] for b in order, elements [begin, end) of one plane. */
 static void position_grad(void *ctx, size_t chunk, size_t begin, size_t end) {
     const position_job *j = ctx;
+    if (j->zero_first)
+        for (size_t i = begin; i < end; i++) j->dst[i] = 0.0f;
     for (size_t b = 0; b < j->batch; b++) {
         const float *d = j->src + b * j->plane;
         for (size_t i = begin; i < end; i++) j->dst[i] += d[i];
@@ -98,8 +101,8 @@ static void position_grad(void *ctx, size_t chunk, size_t begin, size_t end) {
 }
 
 mt_status mt_cpu_op_position_backward(const float *d_out, int batch, int seq, int channels,
-                                      float *d_wpe) {
+                                      float *d_wpe, bool overwrite) {
     size_t plane = (size_t)seq * (size_t)channels;
-    position_job job = {d_out, d_wpe, (size_t)batch, plane};
+    position_job job = {d_out, d_wpe, (size_t)batch, plane, overwrite};
     return mt_cpu_parallel("position_backward", plane, MT_CPU_ELEM_GRAIN, position_grad, &job);
 }

@@ -11,18 +11,18 @@
  * operands; which thread runs a block does not matter. A block is a range of C's rows (each call
  * packs all of op(B) again) or of its columns (each call packs all of op(A) again), whichever
  * repacks the smaller operand; at most MT_CPU_GEMM_MAX_BLOCKS blocks, each of at least
- * MT_CPU_GEMM_MIN_BLOCK_MACS multiply-adds. */
+ * MT_CPU_GEMM_MIN_BLOCK_MACS multiply-adds (core/cpu/gemm_split.h; the bf16 products on oneDNN,
+ * core/cpu/gemm_dnnl.c, cut the same way with their own minimum). */
 #include "core/cpu/ops_cpu.h"
 
+#include "core/cpu/gemm_split.h"
 #include "core/cpu/parallel.h"
 
 #include <cblas.h>
 
-/* A block is at least this many multiply-adds (some 20-40 us on one core; a hand-off to a
- * worker is a few), and a product is cut into at most this many blocks: enough to balance 2-8
- * threads, few enough that repacking the other operand per block stays a small cost. */
+/* A block is at least this many multiply-adds: some 20-40 us of sgemm on one core; a hand-off
+ * to a worker is a few. */
 #define MT_CPU_GEMM_MIN_BLOCK_MACS ((double)(1 << 22))
-#define MT_CPU_GEMM_MAX_BLOCKS ((size_t)8)
 /* Block sizes are multiples of these (rows, columns): whole tiles of the sgemm kernels and whole
  * vectors, so that splitting costs no edge kernels in the middle of C. */
 #define MT_CPU_GEMM_ROW_ALIGN ((size_t)48)
@@ -60,10 +60,9 @@ static void gemm_cols(void *ctx, size_t chunk, size_t begin, size_t end) {
 }
 
 /* The block size along dim (rows or columns) from the shape alone: enough units for
- * MT_CPU_GEMM_MIN_BLOCK_MACS multiply-adds, at most MT_CPU_GEMM_MAX_BLOCKS blocks, rounded up to
- * align. */
-static size_t block_units(size_t dim, double macs_per_unit, size_t align) {
-    size_t per = (size_t)(MT_CPU_GEMM_MIN_BLOCK_MACS / macs_per_unit) + 1;
+ * min_macs multiply-adds, at most MT_CPU_GEMM_MAX_BLOCKS blocks, rounded up to align. */
+static size_t block_units(size_t dim, double macs_per_unit, double min_macs, size_t align) {
+    size_t per = (size_t)(min_macs / macs_per_unit) + 1;
     size_t cap = (dim + MT_CPU_GEMM_MAX_BLOCKS - 1) / MT_CPU_GEMM_MAX_BLOCKS;
     if (per < cap) per = cap;
     return (per + align - 1) / align * align;
@@ -84,16 +83,22 @@ mt_status mt_cpu_op_gemm(bool trans_a, bool trans_b, int m, int n, int k, float 
     MT_TRY(mt_thread_pool_get(&pool));
     gemm_job job = {trans_a, trans_b, m, n, k, trans_a ? m : k, trans_b ? k : n, alpha, beta,
                     a, b, c};
-    /* Split the dimension whose blocks repack the smaller operand: rows repack op(B) (k x n),
-     * columns op(A) (m x k). */
-    bool by_cols = (double)m < (double)n;
-    size_t dim = by_cols ? (size_t)n : (size_t)m;
-    double macs_per_unit = by_cols ? (double)m * k : (double)n * k;
-    size_t per = block_units(dim, macs_per_unit,
-                             by_cols ? MT_CPU_GEMM_COL_ALIGN : MT_CPU_GEMM_ROW_ALIGN);
-    if (per >= dim) {
+    mt_gemm_split sp = mt_cpu_gemm_split(m, n, k, MT_CPU_GEMM_MIN_BLOCK_MACS);
+    if (sp.per >= sp.dim) {
         gemm_rows(&job, 0, 0, (size_t)m);
         return MT_OK;
     }
-    return mt_cpu_parallel("gemm", dim, per, by_cols ? gemm_cols : gemm_rows, &job);
+    return mt_cpu_parallel("gemm", sp.dim, sp.per, sp.by_cols ? gemm_cols : gemm_rows, &job);
+}
+
+mt_gemm_split mt_cpu_gemm_split(int m, int n, int k, double min_block_macs) {
+    /* Split the dimension whose blocks repack the smaller operand: rows repack op(B) (k x n),
+     * columns op(A) (m x k). */
+    mt_gemm_split sp;
+    sp.by_cols = (double)m < (double)n;
+    sp.dim = sp.by_cols ? (size_t)n : (size_t)m;
+    double macs_per_unit = sp.by_cols ? (double)m * k : (double)n * k;
+    sp.per = block_units(sp.dim, macs_per_unit, min_block_macs,
+                         sp.by_cols ? MT_CPU_GEMM_COL_ALIGN : MT_CPU_GEMM_ROW_ALIGN);
+    return sp;
 }

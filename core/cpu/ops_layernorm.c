@@ -15,6 +15,7 @@ typedef struct ln_job {
     float *out, *mean, *rstd, *d_in, *d_gamma, *d_beta;
     const float *saved_mean, *saved_rstd;
     size_t n, c;
+    unsigned overwrite; /* backward: MT_OVERWRITE_* outputs start from 0 */
 } ln_job;
 
 static void ln_forward_rows(void *ctx, size_t chunk, size_t begin, size_t end) {
@@ -67,10 +68,12 @@ static void ln_backward_rows(void *ctx, size_t chunk, size_t begin, size_t end) 
         dn_mean /= (double)c;
         dn_norm_mean /= (double)c;
         float *dx = j->d_in + i * c;
+        bool from_zero = (j->overwrite & MT_OVERWRITE_D_IN) != 0;
         for (size_t k = 0; k < c; k++) {
             float norm = (x[k] - m) * rs;
             float dn = gamma[k] * dy[k];
-            dx[k] += (float)(((double)dn - dn_mean - (double)norm * dn_norm_mean) * rs);
+            float prev = from_zero ? 0.0f : dx[k];
+            dx[k] = prev + (float)(((double)dn - dn_mean - (double)norm * dn_norm_mean) * rs);
         }
     }
 }
@@ -80,6 +83,10 @@ static void ln_backward_cols(void *ctx, size_t chunk, size_t begin, size_t end) 
     const ln_job *j = ctx;
     size_t c = j->c;
     float *dg = j->d_gamma, *db = j->d_beta;
+    if (j->overwrite & MT_OVERWRITE_D_W)
+        for (size_t k = begin; k < end; k++) dg[k] = 0.0f;
+    if (j->overwrite & MT_OVERWRITE_D_BIAS)
+        for (size_t k = begin; k < end; k++) db[k] = 0.0f;
     for (size_t i = 0; i < j->n; i++) {
         const float *x = j->in + i * c, *dy = j->d_out + i * c;
         float m = j->saved_mean[i], rs = j->saved_rstd[i];
@@ -93,11 +100,13 @@ static void ln_backward_cols(void *ctx, size_t chunk, size_t begin, size_t end) 
 
 mt_status mt_cpu_op_layernorm_backward(const float *d_out, const float *in, const float *gamma,
                                        const float *mean, const float *rstd, size_t n,
-                                       int channels, float *d_in, float *d_gamma, float *d_beta) {
+                                       int channels, float *d_in, float *d_gamma, float *d_beta,
+                                       unsigned overwrite) {
     size_t c = channels > 0 ? (size_t)channels : 0;
     ln_job job = {.in = in, .d_out = d_out, .gamma = gamma, .d_in = d_in, .d_gamma = d_gamma,
-                  .d_beta = d_beta, .saved_mean = mean, .saved_rstd = rstd, .n = n, .c = c};
+                  .d_beta = d_beta, .saved_mean = mean, .saved_rstd = rstd, .n = n, .c = c,
+                  .overwrite = overwrite};
     MT_TRY(mt_cpu_parallel("layernorm_backward", n, mt_cpu_row_grain(c), ln_backward_rows, &job));
-    if (n == 0) return MT_OK;
+    if (n == 0 && !(overwrite & (MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS))) return MT_OK;
     return mt_cpu_parallel("layernorm_backward", c, MT_CPU_COL_GRAIN, ln_backward_cols, &job);
 }

@@ -10,7 +10,8 @@
  * Shard(dim) (each tp rank holds global_shape[dim] / tp rows of that dimension). The module holds
  * the tp-local part; its values are set after creation through mt_param_data (f32), before the
  * module is sharded. Data and gradients are valid only while the parameter's unit is unsharded
- * (inside its forward and backward); gradients are f32 and accumulate (+=).
+ * (inside its forward and backward); gradients are f32 and accumulate (+=), except that the first
+ * write of a gradient FSDP did not zero may overwrite it (mt_param_grad_write).
  *
  * Deferred initialisation (include/meshtrain/init.h): a parameter created with
  * mt_module_add_param_deferred has a shape and a placement but no storage, so a model larger
@@ -187,8 +188,18 @@ MT_API float *mt_param_f32(mt_param *param);
 /* The values as f32 into dst (mt_param_numel elements of the module's device memory; copy them
  * to the host with mt_device_copy), whatever the dtype. */
 MT_API mt_status mt_param_read_f32(mt_param *param, float *dst);
-/* The f32 gradient to accumulate into during the unit's backward; NULL outside it. */
+/* The f32 gradient to accumulate into during the unit's backward; NULL outside it (or, with the
+ * last error saying why, when zeroing it failed: see mt_param_grad_write). */
 MT_API float *mt_param_grad(mt_param *param);
+/* The same gradient for a backward whose first op on it can overwrite instead of adding (the ops'
+ * _into forms in ops.h). *overwrite says which: true when the buffer holds no gradient yet (FSDP
+ * does not zero its full gradient buffers; the contents are undefined, so the caller must write
+ * every element, in overwrite mode or by zeroing it first); false when it holds one to add to
+ * (accumulation over micro-batches, an unsharded model, a second write in this backward). Either
+ * way the gradient counts as written from here, and a later mt_param_grad or mt_param_grad_write
+ * adds. mt_param_grad zeroes an unwritten gradient itself, and FSDP zeroes those nobody
+ * fetched when the unit's backward ends, so modules that only add need not know any of this. */
+MT_API float *mt_param_grad_write(mt_param *param, bool *overwrite);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,8 @@
  * memory), which waits. core/ops.c checks the arguments once and dispatches on
  * the device kind (the vocabulary-parallel cross-entropy's steps, which tp.h's
  * mt_tp_vocab_cross_entropy runs, are internal: core/ops_internal.h). Shapes are row-major; every op
- * returns mt_status. Backward ops accumulate (+=) into gradient outputs. */
+ * returns mt_status. Backward ops accumulate (+=) into gradient outputs; the _into forms below
+ * can overwrite some of them instead (MT_OVERWRITE_*). */
 #ifndef MESHTRAIN_OPS_H
 #define MESHTRAIN_OPS_H
 
@@ -78,6 +79,35 @@ MT_API
 mt_status mt_op_linear_backward_ex(mt_device *dev, const float *d_out, const float *in,
                                    const void *w, mt_dtype w_dtype, float *d_in, float *d_w,
                                    float *d_bias, int batch, int in_features, int out_features);
+
+/* ---- backward ops that overwrite (gradient buffers nobody zeroed) ------------------------------ */
+
+/* The _into forms of backward ops take `overwrite`, a set of these flags: each flagged gradient
+ * output is overwritten instead of added into (its old contents are never read, so it may be
+ * uninitialised: a gradient FSDP did not zero, mt_param_grad_write in module.h); the others add
+ * as in the plain forms, which are the _into forms with overwrite 0. The values are those of
+ * adding into a zeroed buffer, bit for bit: each output starts from 0 (on the CPU inside the op,
+ * where the zeros cost no extra pass; elsewhere by zeroing the flagged outputs first). */
+#define MT_OVERWRITE_D_IN 1u   /* the input gradient (d_in) */
+#define MT_OVERWRITE_D_W 2u    /* the weight's gradient (d_w, d_gamma, d_wpe) */
+#define MT_OVERWRITE_D_BIAS 4u /* the bias's gradient (d_bias, d_beta) */
+
+/* mt_op_linear_backward_ex with overwrite (any of the three). */
+MT_API
+mt_status mt_op_linear_backward_into(mt_device *dev, const float *d_out, const float *in,
+                                     const void *w, mt_dtype w_dtype, float *d_in, float *d_w,
+                                     float *d_bias, int batch, int in_features, int out_features,
+                                     unsigned overwrite);
+/* mt_op_layernorm_backward with overwrite (any of the three). */
+MT_API mt_status mt_op_layernorm_backward_into(mt_device *dev, const float *d_out,
+                                               const float *in, const float *gamma,
+                                               const float *mean, const float *rstd, size_t n,
+                                               int channels, float *d_in, float *d_gamma,
+                                               float *d_beta, unsigned overwrite);
+/* mt_op_position_backward with overwrite (MT_OVERWRITE_D_W: d_wpe). */
+MT_API mt_status mt_op_position_backward_into(mt_device *dev, const float *d_out, int batch,
+                                              int seq, int channels, float *d_wpe,
+                                              unsigned overwrite);
 
 /* ---- reductions for gradient clipping ----------------------------------------------------------- */
 

@@ -57,7 +57,12 @@ MT_API void mt_tp_context_release(mt_tp_ctx *tp);
 /* Bytes of device scratch the context keeps now (0 without a kept scratch). */
 MT_API size_t mt_tp_context_scratch_bytes(const mt_tp_ctx *tp);
 
-/* The weight is w_dtype (MT_F32 or MT_BF16); everything else, the gradients included, is f32.
+/* Every backward below takes overwrite: 0, or MT_OVERWRITE_D_W and/or MT_OVERWRITE_D_BIAS
+ * (ops.h): d_w / d_b are then overwritten instead of accumulated into (a gradient buffer nobody
+ * zeroed, module.h's mt_param_grad_write), with the bits of accumulating into zeros. The input
+ * gradient always accumulates.
+ *
+ * The weight is w_dtype (MT_F32 or MT_BF16); everything else, the gradients included, is f32.
  * With MT_BF16 the matrix products take bf16 inputs and accumulate in f32, as
  * mt_op_linear_forward_ex / mt_op_linear_backward_ex do (the input and the output gradient are
  * rounded to bf16 for the products; d_w is the f32 gradient of the bf16 weight).
@@ -74,7 +79,8 @@ MT_API
 mt_status mt_tp_column_linear_backward(const mt_tp_ctx *tp, const float *d_out_local,
                                        const float *in, const void *w_local, mt_dtype w_dtype,
                                        float *d_in, float *d_w, float *d_b, int n,
-                                       int in_features, int out_features_local);
+                                       int in_features, int out_features_local,
+                                       unsigned overwrite);
 
 /* Row-parallel. in_local: n x in_features_local; w_local: out_features x in_features_local; b:
  * out_features (replicated, may be NULL); out: n x out_features = all-reduce over tp of
@@ -89,7 +95,7 @@ MT_API
 mt_status mt_tp_row_linear_backward(const mt_tp_ctx *tp, const float *d_out,
                                     const float *in_local, const void *w_local, mt_dtype w_dtype,
                                     float *d_in_local, float *d_w, float *d_b, int n,
-                                    int in_features_local, int out_features);
+                                    int in_features_local, int out_features, unsigned overwrite);
 
 /* ids: n token ids in [0, vocab); wte_local: (vocab / tp) x channels, rows [rank * vocab/tp, ...);
  * out: n x channels = the full lookup (all-reduced). Backward: d_wte_local += d_out rows of the
@@ -159,7 +165,7 @@ mt_status mt_tp_column_linear_backward_sp(const mt_tp_ctx *tp, const float *d_ou
                                           const float *in_shard, const void *w_local,
                                           mt_dtype w_dtype, float *d_in_shard, float *d_w,
                                           float *d_b, int n, int in_features,
-                                          int out_features_local);
+                                          int out_features_local, unsigned overwrite);
 
 /* Column-parallel with a sequence-parallel input kept gathered: forward all-gathers in_shard
  * into in_full (n x in_features, the caller's, to keep until backward), then computes out_local
@@ -178,7 +184,8 @@ mt_status mt_tp_column_linear_backward_sp_gathered(const mt_tp_ctx *tp,
                                                    const float *in_full, const void *w_local,
                                                    mt_dtype w_dtype, float *d_in_shard,
                                                    float *d_w, float *d_b, int n,
-                                                   int in_features, int out_features_local);
+                                                   int in_features, int out_features_local,
+                                                   unsigned overwrite);
 
 /* Row-parallel with a sequence-parallel output: out_shard (n / tp x out_features) = this rank's
  * rows of the sum over tp of in_local * w_local^T, + b (reduce-scatter). Backward gathers
@@ -193,7 +200,7 @@ mt_status mt_tp_row_linear_backward_sp(const mt_tp_ctx *tp, const float *d_out_s
                                        const float *in_local, const void *w_local,
                                        mt_dtype w_dtype, float *d_in_local, float *d_w,
                                        float *d_b, int n, int in_features_local,
-                                       int out_features);
+                                       int out_features, unsigned overwrite);
 
 /* The vocab-parallel lookup of all n ids, reduce-scattered: out_shard (n / tp x channels) is
  * this rank's rows of the full lookup. Its backward is mt_tp_vocab_embedding_backward on the

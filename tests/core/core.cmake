@@ -36,6 +36,7 @@ mt_add_unit_test(test_env_clock SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_env_clock
                  LABELS core)
 # The CPU GPT ops over the pool: the same bits on 1, 2, 3 and 7 threads (a child process each),
 # and the old single-threaded loops' bits (GELU: within 3e-6, its vectorised tanh).
+# bf16 products on oneDNN included, which must start no OpenMP threads.
 mt_add_unit_test(test_cpu_ops_threads SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_ops_threads.c
                  TIMEOUT 60 LABELS core gpt)
 # A one-block product issued before the rank's pool exists (a fresh process's first, OpenBLAS

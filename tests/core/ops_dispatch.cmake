@@ -5,3 +5,17 @@ mt_add_unit_test(test_ops_cast SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops_cast.c
 # The bf16 matrix products (core/cpu/ops_bf16.c) against the f32 ops on pre-rounded operands.
 mt_add_unit_test(test_ops_bf16 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops_bf16.c TIMEOUT 60
                  LABELS core)
+# And on each path of core/cpu/bf16_gemm_path.h whatever the CPU would choose (forced oneDNN
+# emulates bf16 on an AVX-512 CPU without bf16 instructions; below AVX-512 oneDNN 2.6 has no bf16
+# matmul and the program skips: 77).
+foreach(path f32 onednn)
+  add_test(NAME test_ops_bf16_${path} COMMAND test_ops_bf16)
+  math(EXPR t "60 * ${MT_TEST_TIMEOUT_FACTOR}")
+  set_tests_properties(test_ops_bf16_${path} PROPERTIES TIMEOUT ${t} LABELS "unit;core"
+                       ENVIRONMENT "MT_CPU_BF16_GEMM=${path}" SKIP_RETURN_CODE 77)
+endforeach()
+# A value that names no path fails the first bf16 product with a message that says which.
+add_test(NAME test_ops_bf16_bad_path COMMAND test_ops_bf16)
+set_tests_properties(test_ops_bf16_bad_path PROPERTIES TIMEOUT 60 LABELS "unit;core"
+                     ENVIRONMENT "MT_CPU_BF16_GEMM=sgemm"
+                     PASS_REGULAR_EXPRESSION "invalid argument: gemm_ex \\(bf16\\): MT_CPU_BF16_GEMM='sgemm': expected onednn, f32 or auto")

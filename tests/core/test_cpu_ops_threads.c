@@ -10,10 +10,13 @@
  * within 3e-5 relative of one single-threaded sgemm call (the blocks' tiles may round otherwise),
  * and the sum of squares must give the bits of its fixed chunked order. The cross-entropy's
  * vectorised row maximum must give the loop's bits on rows of NaNs, signed zeros and
- * infinities too. */
+ * infinities too. bf16 products (on oneDNN on CPUs with AVX-512, unless MT_CPU_BF16_GEMM says
+ * otherwise) stay within 3e-5 of sgemm on the widened values, and must leave the process with
+ * no more threads than before them. */
 #include "check.h"
 #include "numeric.h"
 
+#include "core/cpu/cpu_features.h"
 #include "core/cpu/gelu_kernels.h"
 #include "core/cpu/ops_cpu.h"
 #include "core/cpu/parallel.h"
@@ -24,6 +27,7 @@
 #include <meshtrain/ops.h>
 
 #include <cblas.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -50,7 +54,7 @@ typedef struct seg {
     float *data;
 } seg;
 
-enum { MAX_SEGS = 48 };
+enum { MAX_SEGS = 64 };
 typedef struct record {
     seg s[MAX_SEGS];
     int count;
@@ -215,6 +219,91 @@ static void ref_xent(const float *logits, const int *targets, float *mx, float *
 
 /* ---- one run: the ops (reference = false) or the old loops, on the same inputs -------------- */
 
+/* The process's threads (/proc/self/task). */
+static int task_count(void) {
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
+/* A bf16 copy of n values in [-scale, scale] and, in *wide, the same values as f32. */
+static uint16_t *bf16_operand(uint64_t *rng, size_t n, double scale, float **wide) {
+    float *f = test_lcg_floats(rng, n, scale);
+    uint16_t *h = malloc(n * sizeof *h);
+    CHECK(f && h);
+    mt_f32_to_bf16_array(f, h, n);
+    mt_bf16_to_f32_array(h, f, n);
+    *wide = f;
+    return h;
+}
+
+/* bf16 products (core/cpu/ops_bf16.c; on oneDNN on AVX-512 CPUs unless MT_CPU_BF16_GEMM says),
+ * every transpose: 400 x 300 (3 blocks of rows, the last ragged) and a wide 100 x 700 (2 blocks of
+ * columns), k 512, and a linear's forward and backward (2 blocks of columns; operands rounded
+ * over the pool), against single-threaded sgemm calls on the widened values: f32 sums of exact
+ * products in another order, within 3e-5 relative. oneDNN must start no threads of its own: the
+ * pool's threads call it with one each. */
+static void bf16_products(bool reference, mt_device *dev, record *rec, uint64_t *rng) {
+    static const char *names[8] = {"bf16_gemm_nn", "bf16_gemm_nt", "bf16_gemm_tn",
+                                   "bf16_gemm_tt", "bf16_gemm_wide_nn", "bf16_gemm_wide_nt",
+                                   "bf16_gemm_wide_tn", "bf16_gemm_wide_tt"};
+    static const int shapes[2][3] = {{400, 300, 512}, {100, 700, 512}};
+    /* B also holds the linear's 4C x C weight */
+    enum { MAXA = 400 * 512, MAXB = C4 * C, MAXC = 400 * 300 };
+    float *fa, *fb;
+    uint16_t *ha = bf16_operand(rng, MAXA, 1.0, &fa), *hb = bf16_operand(rng, MAXB, 1.0, &fb);
+    int tasks = reference ? 0 : task_count();
+    for (int t = 0; t < 8; t++) {
+        bool ta = t % 4 >= 2, tb = t % 2 == 1;
+        int m = shapes[t / 4][0], n = shapes[t / 4][1], k = shapes[t / 4][2];
+        float *c = test_lcg_floats(rng, MAXC, 1.0);
+        if (reference)
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                        tb ? CblasTrans : CblasNoTrans, m, n, k, 0.75f, fa, ta ? m : k, fb,
+                        tb ? k : n, 0.5f, c, n);
+        else CHECK_OK(mt_op_gemm_ex(dev, ta, tb, m, n, k, 0.75f, ha, hb, MT_BF16, 0.5f, c));
+        put(rec, names[t], c, (size_t)m * n, false);
+        rec->s[rec->count - 1].tol = 3e-5;
+        free(c);
+    }
+    /* The linear: R rows of C -> 4C, its input and output gradient f32 (rounded by the op). */
+    float *x = test_lcg_floats(rng, (size_t)R * C, 2.0), *g = test_lcg_floats(rng, EL, 1.0);
+    float *bias = test_lcg_floats(rng, C4, 0.5), *y = test_lcg_floats(rng, EL, 1.0);
+    float *dx = test_lcg_floats(rng, (size_t)R * C, 0.5), *dw = test_lcg_floats(rng, (size_t)C4 * C, 0.5);
+    float *db = test_lcg_floats(rng, C4, 0.5);
+    if (reference) {
+        float *xr = malloc((size_t)R * C * sizeof *xr), *gr = malloc((size_t)EL * sizeof *gr);
+        CHECK(xr && gr);
+        for (size_t i = 0; i < (size_t)R * C; i++) xr[i] = mt_bf16_to_f32(mt_f32_to_bf16(x[i]));
+        for (size_t i = 0; i < (size_t)EL; i++) gr[i] = mt_bf16_to_f32(mt_f32_to_bf16(g[i]));
+        for (size_t r = 0; r < R; r++) memcpy(y + r * C4, bias, C4 * sizeof(float));
+        /* the weight: the first 4C x C values of fb */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, C4, C, 1.0f, xr, C, fb, C, 1.0f,
+                    y, C4);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, C, C4, 1.0f, gr, C4, fb, C,
+                    1.0f, dx, C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C4, C, R, 1.0f, gr, C4, xr, C, 1.0f,
+                    dw, C);
+        for (size_t r = 0; r < R; r++)
+            for (size_t j = 0; j < C4; j++) db[j] += g[r * C4 + j];
+        free(xr), free(gr);
+    } else {
+        CHECK_OK(mt_op_linear_forward_ex(dev, x, hb, MT_BF16, bias, y, R, C, C4));
+        CHECK_OK(mt_op_linear_backward_ex(dev, g, x, hb, MT_BF16, dx, dw, db, R, C, C4));
+        int now = task_count();
+        CHECK_MSG(now == tasks, "bf16 products left %d threads, %d before", now, tasks);
+    }
+    put(rec, "bf16_linear_forward", y, EL, false);
+    put(rec, "bf16_linear_d_in", dx, (size_t)R * C, false);
+    put(rec, "bf16_linear_d_w", dw, (size_t)C4 * C, false);
+    put(rec, "bf16_linear_d_bias", db, C4, false);
+    for (int i = 4; i > 0; i--) rec->s[rec->count - i].tol = 3e-5;
+    free(x), free(g), free(bias), free(ha), free(hb), free(fa), free(fb);
+    free(y), free(dx), free(dw), free(db);
+}
+
 static void run_all(bool reference, record *rec) {
     uint64_t rng = 0xc0ffee11ULL;
     mt_device *dev = NULL;
@@ -368,6 +457,8 @@ static void run_all(bool reference, record *rec) {
         rec->s[rec->count - 1].tol = 3e-5;
     }
 
+    bf16_products(reference, dev, rec, &rng);
+
     /* sum of squares: its chunked order written plainly; the double's bits travel as 2 floats */
     double sq = 0.125;
     if (reference) {
@@ -421,6 +512,9 @@ static float *run_child(int threads, size_t n) {
         char v[16];
         snprintf(v, sizeof v, "%d", threads);
         setenv("MT_NUM_THREADS", v, 1);
+        /* The bf16 products on oneDNN unless the caller says, also where the CPU would not
+         * choose it, if oneDNN has bf16 there at all (AVX-512: emulated without AVX512-BF16). */
+        if (mt_cpu_has(MT_CPU_AVX512F)) setenv("MT_CPU_BF16_GEMM", "onednn", 0);
         record rec = {0};
         run_all(false, &rec);
         for (int i = 0; i < rec.count; i++) {
@@ -433,7 +527,7 @@ static float *run_child(int threads, size_t n) {
                 p += w, left -= (size_t)w;
             }
         }
-        _exit(0);
+        _exit(check_failed_ ? 4 : 0); /* a failed check in the child fails the test */
     }
     close(fds[1]);
     float *all = malloc(n * sizeof(float));

@@ -6,8 +6,15 @@
  *   - no full parameter or gradient buffer exists during that step: the params and grads peaks
  *     are the shards' bytes, comm stays 0;
  *   - a second backward without mt_zero_grad (the shard holds g, not zeros) goes through a
- *     separate buffer as before: the shard becomes g + g exactly, not the sum re-associated;
- *   - after mt_zero_grad the step adds in place again and gives g once more.
+ *     separate buffer as before: the shard becomes g + g exactly, not the sum re-associated.
+ *     That buffer is not zeroed (fsdp_schedule.c grad_buffer): a hook inside FSDP's fills every
+ *     gradient still unwritten with NaN before the GPT's backward, so g + g also says that the
+ *     GPT's first write of each gradient overwrote all of it (mt_param_grad_write);
+ *   - after mt_zero_grad the step adds in place again and gives g once more;
+ *   - the protocol for modules that do not overwrite: a module whose backward adds through
+ *     mt_param_grad into one parameter, leaves one alone and overwrites a third through
+ *     mt_param_grad_write, over a NaN-filled buffer, two micro-batches (sync off, then on):
+ *     1 + 1, exactly 0, and 5 + 5, and the overwrite flag true on the first backward only.
  */
 #include "check.h"
 #include "fsdp/fsdp_internal.h"
@@ -16,6 +23,7 @@
 
 #include <meshtrain/meshtrain.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,10 +82,101 @@ static void shard_grads(mt_module *root, float *out, size_t total) {
     free(v);
 }
 
+/* A pre-backward hook registered after FSDP's (so inside it): every gradient FSDP handed out
+ * unwritten is filled with NaN, what an uninitialised buffer may hold. */
+static const char poison_owner = 0;
+
+static mt_status poison_unwritten(mt_module *m, void *user) {
+    (void)user;
+    for (size_t i = 0; i < mt_module_param_count(m); i++) {
+        mt_param *p = mt_module_param(m, i);
+        if (!p->grad || !p->grad_unwritten) continue;
+        for (size_t k = 0; k < p->numel; k++) p->grad[k] = NAN;
+    }
+    return MT_OK;
+}
+
+static void add_poison(mt_module *m) {
+    static const mt_module_hooks h = {.pre_backward = poison_unwritten};
+    CHECK_OK(mt_module_add_hooks(m, &poison_owner, &h, NULL));
+}
+
 static size_t count_mismatch(const float *a, const float *b, size_t n) {
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += memcmp(&a[i], &b[i], sizeof *a) != 0;
     return bad;
+}
+
+/* The module of the protocol check: params a, b, c (4 elements each). */
+typedef struct proto_state {
+    mt_param *p[3];
+    bool overwrote[2];
+    int backwards;
+} proto_state;
+
+static mt_status proto_forward(mt_module *m, void *ctx) {
+    (void)m;
+    (void)ctx;
+    return MT_OK;
+}
+
+static mt_status proto_backward(mt_module *m, void *ctx) {
+    (void)ctx;
+    proto_state *s = mt_module_user(m);
+    float *a = mt_param_grad(s->p[0]); /* adds: handed out zeroed */
+    bool ow = false;
+    float *c = mt_param_grad_write(s->p[2], &ow);
+    if (!a || !c) return mt_error_set(MT_ERR_INTERNAL, "proto: no gradient");
+    for (int k = 0; k < 4; k++) {
+        a[k] += 1.0f;
+        c[k] = ow ? 5.0f : c[k] + 5.0f;
+    }
+    if (s->backwards < 2) s->overwrote[s->backwards] = ow;
+    s->backwards++;
+    return MT_OK;
+}
+
+static void check_protocol(mt_mesh *mesh) {
+    static const mt_module_ops ops = {.forward = proto_forward, .backward = proto_backward};
+    proto_state s = {0};
+    mt_module *m = NULL;
+    CHECK_OK(mt_module_create(mesh, "proto", &ops, &s, &m));
+    if (!m) return;
+    const char *names[3] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++)
+        CHECK_OK(mt_module_add_param(m, names[i], 1, (int64_t[]){4},
+                                     (mt_tp_placement){MT_TP_REPLICATE, 0}, &s.p[i]));
+    mt_fsdp_options fo = mt_fsdp_defaults(mesh, "dp");
+    CHECK_OK(mt_fsdp_shard(m, &fo));
+    add_poison(m);
+    CHECK_OK(mt_fsdp_set_requires_gradient_sync(m, false));
+    CHECK_OK(mt_module_forward(m, NULL));
+    CHECK_OK(mt_module_backward(m, NULL));
+    CHECK_OK(mt_fsdp_set_requires_gradient_sync(m, true));
+    CHECK_OK(mt_module_forward(m, NULL));
+    CHECK_OK(mt_module_backward(m, NULL));
+    mt_fsdp_shard_view *v = NULL;
+    size_t n = 0;
+    CHECK_OK(mt_fsdp_collect_shards(m, &v, &n));
+    if (n == 1 && v[0].n == 12) {
+        const float *g = v[0].grad;
+        int bad = 0;
+        for (int k = 0; k < 4; k++) {
+            bad += g[k] != 2.0f;
+            bad += memcmp(&g[4 + k], &(float){0.0f}, sizeof(float)) != 0;
+            bad += g[8 + k] != 10.0f;
+        }
+        CHECK_MSG(bad == 0, "protocol: gradients a %g, b %g, c %g (want 2, 0, 10)", g[0], g[4],
+                  g[8]);
+    } else {
+        CHECK_MSG(false, "protocol: %zu units, %zu elements (want 1 unit of 12)", n,
+                  n ? v[0].n : 0);
+    }
+    free(v);
+    CHECK_MSG(s.backwards == 2 && s.overwrote[0] && !s.overwrote[1], "protocol: %d backwards, "
+              "overwrite flags %d %d (want 2 backwards, 1 then 0)", s.backwards, s.overwrote[0],
+              s.overwrote[1]);
+    mt_module_destroy(m);
 }
 
 int main(void) {
@@ -95,6 +194,8 @@ int main(void) {
     mt_fsdp_options fo = mt_fsdp_defaults(mesh, "dp");
     for (int l = 0; g && l < LAYERS; l++) CHECK_OK(mt_fsdp_shard(mt_gpt_block(g, l), &fo));
     if (g) CHECK_OK(mt_fsdp_shard(mt_gpt_root(g), &fo));
+    for (int l = 0; g && l < LAYERS; l++) add_poison(mt_gpt_block(g, l));
+    if (g) add_poison(mt_gpt_root(g));
     mt_module *root = mt_gpt_root(g);
     mt_fsdp_shard_view *v = NULL;
     size_t n_units = 0, total = 0;
@@ -148,6 +249,7 @@ int main(void) {
     free(got);
     free(twice);
     mt_gpt_destroy(g);
+    check_protocol(mesh);
     mt_mesh_destroy(mesh);
     mt_finalize(rt);
     return check_report("test_fsdp_one_rank");

@@ -99,9 +99,9 @@ static void test_column(const mt_tp_ctx *tp, int rows) {
     free(held_copy);
     float *d_w_sp = zeros_dev(OUT_LOCAL * IN), *d_b_sp = zeros_dev(OUT_LOCAL);
     CHECK_OK(mt_tp_column_linear_backward(tp, d_out, in, w, MT_F32, d_in, d_w, d_b, N, IN,
-                                          OUT_LOCAL));
+                                          OUT_LOCAL, 0));
     CHECK_OK(mt_tp_column_linear_backward_sp(tp, d_out, in_shard, w, MT_F32, d_in_sp, d_w_sp,
-                                             d_b_sp, N, IN, OUT_LOCAL));
+                                             d_b_sp, N, IN, OUT_LOCAL, 0));
     float *want_in = down(d_in, N * IN), *held_h = down(held, R * IN);
     for (size_t i = 0; i < R * IN; i++) held_h[i] += want_in[off * IN + i];
     expect_close("column backward d_in (this rank's rows, accumulated)", d_in_sp, held_h,
@@ -111,7 +111,7 @@ static void test_column(const mt_tp_ctx *tp, int rows) {
     expect_close("column backward d_b", d_b_sp, want_b, OUT_LOCAL);
     /* Without d_in: the weight gradient alone, accumulated once more. */
     CHECK_OK(mt_tp_column_linear_backward_sp(tp, d_out, in_shard, w, MT_F32, NULL, d_w_sp, NULL,
-                                             N, IN, OUT_LOCAL));
+                                             N, IN, OUT_LOCAL, 0));
     for (size_t i = 0; i < OUT_LOCAL * IN; i++) want_w[i] *= 2.0f;
     expect_close("column backward d_w without d_in", d_w_sp, want_w, OUT_LOCAL * IN);
     if (tp->size > 1) /* rows that do not split evenly */
@@ -145,7 +145,7 @@ static void test_column_gathered(const mt_tp_ctx *tp, int rows) {
     /* The replicated references first, so that the counters see the kept-gathered pair alone. */
     CHECK_OK(mt_tp_column_linear_forward(tp, in, w, MT_F32, b, out, N, IN, OUT_LOCAL));
     CHECK_OK(mt_tp_column_linear_backward(tp, d_out, in, w, MT_F32, d_in, d_w, d_b, N, IN,
-                                          OUT_LOCAL));
+                                          OUT_LOCAL, 0));
     mt_group_counters_reset(tp->group);
     CHECK_OK(mt_tp_column_linear_forward_sp_gathered(tp, in_shard, in_full, w, MT_F32, b, out_sp,
                                                      N, IN, OUT_LOCAL));
@@ -154,7 +154,7 @@ static void test_column_gathered(const mt_tp_ctx *tp, int rows) {
     expect_close("kept-gathered column forward", out_sp, want, N * OUT_LOCAL);
     free(want);
     CHECK_OK(mt_tp_column_linear_backward_sp_gathered(tp, d_out, in_full, w, MT_F32, d_in_sp,
-                                                      d_w_sp, d_b_sp, N, IN, OUT_LOCAL));
+                                                      d_w_sp, d_b_sp, N, IN, OUT_LOCAL, 0));
     mt_comm_counters c;
     mt_group_counters(tp->group, &c);
     uint64_t bytes = tp->size > 1 ? (uint64_t)N * IN * sizeof(float) : 0;
@@ -177,7 +177,7 @@ static void test_column_gathered(const mt_tp_ctx *tp, int rows) {
     expect_close("kept-gathered column backward d_w", d_w_sp, want_w, OUT_LOCAL * IN);
     expect_close("kept-gathered column backward d_b", d_b_sp, want_b, OUT_LOCAL);
     expect_error(mt_tp_column_linear_backward_sp_gathered(tp, d_out, NULL, w, MT_F32, d_in_sp,
-                                                          d_w_sp, d_b_sp, N, IN, OUT_LOCAL),
+                                                          d_w_sp, d_b_sp, N, IN, OUT_LOCAL, 0),
                  "in_full (the input gathered in forward) must not be NULL");
     expect_error(mt_tp_column_linear_forward_sp_gathered(tp, in_shard, NULL, w, MT_F32, b, out_sp,
                                                          N, IN, OUT_LOCAL),
@@ -206,9 +206,9 @@ static void test_row(const mt_tp_ctx *tp, int rows) {
     float *d_out_shard = up(d_out_h + off * OUT, R * OUT);
     float *d_in = zeros_dev(N * IN), *d_w = zeros_dev(OUT * IN), *d_b = zeros_dev(OUT);
     float *d_in_sp = zeros_dev(N * IN), *d_w_sp = zeros_dev(OUT * IN), *d_b_sp = zeros_dev(OUT);
-    CHECK_OK(mt_tp_row_linear_backward(tp, d_out, in, w, MT_F32, d_in, d_w, d_b, N, IN, OUT));
+    CHECK_OK(mt_tp_row_linear_backward(tp, d_out, in, w, MT_F32, d_in, d_w, d_b, N, IN, OUT, 0));
     CHECK_OK(mt_tp_row_linear_backward_sp(tp, d_out_shard, in, w, MT_F32, d_in_sp, d_w_sp,
-                                          d_b_sp, N, IN, OUT));
+                                          d_b_sp, N, IN, OUT, 0));
     float *w_in = down(d_in, N * IN), *w_w = down(d_w, OUT * IN), *w_b = down(d_b, OUT);
     expect_close("row backward d_in", d_in_sp, w_in, N * IN);
     expect_close("row backward d_w", d_w_sp, w_w, OUT * IN);
@@ -261,7 +261,7 @@ static void test_counters(const mt_tp_ctx *tp, int rows) {
     mt_group_counters_reset(tp->group);
     CHECK_OK(mt_tp_column_linear_forward_sp(tp, in, w, MT_F32, NULL, out, N, IN, OUT_LOCAL));
     CHECK_OK(mt_tp_column_linear_backward_sp(tp, out, in, w, MT_F32, d_in, d_w, NULL, N, IN,
-                                             OUT_LOCAL));
+                                             OUT_LOCAL, 0));
     mt_comm_counters c;
     mt_group_counters(tp->group, &c);
     uint64_t bytes = tp->size > 1 ? (uint64_t)N * IN * sizeof(float) : 0;

@@ -1,0 +1,26 @@
+/* Internal: bf16 x bf16 -> f32 matrix products on oneDNN (core/cpu/gemm_dnnl.c), chosen for the
+ * CPU device's bf16 products by core/cpu/bf16_gemm_path.c. */
+#ifndef MT_CORE_CPU_GEMM_DNNL_H
+#define MT_CORE_CPU_GEMM_DNNL_H
+
+#include <meshtrain/status.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* C (m x n, f32, row-major) = alpha op(A) op(B) + beta C, A and B bf16 row-major (m x k, k x n,
+ * or transposed), products accumulated in f32: cuBLAS GemmEx's CUBLAS_COMPUTE_32F up to the
+ * summation order. m, n, k > 0. Blocks of C run on the rank's pool, cut by shape alone: the same
+ * bits on any thread count. op names the caller in errors. */
+mt_status mt_cpu_dnnl_gemm_bf16(const char *op, bool trans_a, bool trans_b, int m, int n, int k,
+                                float alpha, const uint16_t *a, const uint16_t *b, float beta,
+                                float *c);
+
+/* How many primitives the process keeps (tests: a product run again makes none). */
+size_t mt_cpu_dnnl_primitives(void);
+
+/* The instruction set oneDNN's kernels use on this CPU (e.g. "avx512_core_bf16"), for messages. */
+const char *mt_cpu_dnnl_isa_name(void);
+
+#endif

@@ -1,0 +1,167 @@
+/* The backward ops' overwrite forms (ops.h, MT_OVERWRITE_*): mt_op_linear_backward_into (f32
+ * and bf16 weights, a product small enough for one sgemm call and one the CPU device splits into
+ * blocks), mt_op_layernorm_backward_into and mt_op_position_backward_into, for every combination
+ * of flags: each flagged output, prefilled with NaN, must come out with the bits of the plain op
+ * adding into zeros; each unflagged one, prefilled with random values, with the bits of the plain
+ * op adding into the same values. One column of the output gradient is -0 throughout, so that
+ * the sums it enters are zeros whose sign the claim covers (0 + -0 is +0). Flags an op has no
+ * output for are refused. */
+#include "check.h"
+#include "numeric.h"
+
+#include <meshtrain/device.h>
+#include <meshtrain/dtype.h>
+#include <meshtrain/ops.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x0e77e17eULL;
+
+static float *rnd_vec(size_t n) { return test_lcg_floats(&rng_state, n, 1.0); }
+
+static float *nan_vec(size_t n) {
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; v && i < n; i++) v[i] = NAN;
+    return v;
+}
+
+static float *copy_vec(const float *src, size_t n) {
+    float *v = malloc(n * sizeof *v);
+    if (v) memcpy(v, src, n * sizeof *v);
+    return v;
+}
+
+/* Column col of rows x cols set to -0. */
+static void negative_zero_column(float *m, size_t rows, size_t cols, size_t col) {
+    for (size_t r = 0; r < rows; r++) m[r * cols + col] = -0.0f;
+}
+
+/* One output of an op under test: its size, its reference (the plain op's result from `base`),
+ * what the overwrite form got, and whether it was flagged. */
+typedef struct out_buf {
+    size_t n;
+    float *base, *want, *got;
+} out_buf;
+
+/* Prepares o for a run: base random, want = base (the plain op adds into it, or zeros when
+ * flagged), got = NaN when flagged, else base. */
+static void out_prepare(out_buf *o, size_t n, bool flagged) {
+    o->n = n;
+    o->base = rnd_vec(n);
+    o->want = flagged ? calloc(n, sizeof(float)) : copy_vec(o->base, n);
+    o->got = flagged ? nan_vec(n) : copy_vec(o->base, n);
+}
+
+static void out_check(const char *what, const out_buf *o, unsigned flags) {
+    size_t bad = 0;
+    for (size_t i = 0; o->got && o->want && i < o->n; i++)
+        bad += memcmp(&o->got[i], &o->want[i], sizeof(float)) != 0;
+    CHECK_MSG(o->got && o->want && bad == 0, "%s (flags 0x%x): %zu of %zu elements differ from "
+              "the plain op's", what, flags, bad, o->n);
+}
+
+static void out_free(out_buf *o) {
+    free(o->base);
+    free(o->want);
+    free(o->got);
+}
+
+/* Linear backward, batch x in -> out, weight f32 or bf16, every flag combination. */
+static void test_linear(mt_device *dev, int batch, int in, int out, mt_dtype wt) {
+    size_t nb = (size_t)batch, ni = (size_t)in, no = (size_t)out;
+    float *d_out = rnd_vec(nb * no), *x = rnd_vec(nb * ni), *w32 = rnd_vec(no * ni);
+    negative_zero_column(d_out, nb, no, no / 2);
+    mt_bf16 *w16 = malloc(no * ni * sizeof *w16);
+    if (w16) mt_f32_to_bf16_array(w32, w16, no * ni);
+    const void *w = wt == MT_BF16 ? (const void *)w16 : (const void *)w32;
+    for (unsigned flags = 0; flags < 8; flags++) {
+        out_buf din, dw, db;
+        out_prepare(&din, nb * ni, flags & MT_OVERWRITE_D_IN);
+        out_prepare(&dw, no * ni, flags & MT_OVERWRITE_D_W);
+        out_prepare(&db, no, flags & MT_OVERWRITE_D_BIAS);
+        CHECK_OK(mt_op_linear_backward_ex(dev, d_out, x, w, wt, din.want, dw.want, db.want, batch,
+                                          in, out));
+        CHECK_OK(mt_op_linear_backward_into(dev, d_out, x, w, wt, din.got, dw.got, db.got, batch,
+                                            in, out, flags));
+        char what[96];
+        snprintf(what, sizeof what, "linear %dx%d->%d %s", batch, in, out, mt_dtype_name(wt));
+        out_check(what, &din, flags);
+        out_check(what, &dw, flags);
+        out_check(what, &db, flags);
+        out_free(&din);
+        out_free(&dw);
+        out_free(&db);
+    }
+    free(d_out);
+    free(x);
+    free(w32);
+    free(w16);
+}
+
+static void test_layernorm(mt_device *dev) {
+    enum { N = 37, C = 48 };
+    float *x = rnd_vec(N * C), *gamma = rnd_vec(C), *beta = rnd_vec(C), *d_out = rnd_vec(N * C);
+    negative_zero_column(d_out, N, C, 5);
+    float *y = malloc(N * C * sizeof *y), *mean = malloc(N * sizeof *mean),
+          *rstd = malloc(N * sizeof *rstd);
+    CHECK_OK(mt_op_layernorm_forward(dev, x, gamma, beta, N, C, y, mean, rstd));
+    for (unsigned flags = 0; flags < 8; flags++) {
+        out_buf din, dg, db;
+        out_prepare(&din, N * C, flags & MT_OVERWRITE_D_IN);
+        out_prepare(&dg, C, flags & MT_OVERWRITE_D_W);
+        out_prepare(&db, C, flags & MT_OVERWRITE_D_BIAS);
+        CHECK_OK(mt_op_layernorm_backward(dev, d_out, x, gamma, mean, rstd, N, C, din.want,
+                                          dg.want, db.want));
+        CHECK_OK(mt_op_layernorm_backward_into(dev, d_out, x, gamma, mean, rstd, N, C, din.got,
+                                               dg.got, db.got, flags));
+        out_check("layernorm d_in", &din, flags);
+        out_check("layernorm d_gamma", &dg, flags);
+        out_check("layernorm d_beta", &db, flags);
+        out_free(&din);
+        out_free(&dg);
+        out_free(&db);
+    }
+    free(x);
+    free(gamma);
+    free(beta);
+    free(d_out);
+    free(y);
+    free(mean);
+    free(rstd);
+}
+
+static void test_position(mt_device *dev) {
+    enum { B = 3, T = 7, C = 20 };
+    float *d_out = rnd_vec(B * T * C);
+    negative_zero_column(d_out, B * T, C, 3);
+    for (unsigned flags = 0; flags <= MT_OVERWRITE_D_W; flags += MT_OVERWRITE_D_W) {
+        out_buf dw;
+        out_prepare(&dw, T * C, flags != 0);
+        CHECK_OK(mt_op_position_backward(dev, d_out, B, T, C, dw.want));
+        CHECK_OK(mt_op_position_backward_into(dev, d_out, B, T, C, dw.got, flags));
+        out_check("position d_wpe", &dw, flags);
+        out_free(&dw);
+    }
+    float wpe[T * C];
+    mt_status st = mt_op_position_backward_into(dev, d_out, B, T, C, wpe, MT_OVERWRITE_D_BIAS);
+    CHECK_MSG(st == MT_ERR_INVALID_ARG, "position backward took MT_OVERWRITE_D_BIAS (status %d)",
+              (int)st);
+    free(d_out);
+}
+
+int main(void) {
+    mt_device *dev = NULL;
+    CHECK_OK(mt_device_open_cpu(0, &dev));
+    if (!dev) return check_report("test_ops_overwrite");
+    test_linear(dev, 9, 13, 11, MT_F32);
+    test_linear(dev, 256, 256, 192, MT_F32); /* the products split into blocks on the pool */
+    test_linear(dev, 9, 13, 11, MT_BF16);
+    test_layernorm(dev);
+    test_position(dev);
+    mt_device_close(dev);
+    return check_report("test_ops_overwrite");
+}
