@@ -332,7 +332,10 @@ bool mt_fsdp_grads_alias(const mt_fsdp_unit *u) {
  * zeroed: each parameter's slice is marked unwritten, so that its first writer overwrites it
  * (mt_param_grad_write) or mt_param_grad zeroes it, and the slices nobody wrote are zeroed when
  * the backward ends (zero_unwritten). Only the padding after the parameters is zeroed here: it
- * is reduced with the rest and must stay 0 in the shards. */
+ * is reduced with the rest and must stay 0 in the shards. On a GPU the buffer is zeroed whole
+ * and counts as written: there a first writer's zeroing would be a memset per gradient, each
+ * waited for on the host (mt_device_memset with no stream), where one memset per unit is one
+ * launch. */
 static mt_status grad_buffer(mt_fsdp_unit *u) {
     if (mt_fsdp_grads_alias(u)) {
         u->full_grad = u->grad_shard;
@@ -343,10 +346,14 @@ static mt_status grad_buffer(mt_fsdp_unit *u) {
     char desc[256];
     mt_status st = mt_device_alloc(u->dev, u->padded * sizeof(float), MT_MEM_GRADS,
                                    (void **)&u->full_grad);
-    if (st == MT_OK && u->padded > u->total)
-        st = mt_device_memset(u->dev, u->full_grad + u->total, 0,
-                              (u->padded - u->total) * sizeof(float), NULL);
-    for (size_t i = 0; st == MT_OK && i < u->n_params; i++) u->params[i]->grad_unwritten = true;
+    bool whole = mt_device_get_kind(u->dev) != MT_DEVICE_CPU;
+    if (st == MT_OK && (whole || u->padded > u->total)) {
+        size_t from = whole ? 0 : u->total;
+        st = mt_device_memset(u->dev, u->full_grad + from, 0, (u->padded - from) * sizeof(float),
+                              NULL);
+    }
+    for (size_t i = 0; st == MT_OK && !whole && i < u->n_params; i++)
+        u->params[i]->grad_unwritten = true;
     if (st != MT_OK) {
         mt_device_free(u->dev, u->full_grad);
         u->full_grad = NULL;

@@ -397,6 +397,11 @@ float *mt_param_grad(mt_param *param) { return mt_param_grad_write(param, NULL);
 
 float *mt_param_grad_write(mt_param *param, bool *overwrite) {
     float *grad = NULL;
-    if (param) mt_param_grad_get(param, overwrite, &grad); /* NULL with the error when failed */
+    if (overwrite) *overwrite = false;
+    if (!param) {
+        mt_error(MT_ERR_INVALID_ARG, "mt_param_grad: param is NULL");
+        return NULL;
+    }
+    mt_param_grad_get(param, overwrite, &grad); /* NULL with the error when failed */
     return grad;
 }

@@ -31,10 +31,12 @@ static void choose(void) {
         g_path = MT_BF16_GEMM_F32;
         why = "MT_CPU_BF16_GEMM=f32";
     } else if (!want || !*want || strcmp(want, "auto") == 0) {
-        g_path = amx || avx512bf16 ? MT_BF16_GEMM_ONEDNN : MT_BF16_GEMM_F32;
-        why = amx          ? "CPU has AMX-BF16"
-              : avx512bf16 ? "CPU has AVX512-BF16"
-                           : "CPU has neither AVX512-BF16 nor AMX-BF16";
+        bool native = mt_cpu_dnnl_native_bf16();
+        g_path = (amx || avx512bf16) && native ? MT_BF16_GEMM_ONEDNN : MT_BF16_GEMM_F32;
+        why = !(amx || avx512bf16) ? "CPU has neither AVX512-BF16 nor AMX-BF16"
+              : !native            ? "oneDNN is capped below its bf16 kernels (ONEDNN_MAX_CPU_ISA)"
+              : amx                ? "CPU has AMX-BF16"
+                                   : "CPU has AVX512-BF16";
     } else {
         snprintf(g_bad, sizeof g_bad, "%s", want);
         return;

@@ -26,6 +26,12 @@
 
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
+#include <oneapi/dnnl/dnnl_version.h>
+
+#if DNNL_VERSION_MAJOR != 2
+#error "core/cpu/gemm_dnnl.c uses oneDNN 2.x's C API (matmul descriptors, output scales), which \
+oneDNN 3 removed: build against oneDNN 2 (Debian 12's libdnnl-dev 2.6)"
+#endif
 
 #if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP
 #include <omp.h>
@@ -331,6 +337,11 @@ size_t mt_cpu_dnnl_primitives(void) {
     size_t n = g_count;
     pthread_mutex_unlock(&g_lock);
     return n;
+}
+
+bool mt_cpu_dnnl_native_bf16(void) {
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
 }
 
 const char *mt_cpu_dnnl_isa_name(void) {

@@ -20,6 +20,11 @@ mt_status mt_cpu_dnnl_gemm_bf16(const char *op, bool trans_a, bool trans_b, int 
 /* How many primitives the process keeps (tests: a product run again makes none). */
 size_t mt_cpu_dnnl_primitives(void);
 
+/* Whether oneDNN's kernels may use bf16 instructions here (AVX512-BF16 or AMX): false on a CPU
+ * without them and when ONEDNN_MAX_CPU_ISA caps oneDNN below them (it would emulate bf16, slower
+ * than widening, or have no bf16 matmul at all). */
+bool mt_cpu_dnnl_native_bf16(void);
+
 /* The instruction set oneDNN's kernels use on this CPU (e.g. "avx512_core_bf16"), for messages. */
 const char *mt_cpu_dnnl_isa_name(void);
 

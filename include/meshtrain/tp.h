@@ -57,7 +57,7 @@ MT_API void mt_tp_context_release(mt_tp_ctx *tp);
 /* Bytes of device scratch the context keeps now (0 without a kept scratch). */
 MT_API size_t mt_tp_context_scratch_bytes(const mt_tp_ctx *tp);
 
-/* Every backward below takes overwrite: 0, or MT_OVERWRITE_D_W and/or MT_OVERWRITE_D_BIAS
+/* Every linear backward below takes overwrite: 0, or MT_OVERWRITE_D_W and/or MT_OVERWRITE_D_BIAS
  * (ops.h): d_w / d_b are then overwritten instead of accumulated into (a gradient buffer nobody
  * zeroed, module.h's mt_param_grad_write), with the bits of accumulating into zeros. The input
  * gradient always accumulates.

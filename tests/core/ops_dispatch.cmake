@@ -19,3 +19,9 @@ add_test(NAME test_ops_bf16_bad_path COMMAND test_ops_bf16)
 set_tests_properties(test_ops_bf16_bad_path PROPERTIES TIMEOUT 60 LABELS "unit;core"
                      ENVIRONMENT "MT_CPU_BF16_GEMM=sgemm"
                      PASS_REGULAR_EXPRESSION "invalid argument: gemm_ex \\(bf16\\): MT_CPU_BF16_GEMM='sgemm': expected onednn, f32 or auto")
+# The automatic choice when oneDNN is capped below its bf16 kernels (as on a CPU without bf16
+# instructions): the widening path, never oneDNN's emulation (slower than widening).
+add_test(NAME test_ops_bf16_capped COMMAND test_ops_bf16)
+set_tests_properties(test_ops_bf16_capped PROPERTIES TIMEOUT 60 LABELS "unit;core"
+                     ENVIRONMENT "MT_CPU_BF16_GEMM=auto;ONEDNN_MAX_CPU_ISA=AVX512_CORE"
+                     FAIL_REGULAR_EXPRESSION "bf16 products: oneDNN")
