@@ -16,11 +16,13 @@
 #include "fsdp/fsdp_offload.h"
 
 #include "core/clock.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
 #include <meshtrain/ops.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -336,6 +338,17 @@ bool mt_fsdp_grads_alias(const mt_fsdp_unit *u) {
  * and counts as written: there a first writer's zeroing would be a memset per gradient, each
  * waited for on the host (mt_device_memset with no stream), where one memset per unit is one
  * launch. */
+/* MT_DEBUG_POISON_GRADS=1: the unwritten gradients start as NaN instead of whatever the allocation
+ * held (often zeros, from fresh pages), so that an op that should overwrite a gradient but leaves
+ * an element unwritten, or adds into it, turns the result into NaN where a run would otherwise
+ * pass by luck. For tests (tests/tp/tp.cmake runs the dp x tp comparisons with it); CPU only. */
+static bool poison_unwritten(void) {
+    long long on = 0;
+    if (mt_env_int("MT_DEBUG_POISON_GRADS", 0, 1, 0, "(NaN in unwritten gradients)", &on) != MT_OK)
+        on = 0;
+    return on == 1;
+}
+
 static mt_status grad_buffer(mt_fsdp_unit *u) {
     if (mt_fsdp_grads_alias(u)) {
         u->full_grad = u->grad_shard;
@@ -354,6 +367,8 @@ static mt_status grad_buffer(mt_fsdp_unit *u) {
     }
     for (size_t i = 0; st == MT_OK && !whole && i < u->n_params; i++)
         u->params[i]->grad_unwritten = true;
+    if (st == MT_OK && !whole && poison_unwritten())
+        for (size_t i = 0; i < u->total; i++) u->full_grad[i] = NAN;
     if (st != MT_OK) {
         mt_device_free(u->dev, u->full_grad);
         u->full_grad = NULL;

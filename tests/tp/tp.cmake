@@ -11,7 +11,10 @@ set(MT_TP_REF_DIR ${CMAKE_CURRENT_BINARY_DIR})
 # name, world size, tp, vocab (255: padded to a multiple of tp, the last rank's slice short),
 # extra option of the compared run (bf16 parameters against the f32 reference; the mesh's tp
 # dimension named "model" instead of "tp"; sequence parallelism, re-gathering or keeping the
-# column-parallel inputs gathered, against the reference without).
+# column-parallel inputs gathered, against the reference without). MT_DEBUG_POISON_GRADS: at dp 2
+# FSDP's full gradient buffers start as NaN, so a gradient element the model's overwriting ops
+# miss (a tp split, the padded vocabulary's rows, the sequence-parallel LayerNorm copies) fails
+# the comparison instead of reading fresh pages' zeros.
 foreach(spec "tp2;2;2;256;" "tp4;4;4;256;" "dp2_tp2;4;2;256;" "tp2_padded_vocab;2;2;255;"
         "dp2_tp2_bf16;4;2;256;--bf16" "tp2_named_dim;2;2;256;--tp-dim model"
         "tp2_sp;2;2;256;--sequence-parallel" "tp4_sp;4;4;256;--sequence-parallel"
@@ -20,14 +23,17 @@ foreach(spec "tp2;2;2;256;" "tp4;4;4;256;" "dp2_tp2;4;2;256;" "tp2_padded_vocab;
         "tp2_spk;2;2;256;--sequence-parallel=keep-gathered"
         "tp4_spk;4;4;256;--sequence-parallel=keep-gathered"
         "dp2_tp2_spk_bf16;4;2;256;--sequence-parallel=keep-gathered --bf16"
-        "tp2_spk_padded_vocab;2;2;255;--sequence-parallel=keep-gathered")
+        "tp2_spk_padded_vocab;2;2;255;--sequence-parallel=keep-gathered"
+        "dp2_tp2_sp_padded_vocab;4;2;255;--sequence-parallel"
+        "dp2_tp2_spk_padded_vocab;4;2;255;--sequence-parallel=keep-gathered")
   list(GET spec 0 name)
   list(GET spec 1 np)
   list(GET spec 2 tp)
   list(GET spec 3 vocab)
   list(GET spec 4 extra)
   set(ref ${MT_TP_REF_DIR}/tp_ref_${name}.bin)
-  mt_add_mp_test(tp_equiv_${name} TIMEOUT 180 LABELS tp ENV MT_TIMEOUT_S=60 MT_DEVICE=cpu
+  mt_add_mp_test(tp_equiv_${name} TIMEOUT 180 LABELS tp
+    ENV MT_TIMEOUT_S=60 MT_DEVICE=cpu MT_DEBUG_POISON_GRADS=1
     COMMAND sh -c "${MT_TP_MTRUN} --standalone --nproc_per_node 1 ${MT_TP_PROG} --vocab ${vocab} \
 --out ${ref} && ${MT_TP_MTRUN} --standalone --nproc_per_node ${np} ${MT_TP_PROG} --tp ${tp} \
 --vocab ${vocab} ${extra} --ref ${ref}")
