@@ -23,6 +23,7 @@
 #include <meshtrain/ops.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -342,11 +343,20 @@ bool mt_fsdp_grads_alias(const mt_fsdp_unit *u) {
  * held (often zeros, from fresh pages), so that an op that should overwrite a gradient but leaves
  * an element unwritten, or adds into it, turns the result into NaN where a run would otherwise
  * pass by luck. For tests (tests/tp/tp.cmake runs the dp x tp comparisons with it); CPU only. */
-static bool poison_unwritten(void) {
+static bool g_poison;
+static pthread_once_t g_poison_once = PTHREAD_ONCE_INIT;
+
+/* Read once per process; a value other than 0 or 1 is said once and ignored. */
+static void poison_read(void) {
     long long on = 0;
-    if (mt_env_int("MT_DEBUG_POISON_GRADS", 0, 1, 0, "(NaN in unwritten gradients)", &on) != MT_OK)
-        on = 0;
-    return on == 1;
+    if (mt_env_int("MT_DEBUG_POISON_GRADS", 0, 1, 0, "NaN in unwritten gradients", &on) != MT_OK)
+        mt_log(MT_LOG_WARN, "%s; not poisoning", mt_last_error());
+    g_poison = on == 1;
+}
+
+static bool poison_unwritten(void) {
+    pthread_once(&g_poison_once, poison_read);
+    return g_poison;
 }
 
 static mt_status grad_buffer(mt_fsdp_unit *u) {

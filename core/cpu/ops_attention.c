@@ -19,7 +19,6 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +29,7 @@ typedef struct attn_job {
     size_t t_n, nh, hd, width;
     float scale;
     mt_exp_shift_fn exp_shift;
-    atomic_bool out_of_memory; /* a backward pair could not get its T x T scratch */
+    float *scratch; /* backward: one T x T block per chunk of pairs (attn_backward_chunks) */
 } attn_job;
 
 /* The forward as two products per pair, on OpenBLAS at 1 thread inside the pool's worker:
@@ -104,14 +103,9 @@ static void softmax_backward_row(const float *restrict a, float *restrict d, siz
  * runs per block of ATTN_BLOCK rows (dY V^T, dQ) or columns (dV, dK) of s, over the part of s
  * that block's causal entries lie in: rows [i0, i1) need columns [0, i1), columns [j0, j1) rows
  * [j0, T). */
-static void attn_backward_pair(attn_job *j, size_t pair) {
+static void attn_backward_pair(const attn_job *j, size_t pair, float *s) {
     size_t b = pair / j->nh, h = pair % j->nh;
     size_t t_n = j->t_n, hd = j->hd, width = j->width;
-    float *s = malloc(t_n * t_n * sizeof(float));
-    if (!s) {
-        atomic_store(&j->out_of_memory, true);
-        return;
-    }
     const float *q = j->qkv + b * t_n * 3 * width + h * hd, *k = q + width, *v = k + width;
     float *dq = j->d_qkv + b * t_n * 3 * width + h * hd, *dk = dq + width, *dv = dk + width;
     const float *att = j->att_in + pair * t_n * t_n;
@@ -146,24 +140,22 @@ static void attn_backward_pair(attn_job *j, size_t pair) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HD, rows, j->scale,
                     s + j0 * t_n + j0, T, q + j0 * ld, (int)ld, 1.0f, dk + j0 * ld, (int)ld);
     }
-    free(s);
 }
 
-static void attn_backward_pairs(void *ctx, size_t chunk, size_t begin, size_t end) {
-    for (size_t p = begin; p < end; p++) attn_backward_pair(ctx, p);
+/* The backward's pairs go in at most this many chunks, each with its own T x T scratch block,
+ * all allocated before any pair runs: a failed allocation then leaves d_qkv untouched, and a
+ * call makes one allocation instead of one per pair. Each pair's result does not depend on its
+ * chunk, so neither the chunking nor the thread count changes a bit. */
+#define ATTN_BACKWARD_MAX_CHUNKS ((size_t)8)
+
+static void attn_backward_chunks(void *ctx, size_t chunk, size_t begin, size_t end) {
+    const attn_job *j = ctx;
+    float *s = j->scratch + chunk * j->t_n * j->t_n;
+    for (size_t p = begin; p < end; p++) attn_backward_pair(j, p, s);
 }
 
-/* Runs fn over the (batch, head) pairs, one pair a chunk. */
-static mt_status attn_run(const char *op, attn_job *job, size_t pairs, mt_parallel_fn fn) {
-    if (job->t_n == 0 || job->hd == 0 || pairs == 0) return MT_OK;
-    atomic_init(&job->out_of_memory, false);
-    MT_TRY(mt_cpu_parallel(op, pairs, 1, fn, job));
-    if (atomic_load(&job->out_of_memory))
-        return mt_error(MT_ERR_OUT_OF_MEMORY,
-                        "%s on the CPU: out of memory for the %zu x %zu score gradient of a "
-                        "(batch, head) pair; d_qkv is partly updated",
-                        op, job->t_n, job->t_n);
-    return MT_OK;
+static bool attn_empty(const attn_job *job, size_t pairs) {
+    return job->t_n == 0 || job->hd == 0 || pairs == 0;
 }
 
 mt_status mt_cpu_op_attention_forward(const float *qkv, int batch, int seq, int heads,
@@ -172,7 +164,9 @@ mt_status mt_cpu_op_attention_forward(const float *qkv, int batch, int seq, int 
     attn_job job = {.qkv = qkv, .out = out, .att = att, .t_n = (size_t)seq, .nh = nh, .hd = hd,
                     .width = nh * hd, .scale = (float)(1.0 / sqrt((double)head_dim)),
                     .exp_shift = mt_exp_shift_pick()};
-    return attn_run("attention_forward", &job, (size_t)batch * nh, attn_forward_pairs);
+    size_t pairs = (size_t)batch * nh;
+    if (attn_empty(&job, pairs)) return MT_OK;
+    return mt_cpu_parallel("attention_forward", pairs, 1, attn_forward_pairs, &job);
 }
 
 mt_status mt_cpu_op_attention_backward(const float *d_out, const float *qkv, const float *att,
@@ -181,5 +175,17 @@ mt_status mt_cpu_op_attention_backward(const float *d_out, const float *qkv, con
     attn_job job = {.qkv = qkv, .att_in = att, .d_out = d_out, .d_qkv = d_qkv,
                     .t_n = (size_t)seq, .nh = nh, .hd = hd, .width = nh * hd,
                     .scale = (float)(1.0 / sqrt((double)head_dim))};
-    return attn_run("attention_backward", &job, (size_t)batch * nh, attn_backward_pairs);
+    size_t pairs = (size_t)batch * nh;
+    if (attn_empty(&job, pairs)) return MT_OK;
+    size_t grain = (pairs + ATTN_BACKWARD_MAX_CHUNKS - 1) / ATTN_BACKWARD_MAX_CHUNKS;
+    size_t chunks = mt_parallel_chunks(pairs, grain);
+    job.scratch = malloc(chunks * job.t_n * job.t_n * sizeof(float));
+    if (!job.scratch)
+        return mt_error(MT_ERR_OUT_OF_MEMORY,
+                        "attention_backward on the CPU: out of memory for %zu score-gradient "
+                        "blocks of %zu x %zu floats; d_qkv is unchanged",
+                        chunks, job.t_n, job.t_n);
+    mt_status st = mt_cpu_parallel("attention_backward", pairs, grain, attn_backward_chunks, &job);
+    free(job.scratch);
+    return st;
 }
