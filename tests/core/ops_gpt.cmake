@@ -8,3 +8,8 @@ mt_add_unit_test(test_ops_gpt SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops_gpt.c T
 # bit for bit, every flag combination (test_ops_overwrite.c).
 mt_add_unit_test(test_ops_overwrite SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops_overwrite.c
                  TIMEOUT 60 LABELS gpt)
+
+# The CPU attention at its edges (1, 63, 64, 65, 130 positions; head sizes 1, 3, 12, 20; short
+# last chunks of pairs) against a double reference, on 3 threads (chunks run concurrently).
+mt_add_unit_test(test_attention_edges SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_attention_edges.c
+                 TIMEOUT 120 LABELS gpt ENV MT_NUM_THREADS=3)
