@@ -1,6 +1,7 @@
 /* The backward ops' overwrite forms (ops.h, MT_OVERWRITE_*): mt_op_linear_backward_into (f32
  * and bf16 weights, a product small enough for one sgemm call and one the CPU device splits into
- * blocks), mt_op_layernorm_backward_into and mt_op_position_backward_into, for every combination
+ * blocks; thin products of one row or column; an empty batch), mt_op_layernorm_backward_into and
+ * mt_op_position_backward_into (also over no rows), for every combination
  * of flags: each flagged output, prefilled with NaN, must come out with the bits of the plain op
  * adding into zeros; each unflagged one, prefilled with random values, with the bits of the plain
  * op adding into the same values. One column of the output gradient is -0 throughout, so that
@@ -74,7 +75,7 @@ static void out_free(out_buf *o) {
 static void test_linear(mt_device *dev, int batch, int in, int out, mt_dtype wt) {
     size_t nb = (size_t)batch, ni = (size_t)in, no = (size_t)out;
     float *d_out = rnd_vec(nb * no), *x = rnd_vec(nb * ni), *w32 = rnd_vec(no * ni);
-    negative_zero_column(d_out, nb, no, no / 2);
+    if (nb) negative_zero_column(d_out, nb, no, no / 2);
     mt_bf16 *w16 = malloc(no * ni * sizeof *w16);
     if (w16) mt_f32_to_bf16_array(w32, w16, no * ni);
     const void *w = wt == MT_BF16 ? (const void *)w16 : (const void *)w32;
@@ -102,12 +103,13 @@ static void test_linear(mt_device *dev, int batch, int in, int out, mt_dtype wt)
     free(w16);
 }
 
-static void test_layernorm(mt_device *dev) {
-    enum { N = 37, C = 48 };
+/* LayerNorm backward over N rows (0: no rows, the flagged parameter gradients are zeros). */
+static void test_layernorm(mt_device *dev, size_t N) {
+    enum { C = 48 };
     float *x = rnd_vec(N * C), *gamma = rnd_vec(C), *beta = rnd_vec(C), *d_out = rnd_vec(N * C);
-    negative_zero_column(d_out, N, C, 5);
-    float *y = malloc(N * C * sizeof *y), *mean = malloc(N * sizeof *mean),
-          *rstd = malloc(N * sizeof *rstd);
+    if (N) negative_zero_column(d_out, N, C, 5);
+    float *y = malloc((N ? N : 1) * C * sizeof *y), *mean = malloc((N ? N : 1) * sizeof *mean),
+          *rstd = malloc((N ? N : 1) * sizeof *rstd);
     CHECK_OK(mt_op_layernorm_forward(dev, x, gamma, beta, N, C, y, mean, rstd));
     for (unsigned flags = 0; flags < 8; flags++) {
         out_buf din, dg, db;
@@ -134,10 +136,11 @@ static void test_layernorm(mt_device *dev) {
     free(rstd);
 }
 
-static void test_position(mt_device *dev) {
-    enum { B = 3, T = 7, C = 20 };
-    float *d_out = rnd_vec(B * T * C);
-    negative_zero_column(d_out, B * T, C, 3);
+/* Position backward over a batch of B (0: none, a flagged d_wpe is zeros). */
+static void test_position(mt_device *dev, int B) {
+    enum { T = 7, C = 20 };
+    float *d_out = rnd_vec((size_t)B * T * C);
+    if (B) negative_zero_column(d_out, (size_t)B * T, C, 3);
     for (unsigned flags = 0; flags <= MT_OVERWRITE_D_W; flags += MT_OVERWRITE_D_W) {
         out_buf dw;
         out_prepare(&dw, T * C, flags != 0);
@@ -160,8 +163,17 @@ int main(void) {
     test_linear(dev, 9, 13, 11, MT_F32);
     test_linear(dev, 256, 256, 192, MT_F32); /* the products split into blocks on the pool */
     test_linear(dev, 9, 13, 11, MT_BF16);
-    test_layernorm(dev);
-    test_position(dev);
+    test_linear(dev, 256, 512, 160, MT_BF16); /* split into blocks on oneDNN too */
+    /* Thin products (a row or a column of C) and no rows at all: the flagged gradients of an
+     * empty batch are zeros (sgemm is not called with an inner size of 0). */
+    test_linear(dev, 1, 7, 1, MT_F32);
+    test_linear(dev, 5, 300, 1, MT_F32);
+    test_linear(dev, 0, 13, 11, MT_F32);
+    test_linear(dev, 0, 13, 11, MT_BF16);
+    test_layernorm(dev, 37);
+    test_layernorm(dev, 0);
+    test_position(dev, 3);
+    test_position(dev, 0);
     mt_device_close(dev);
     return check_report("test_ops_overwrite");
 }
