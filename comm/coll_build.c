@@ -203,6 +203,69 @@ static mt_status build_single(mt_work *w, size_t bytes) {
     return mt_sched_finish(&s);
 }
 
+/* Whether a large reduce-scatter of w goes through build_local_reduce_scatter: 3 or more
+ * members (at 2 the ring is already one pass), all on this host with the shared-memory path on
+ * (every member decides alike: the hosts are known to all, and the path is on or off for a whole
+ * host, comm/host/shm.c), and a scratch slot of at least one element. */
+static bool local_direct_rs(mt_work *w, const ring *g) {
+    if (!w->tr->local_direct_rs || !w->tr->shm.enabled || g->n < 3 ||
+        g->n > MT_REDUCE_PEERS_MAX || 2 * w->count < (size_t)(g->n - 1))
+        return false;
+    for (int i = 0; i < g->n; i++)
+        if (!w->tr->shm.same_host[mt_group_global_rank(w->group, i)]) return false;
+    return true;
+}
+
+/* Reduce-scatter among members of one host that read each other's shared memory: every member
+ * sends each other member that member's block as descriptors (comm/host/shm.c), chunk by chunk,
+ * and sums its own block from all n inputs in group-rank order where they lie, one pass. The
+ * ring instead makes n - 1 passes, each reading two blocks and writing one, so this moves about
+ * (n + 1) / (3 (n - 1)) of the ring's bytes (4 ranks: 0.56; docs/benchmarks.md). A peer whose
+ * bytes come as data (its buffer is not in a shared block) lands in a scratch slot; the slots
+ * stay within the ring's scratch (2 blocks, mt_comm_scratch_reduce_scatter), reused every
+ * `slots` chunks once the chunk that used them was reduced. */
+static mt_status build_local_reduce_scatter(mt_work *w, ring *g) {
+    size_t esize = g->esize, count = w->count;
+    size_t peers = (size_t)g->n - 1;
+    size_t chunk = g->chunk, room = 2 * count / peers; /* elements per slot within the scratch */
+    if (chunk > room) chunk = room;
+    size_t nch = chunks_of(count, chunk);
+    size_t slots = 2 * count / (peers * chunk);
+    if (slots > (size_t)w->tr->window) slots = (size_t)w->tr->window;
+    if (slots > nch) slots = nch;
+    char *buf = scratch(w, 2 * count * esize);
+    if (!buf) return mt_error_wrap(MT_ERR_OUT_OF_MEMORY, "reduce_scatter: %zu bytes of scratch",
+                                   2 * count * esize);
+    int *reduced = malloc(slots * sizeof *reduced);
+    if (!reduced) return mt_error(MT_ERR_OUT_OF_MEMORY, "reduce_scatter: schedule");
+    const char *in = w->send;
+    char *out = w->recv;
+    mt_sched s;
+    mt_sched_init(&s, w, (int)(nch * (2 * peers + 1)));
+    w->window = (int)(peers * slots);
+    for (size_t k = 0; k < nch; k++) {
+        size_t c0 = k * chunk, len = count - c0 < chunk ? count - c0 : chunk;
+        uint32_t sub = sub_of(0, nch, k);
+        char *slot = buf + (k % slots) * peers * chunk * esize;
+        int reuse = k >= slots ? reduced[k % slots] : -1; /* the slot's previous reduction */
+        int first_recv = -1;
+        for (int i = 1; i <= (int)peers; i++) {
+            int to = mod(g->r + i, g->n), from = mod(g->r - i, g->n);
+            mt_sched_send(&s, to, sub, in + ((size_t)to * count + c0) * esize, len * esize, -1,
+                          -1);
+            int rv = mt_sched_recv(&s, from, sub, slot + (size_t)(i - 1) * chunk * esize,
+                                   len * esize, reuse, -1);
+            if (i == 1) first_recv = rv;
+        }
+        if (first_recv >= 0)
+            reduced[k % slots] = mt_sched_reduce_peers(&s, out + c0 * esize,
+                                                       in + ((size_t)g->r * count + c0) * esize,
+                                                       len, first_recv, 2);
+    }
+    free(reduced);
+    return mt_sched_finish(&s);
+}
+
 static mt_status build_reduce_scatter(mt_work *w) {
     ring g;
     ring_init(&g, w);
@@ -210,6 +273,7 @@ static mt_status build_reduce_scatter(mt_work *w) {
     if (w->count == 0 || g.n == 1) return build_single(w, bytes);
     if (mt_comm_reduce_scatter_is_direct(w->count, g.esize, g.n, w->tr->small_bytes))
         return build_direct_reduce(w, &g, w->count, true);
+    if (local_direct_rs(w, &g)) return build_local_reduce_scatter(w, &g);
     size_t nch = chunks_of(w->count, g.chunk);
     char *buf = scratch(w, 2 * bytes);
     if (!buf) return mt_error_wrap(MT_ERR_OUT_OF_MEMORY, "reduce_scatter: %zu bytes of scratch",

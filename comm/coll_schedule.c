@@ -134,6 +134,27 @@ int mt_sched_reduce_many(mt_sched *s, void *dst, const void *const *srcs, int ns
     return i;
 }
 
+int mt_sched_reduce_peers(mt_sched *s, void *dst, const void *own, size_t count, int first_recv,
+                          int recv_stride) {
+    int i;
+    mt_task *t = add(s, &i);
+    if (!t) return -1;
+    t->kind = MT_TASK_REDUCE_PEERS;
+    t->dst = dst;
+    t->src = own;
+    t->count = count;
+    t->first_recv = first_recv;
+    t->recv_stride = recv_stride;
+    /* It waits for no send, so reading the peers in place cannot close a cycle of acks. */
+    mt_work *w = s->w;
+    for (int k = 0; k < w->group->size - 1; k++) {
+        mt_task *u = &w->tasks[first_recv + k * recv_stride];
+        u->feeds_reduce = 1;
+        u->consumer = i;
+    }
+    return i;
+}
+
 int mt_sched_copy(mt_sched *s, void *dst, const void *src, size_t bytes, bool after_all) {
     int i;
     mt_task *t = add(s, &i);
@@ -157,7 +178,31 @@ static bool ready(const mt_work *w, const mt_task *t, int index) {
     if (t->after_all && index != w->first_undone) return false;
     for (int d = 0; d < 3; d++)
         if (t->deps[d] >= 0 && w->tasks[t->deps[d]].state != MT_TASK_DONE) return false;
+    if (t->kind == MT_TASK_REDUCE_PEERS)
+        for (int k = 0; k < w->group->size - 1; k++)
+            if (w->tasks[t->first_recv + k * t->recv_stride].state != MT_TASK_DONE) return false;
     return true;
+}
+
+/* REDUCE_PEERS: every member's input in group-rank order, each where it lies (a peer's shared
+ * memory, or the slot its data was received into), then the acks of those read in place. */
+static void reduce_peers(mt_work *w, mt_task *t) {
+    int n = w->group->size, r = w->group->rank;
+    const void *inputs[MT_REDUCE_PEERS_MAX];
+    for (int j = 0; j < n; j++) {
+        if (j == r) {
+            inputs[j] = t->src;
+            continue;
+        }
+        int back = ((r - j) % n + n) % n; /* from group rank r - back: the back-th RECV */
+        const mt_task *u = &w->tasks[t->first_recv + (back - 1) * t->recv_stride];
+        inputs[j] = u->shm.src ? u->shm.src : u->dst;
+    }
+    mt_reduce_many(w->dtype, w->rop, n, inputs, t->dst, t->count);
+    for (int k = 0; k < n - 1; k++) {
+        mt_task *u = &w->tasks[t->first_recv + k * t->recv_stride];
+        if (u->shm.src) mt_shm_release(w->tr, u);
+    }
 }
 
 /* The RECV this REDUCE consumes in place (its data still in the peer's shared memory), or NULL. */
@@ -182,6 +227,9 @@ static void run_inline(mt_work *w, mt_task *t, int index) {
     }
     case MT_TASK_REDUCE_MANY:
         mt_reduce_many(w->dtype, w->rop, t->peer, t->srcs, t->dst, t->count);
+        break;
+    case MT_TASK_REDUCE_PEERS:
+        reduce_peers(w, t);
         break;
     case MT_TASK_COPY: {
         const char *d = t->dst, *src = t->src;

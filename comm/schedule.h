@@ -14,11 +14,17 @@
 #include <stdint.h>
 #include <ucs/type/status.h>
 
+/* The most members a REDUCE_PEERS task reduces (its inputs' table lives on the stack). */
+#define MT_REDUCE_PEERS_MAX 64
+
 typedef enum mt_task_kind {
     MT_TASK_SEND,
     MT_TASK_RECV,
     MT_TASK_REDUCE,      /* dst = src (op) src2 */
     MT_TASK_REDUCE_MANY, /* dst = reduction of srcs[0..peer-1] in order */
+    MT_TASK_REDUCE_PEERS, /* dst = reduction, in group-rank order, of src (this rank's input)
+                             and what the RECVs first_recv, first_recv + recv_stride, ... (one
+                             per other member) received, read where it lies (shared memory) */
     MT_TASK_COPY         /* bytes from src to dst; 0 bytes = a join point */
 } mt_task_kind;
 
@@ -47,6 +53,7 @@ typedef struct mt_task {
     uint8_t mode;   /* REDUCE: mt_reduce_mode */
     const void *src2; /* REDUCE: second input (received data) */
     const void *const *srcs; /* REDUCE_MANY inputs (peer = how many) */
+    int first_recv, recv_stride; /* REDUCE_PEERS: its RECV tasks, from group rank r-1, r-2, ... */
     /* RECV: who reads what it received. consumer is the REDUCE task that alone reads dst (-1:
      * none), feeds_reduce is set when a REDUCE reads dst next (keep the copy in cache). */
     int consumer;
@@ -90,6 +97,10 @@ int mt_sched_reduce(mt_sched *s, bool final, void *dst, const void *a, const voi
 /* Runs after every earlier task. */
 int mt_sched_reduce_many(mt_sched *s, void *dst, const void *const *srcs, int nsrcs,
                          size_t count);
+/* Runs once its group size - 1 RECVs (first_recv + i * recv_stride, the i-th from group rank
+ * r - 1 - i) are done; reads each where it lies, the peer's shared memory included. */
+int mt_sched_reduce_peers(mt_sched *s, void *dst, const void *own, size_t count, int first_recv,
+                          int recv_stride);
 int mt_sched_copy(mt_sched *s, void *dst, const void *src, size_t bytes, bool after_all);
 mt_status mt_sched_finish(mt_sched *s);
 

@@ -272,7 +272,7 @@ mt_status mt_transport_create(mt_runtime *rt, mt_transport **out) {
     tr->efd = -1;
     /* Tuning knobs (bytes): pipeline chunk, chunks in flight per direction, small-message
      * threshold below which latency-friendly algorithms are used. */
-    long long window = 8;
+    long long window = 8, local_direct_rs = 1;
     mt_status st = mt_env_bytes("MT_COMM_CHUNK_BYTES", 1, MAX_CHUNK_BYTES, 4u << 20,
                                 "the ring pipeline's chunk", &tr->chunk_bytes);
     if (st == MT_OK)
@@ -281,11 +281,16 @@ mt_status mt_transport_create(mt_runtime *rt, mt_transport **out) {
     if (st == MT_OK)
         st = mt_env_bytes("MT_COMM_SMALL_BYTES", 1, MAX_SMALL_BYTES, MT_COMM_SMALL_BYTES_DEFAULT,
                           "messages below it use latency-friendly algorithms", &tr->small_bytes);
+    if (st == MT_OK)
+        st = mt_env_int("MT_COMM_LOCAL_DIRECT_RS", 0, 1, 1,
+                        "1: one-pass reduce-scatter among ranks of one host, 0: the ring",
+                        &local_direct_rs);
     if (st != MT_OK) {
         free(tr);
         return mt_error_wrap(st, "cannot create the host transport");
     }
     tr->window = (int)window;
+    tr->local_direct_rs = local_direct_rs == 1;
     pthread_mutex_init(&tr->mu, NULL);
     /* Waits on it have monotonic deadlines (host_backend.c, group.c). */
     if (mt_cond_init_monotonic(&tr->done_cv) != 0) {

@@ -81,6 +81,10 @@ struct mt_transport {
     size_t chunk_bytes;
     int window;
     size_t small_bytes;
+    /* MT_COMM_LOCAL_DIRECT_RS (default 1): a reduce-scatter among 3 or more ranks of one host
+     * that read each other's memory sums every input in one pass (coll_build.c) instead of a
+     * ring; 0 keeps the ring. */
+    bool local_direct_rs;
 
     mt_shm_path shm; /* shared-memory path between ranks of one host (comm/host/shm.c) */
 

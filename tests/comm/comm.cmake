@@ -22,6 +22,17 @@ foreach(np 2 3 4)
     COMMAND ${MT_COMM_MTRUN} --standalone --nproc_per_node ${np} ${MT_COMM_PROG}
             --device-buffers --max-bytes 67108864 --max-bytes-bf16 16777216)
 endforeach()
+# A reduce-scatter among 3 or more ranks of one host sums all inputs in one pass where they lie
+# (comm/coll_build.c, build_local_reduce_scatter); the ring stays reachable (and tested) with
+# MT_COMM_LOCAL_DIRECT_RS=0. Small chunks and window: many chunks per block, scratch slots reused.
+mt_add_mp_test(comm_collectives_ring_rs_np4 TIMEOUT 300 LABELS comm
+  ENV ${MT_COMM_ENV} MT_COMM_LOCAL_DIRECT_RS=0
+  COMMAND ${MT_COMM_MTRUN} --standalone --nproc_per_node 4 ${MT_COMM_PROG}
+          --device-buffers --max-bytes 16777216 --max-bytes-bf16 4194304)
+mt_add_mp_test(comm_collectives_small_chunks_np3 TIMEOUT 300 LABELS comm
+  ENV ${MT_COMM_ENV} MT_COMM_CHUNK_BYTES=65536 MT_COMM_WINDOW=2
+  COMMAND ${MT_COMM_MTRUN} --standalone --nproc_per_node 3 ${MT_COMM_PROG}
+          --device-buffers --max-bytes 4194304 --max-bytes-bf16 4194304)
 mt_add_mp_test(comm_collectives_noshm_np3 TIMEOUT 300 LABELS comm
   ENV ${MT_COMM_ENV} MT_COMM_SHM=0
   COMMAND ${MT_COMM_MTRUN} --standalone --nproc_per_node 3 ${MT_COMM_PROG}
