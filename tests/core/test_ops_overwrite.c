@@ -7,7 +7,7 @@
  * the sums it enters are zeros whose sign the claim covers (0 + -0 is +0); for the linear, one
  * row too, and the input's and the weight's column 0 positive, so that some sums of d_w and
  * d_in hold nothing but -0 products. bf16 runs on the product path of this CPU
- * (MT_CPU_BF16_GEMM; ops_gpt.cmake runs both), with no rows as well. Flags an op has no output
+ * (MT_CPU_BF16_GEMM; ops_dispatch.cmake runs both), with no rows as well. Flags an op has no output
  * for are refused. */
 #include "check.h"
 #include "numeric.h"
