@@ -14,11 +14,15 @@
  * Then the GPT's linears (C -> 3C, C -> C, C -> 4C, 4C -> C, C -> vocab), forward and backward,
  * each with f32 weights (sgemm) and with bf16 weights (mt_op_linear_*_ex: the bf16 product path
  * of this CPU, core/cpu/bf16_gemm_path.h, which MT_CPU_BF16_GEMM forces), timed alternately, and
- * the ratio bf16 / f32 of their medians (docs/benchmarks.md, "bf16 products").
+ * the ratio bf16 / f32 of their medians (docs/benchmarks.md, "bf16 products"). Then the same
+ * linears' bf16 backward overwriting d_in, d_w and d_bias (MT_OVERWRITE_*, as FSDP's first
+ * writer does) two ways, timed alternately: the flagged outputs zeroed with mt_device_memset and
+ * the adding op run on them (what core/ops.c did for the CPU's bf16 products before they took
+ * beta 0, and still does on CUDA), and mt_op_linear_backward_into (the "bf16 overwrite" lines).
  *
- * --op runs only the ops whose name contains NAME, and the linears' table only when NAME is part
- * of "bf16_linears" (attention_backward alone at seq 1024 takes seconds; the products at rows
- * 4096 much longer). */
+ * --op runs only the ops whose name contains NAME, and the linears' tables only when NAME is part
+ * of "bf16_linears" or "bf16_overwrite" (attention_backward alone at seq 1024 takes seconds; the
+ * products at rows 4096 much longer). */
 #include "core/ops_internal.h"
 
 #include <meshtrain/device.h>
@@ -60,7 +64,7 @@ struct bench_ctx {
     shape s;
     int *ids;
     float *x, *y, *z, *dx, *big, *big2, *big3, *gamma, *beta, *mean, *rstd, *qkv, *d_qkv, *att,
-        *w, *dw, *wte, *logits, *d_logits, *mx, *sum, *tl, *loss, *big4;
+        *w, *dw, *wte, *logits, *d_logits, *mx, *sum, *tl, *loss, *big4, *db;
     uint16_t *half, *w16;
     int lin_in, lin_out; /* the linear the lin_* ops run */
 };
@@ -152,6 +156,21 @@ static mt_status op_lin_bf16_backward(bench_ctx *b) {
     return mt_op_linear_backward_ex(b->dev, b->big3, b->big, b->w16, MT_BF16, b->big4, b->dw,
                                     NULL, (int)b->s.rows, b->lin_in, b->lin_out);
 }
+/* The bf16 backward overwriting d_in (big4), d_w and d_bias: zeroed, then added into; or
+ * written by the op. */
+static mt_status op_lin_bf16_backward_zero_add(bench_ctx *b) {
+    size_t rows = (size_t)b->s.rows, fin = (size_t)b->lin_in, fout = (size_t)b->lin_out;
+    MT_TRY(mt_device_memset(b->dev, b->big4, 0, rows * fin * sizeof(float), NULL));
+    MT_TRY(mt_device_memset(b->dev, b->dw, 0, fout * fin * sizeof(float), NULL));
+    MT_TRY(mt_device_memset(b->dev, b->db, 0, fout * sizeof(float), NULL));
+    return mt_op_linear_backward_ex(b->dev, b->big3, b->big, b->w16, MT_BF16, b->big4, b->dw,
+                                    b->db, (int)b->s.rows, b->lin_in, b->lin_out);
+}
+static mt_status op_lin_bf16_backward_into(bench_ctx *b) {
+    return mt_op_linear_backward_into(b->dev, b->big3, b->big, b->w16, MT_BF16, b->big4, b->dw,
+                                      b->db, (int)b->s.rows, b->lin_in, b->lin_out,
+                                      MT_OVERWRITE_D_IN | MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS);
+}
 
 static mt_status op_sum_squares(bench_ctx *b) {
     double acc = 0.0;
@@ -239,6 +258,33 @@ static int run_linears(bench_ctx *b) {
     return 0;
 }
 
+/* The GPT's linears' bf16 backward overwriting its three outputs: zeroed then added into
+ * against written with beta 0, per linear the medians and their ratio (wall, and calling-thread
+ * CPU), then the ratio of the sums. */
+static int run_overwrite(bench_ctx *b) {
+    if (b->s.only && !strstr("bf16_overwrite", b->s.only)) return 0;
+    long c = b->s.channels, v = b->s.vocab;
+    const long shapes[5][2] = {{c, 3 * c}, {c, c}, {c, 4 * c}, {4 * c, c}, {c, v}};
+    static const char *const names[5] = {"C->3C", "C->C", "C->4C", "4C->C", "C->vocab"};
+    static const char *const op_names[2] = {"zeroed + linear_backward_ex bf16",
+                                            "linear_backward_into bf16"};
+    const op_fn ops[2] = {op_lin_bf16_backward_zero_add, op_lin_bf16_backward_into};
+    double sum_zero = 0.0, sum_into = 0.0;
+    printf("# bf16 overwrite: %-9s %12s %10s %10s %10s\n", "linear", "zero_add_us", "into_us",
+           "into/zero", "cpu_ratio");
+    for (int i = 0; i < 5; i++) {
+        b->lin_in = (int)shapes[i][0], b->lin_out = (int)shapes[i][1];
+        double med[2], cmed[2];
+        if (time_ops(b, op_names, ops, 2, med, cmed)) return 1;
+        printf("bf16 overwrite %-9s %12.1f %10.1f %10.3f %10.3f\n", names[i], med[0] * 1e6,
+               med[1] * 1e6, med[1] / med[0], cmed[1] / cmed[0]);
+        sum_zero += med[0], sum_into += med[1];
+    }
+    printf("bf16 overwrite all: zeroed + add %.1f us, into %.1f us, into/zero %.3f\n",
+           sum_zero * 1e6, sum_into * 1e6, sum_into / sum_zero);
+    return 0;
+}
+
 static int bad(const char *opt, const char *value) {
     fprintf(stderr, PROG ": bad option %s%s%s (see the header of bench/bench_cpu_ops.c)\n", opt,
             value ? " " : "", value ? value : "");
@@ -304,7 +350,7 @@ int main(int argc, char **argv) {
     b.tl = filled(r, &rng), b.loss = filled(r, &rng);
     b.half = malloc(r * 4 * c * sizeof *b.half);
     /* The linears' input gradients (up to rows x 4C) and bf16 weights. */
-    b.big4 = filled(r * 4 * c, &rng);
+    b.big4 = filled(r * 4 * c, &rng), b.db = filled(4 * c, &rng);
     b.w16 = malloc(wmax * sizeof *b.w16);
     if (b.w16) mt_f32_to_bf16_array(b.w, b.w16, wmax);
     /* and the bias (gamma) up to vocab; rows x vocab outputs fit big2 while vocab <= 4C */
@@ -315,7 +361,7 @@ int main(int argc, char **argv) {
     if (!b.ids || !b.x || !b.y || !b.z || !b.dx || !b.big || !b.big2 || !b.big3 || !b.gamma ||
         !b.beta || !b.mean || !b.rstd || !b.qkv || !b.d_qkv || !b.att || !b.w || !b.dw || !b.wte ||
         !b.logits || !b.d_logits || !b.mx || !b.sum || !b.tl || !b.loss || !b.half || !b.w16 ||
-        !b.big4) {
+        !b.big4 || !b.db) {
         fprintf(stderr, PROG ": out of memory\n");
         return 1;
     }
@@ -350,6 +396,7 @@ int main(int argc, char **argv) {
                 4.0 * (double)r * (double)c * 4.0 * (double)c);
     fail |= run(&b, "sum_squares_4CxC", op_sum_squares, f * 4.0 * (double)(c * c), 0);
     fail |= run_linears(&b);
+    fail |= run_overwrite(&b);
     mt_device_close(b.dev);
     return fail;
 }

@@ -189,7 +189,7 @@ mt_status mt_op_linear_backward_ex(mt_device *dev, const float *d_out, const flo
                                  out_features));
     if (on_cpu(dev))
         return mt_cpu_op_linear_backward_bf16(dev, d_out, in, w, d_in, d_w, d_bias, batch,
-                                              in_features, out_features);
+                                              in_features, out_features, 0);
     return CUDA_OP(dev, op,
                    mt_cuda_op_linear_backward_bf16(dev, d_out, in, w, d_in, d_w, d_bias, batch,
                                                    in_features, out_features));
@@ -602,8 +602,8 @@ static mt_status check_overwrite(const char *op, unsigned overwrite, unsigned al
                     "(allowed: 0x%x, MT_OVERWRITE_* in ops.h)", op, overwrite, allowed);
 }
 
-/* Where a backend only adds (bf16 products, CUDA): the flagged outputs are zeroed first, which
- * gives the bits the CPU's overwrite gives (it starts from 0 inside the op), at one more pass. */
+/* Where a backend only adds (CUDA): the flagged outputs are zeroed first, which gives the bits
+ * the CPU's overwrite gives (it starts from 0 inside the op), at one more pass. */
 static mt_status zero_flagged(mt_device *dev, const char *op, unsigned overwrite, unsigned flag,
                               float *p, size_t n) {
     if (!(overwrite & flag) || !p || n == 0) return MT_OK;
@@ -622,9 +622,14 @@ mt_status mt_op_linear_backward_into(mt_device *dev, const float *d_out, const f
                            MT_OVERWRITE_D_IN | MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS));
     MT_TRY(check_linear_backward(dev, op, d_out, in, w, d_in, d_w, batch, in_features,
                                  out_features));
+    /* The CPU's products take beta 0 for a flagged output (f32 and bf16 alike): no pass of
+     * zeros before them. */
     if (w_dtype == MT_F32 && on_cpu(dev))
         return mt_cpu_op_linear_backward(d_out, in, w, d_in, d_w, d_bias, batch, in_features,
                                          out_features, overwrite);
+    if (on_cpu(dev))
+        return mt_cpu_op_linear_backward_bf16(dev, d_out, in, w, d_in, d_w, d_bias, batch,
+                                              in_features, out_features, overwrite);
     size_t rows = (size_t)batch, fin = (size_t)in_features, fout = (size_t)out_features;
     MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_IN, d_in, rows * fin));
     MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_W, d_w, fout * fin));

@@ -114,22 +114,37 @@ mt_status mt_cpu_op_linear_forward_bf16(mt_device *dev, const float *in, const v
     return st;
 }
 
-/* oneDNN: d_in += round(g) W, d_w += round(g)^T round(in). */
+/* beta for an output of the linear backward: 0 where overwrite flags it (its old contents are
+ * never read: oneDNN without its sum post-op, sgemm after writing zeros), else 1 (add). */
+static float beta_of(unsigned overwrite, unsigned flag) {
+    return overwrite & flag ? 0.0f : 1.0f;
+}
+
+/* C = op(A) op(B) + beta C on oneDNN; an empty product (k == 0) applies beta alone, so that an
+ * overwritten output of no rows' product still comes out 0. */
+static mt_status dnnl_product(const char *op, bool trans_a, bool trans_b, int m, int n, int k,
+                              const uint16_t *a, const uint16_t *b, float beta, float *c) {
+    if (m == 0 || n == 0 || k == 0)
+        return mt_cpu_op_gemm(trans_a, trans_b, m, n, k, 1.0f, NULL, NULL, beta, c);
+    return mt_cpu_dnnl_gemm_bf16(op, trans_a, trans_b, m, n, k, 1.0f, a, b, beta, c);
+}
+
+/* oneDNN: d_in (+)= round(g) W, d_w (+)= round(g)^T round(in), "=" for the outputs overwrite
+ * flags. */
 static mt_status linear_backward_dnnl(mt_device *dev, const char *op, const float *d_out,
                                       const float *in, const uint16_t *w, float *d_in, float *d_w,
-                                      int batch, int in_features, int out_features) {
+                                      int batch, int in_features, int out_features,
+                                      unsigned overwrite) {
     size_t rows = (size_t)batch, fin = (size_t)in_features, fout = (size_t)out_features;
     uint16_t *g_r = NULL, *in_r = NULL;
-    bool empty = !batch || !in_features || !out_features;
     mt_status st = narrowed(dev, op, "the rounded output gradient", d_out, rows * fout, &g_r);
     if (st == MT_OK) st = narrowed(dev, op, "the rounded input", in, rows * fin, &in_r);
-    /* An empty product adds nothing to d_in and d_w (beta 1). */
-    if (st == MT_OK && d_in && !empty)
-        st = mt_cpu_dnnl_gemm_bf16(op, false, false, batch, in_features, out_features, 1.0f, g_r,
-                                   w, 1.0f, d_in);
-    if (st == MT_OK && !empty)
-        st = mt_cpu_dnnl_gemm_bf16(op, true, false, out_features, in_features, batch, 1.0f, g_r,
-                                   in_r, 1.0f, d_w);
+    if (st == MT_OK && d_in)
+        st = dnnl_product(op, false, false, batch, in_features, out_features, g_r, w,
+                          beta_of(overwrite, MT_OVERWRITE_D_IN), d_in);
+    if (st == MT_OK)
+        st = dnnl_product(op, true, false, out_features, in_features, batch, g_r, in_r,
+                          beta_of(overwrite, MT_OVERWRITE_D_W), d_w);
     mt_device_free(dev, g_r);
     mt_device_free(dev, in_r);
     return st;
@@ -137,7 +152,8 @@ static mt_status linear_backward_dnnl(mt_device *dev, const char *op, const floa
 
 mt_status mt_cpu_op_linear_backward_bf16(mt_device *dev, const float *d_out, const float *in,
                                          const void *w, float *d_in, float *d_w, float *d_bias,
-                                         int batch, int in_features, int out_features) {
+                                         int batch, int in_features, int out_features,
+                                         unsigned overwrite) {
     static const char *op = "linear_backward_ex";
     size_t rows = (size_t)batch, fin = (size_t)in_features, fout = (size_t)out_features;
     mt_bf16_gemm_path path;
@@ -145,7 +161,7 @@ mt_status mt_cpu_op_linear_backward_bf16(mt_device *dev, const float *d_out, con
     mt_status st = MT_OK;
     if (path == MT_BF16_GEMM_ONEDNN) {
         st = linear_backward_dnnl(dev, op, d_out, in, w, d_in, d_w, batch, in_features,
-                                  out_features);
+                                  out_features, overwrite);
     } else {
         float *g_r = NULL, *in_r = NULL, *fw = NULL;
         st = rounded(dev, op, "the rounded output gradient", d_out, rows * fout, &g_r);
@@ -153,16 +169,17 @@ mt_status mt_cpu_op_linear_backward_bf16(mt_device *dev, const float *d_out, con
         if (st == MT_OK && d_in) st = widened(dev, op, "the weight", w, fout * fin, &fw);
         if (st == MT_OK && d_in)
             st = mt_cpu_op_gemm(false, false, batch, in_features, out_features, 1.0f, g_r, fw,
-                                1.0f, d_in);
+                                beta_of(overwrite, MT_OVERWRITE_D_IN), d_in);
         if (st == MT_OK)
             st = mt_cpu_op_gemm(true, false, out_features, in_features, batch, 1.0f, g_r, in_r,
-                                1.0f, d_w);
+                                beta_of(overwrite, MT_OVERWRITE_D_W), d_w);
         mt_device_free(dev, g_r);
         mt_device_free(dev, in_r);
         mt_device_free(dev, fw);
     }
     /* The bias gradient is a plain f32 sum of the unrounded gradient: no product, nothing for
      * autocast to round. */
-    if (st == MT_OK && d_bias) st = mt_cpu_add_column_sums(d_out, rows, fout, d_bias);
+    if (st == MT_OK && d_bias)
+        st = mt_cpu_column_sums(d_out, rows, fout, d_bias, (overwrite & MT_OVERWRITE_D_BIAS) != 0);
     return st;
 }

@@ -37,9 +37,12 @@ mt_status mt_cpu_op_gemm_bf16(mt_device *dev, bool trans_a, bool trans_b, int m,
 mt_status mt_cpu_op_linear_forward_bf16(mt_device *dev, const float *in, const void *w,
                                         const float *bias, float *out, int batch,
                                         int in_features, int out_features);
+/* overwrite: MT_OVERWRITE_* (ops.h), each flagged output written with beta 0 (the bias's sum
+ * from 0), never read: the bits of adding into zeros without the pass that zeroes them. */
 mt_status mt_cpu_op_linear_backward_bf16(mt_device *dev, const float *d_out, const float *in,
                                          const void *w, float *d_in, float *d_w, float *d_bias,
-                                         int batch, int in_features, int out_features);
+                                         int batch, int in_features, int out_features,
+                                         unsigned overwrite);
 mt_status mt_cpu_op_sum_squares(const float *x, size_t n, double *acc);
 mt_status mt_cpu_op_scale(float *x, float factor, size_t n);
 mt_status mt_cpu_op_relu_forward(const float *in, float *out, size_t n);

@@ -86,9 +86,9 @@ mt_status mt_op_linear_backward_ex(mt_device *dev, const float *d_out, const flo
  * output is overwritten instead of added into (its old contents are never read, so it may be
  * uninitialised: a gradient FSDP did not zero, mt_param_grad_write in module.h); the others add
  * as in the plain forms, which are the _into forms with overwrite 0. The values are those of
- * adding into a zeroed buffer, bit for bit: each output starts from 0 (the CPU's f32 ops inside
- * the op, where the zeros cost no extra pass; its bf16 products and other devices by zeroing the
- * flagged outputs first). */
+ * adding into a zeroed buffer, bit for bit: each output starts from 0 (the CPU's ops, f32 and
+ * bf16 products alike, inside the op, where the zeros cost no extra pass; other devices by
+ * zeroing the flagged outputs first). */
 #define MT_OVERWRITE_D_IN 1u   /* the input gradient (d_in) */
 #define MT_OVERWRITE_D_W 2u    /* the weight's gradient (d_w, d_gamma, d_wpe) */
 #define MT_OVERWRITE_D_BIAS 4u /* the bias's gradient (d_bias, d_beta) */

@@ -18,6 +18,13 @@ for t in 1 3; do
     done
     bad_rate=$(awk '/^op / && $(NF-1) + 0 <= 0 { n++ } END { print n + 0 }' "$TMP/out")
     check "threads $t: every rate is positive" test "$bad_rate" = 0
+    # The overwrite table: the five linears, both routes timed (positive medians), and the sum.
+    for lin in 'C->3C' 'C->C' 'C->4C' '4C->C' 'C->vocab'; do
+        check "threads $t: bf16 overwrite $lin" awk -v l="$lin" \
+            '$1 == "bf16" && $2 == "overwrite" && $3 == l && $4 > 0 && $5 > 0 { ok = 1 }
+             END { exit !ok }' "$TMP/out"
+    done
+    check "threads $t: bf16 overwrite sum" grep -q "^bf16 overwrite all: zeroed + add " "$TMP/out"
 done
 refuses_options "$BENCH" mt-bench-cpu-ops "--rows 0" "--reps x" "--seq 7" "--bogus 1" "--rows"
 finish

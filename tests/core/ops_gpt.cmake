@@ -5,7 +5,8 @@ mt_add_unit_test(test_ops_gpt SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops_gpt.c T
                  LABELS gpt)
 
 # The backward ops' overwrite forms (MT_OVERWRITE_*) against the plain ops adding into zeros,
-# bit for bit, every flag combination, also for thin products and no rows (test_ops_overwrite.c).
+# bit for bit, every flag combination, also for thin products and no rows (test_ops_overwrite.c);
+# on each bf16 product path forced: ops_dispatch.cmake.
 mt_add_unit_test(test_ops_overwrite SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops_overwrite.c
                  TIMEOUT 60 LABELS gpt)
 

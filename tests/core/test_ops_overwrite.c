@@ -5,10 +5,16 @@
  * of flags: each flagged output, prefilled with NaN, must come out with the bits of the plain op
  * adding into zeros; each unflagged one, prefilled with random values, with the bits of the plain
  * op adding into the same values. One column of the output gradient is -0 throughout, so that
- * the sums it enters are zeros whose sign the claim covers (0 + -0 is +0). Flags an op has no
- * output for are refused. */
+ * the sums it enters are zeros whose sign the claim covers (0 + -0 is +0); for the linear, one
+ * row too, and the input's and the weight's column 0 positive, so that some sums of d_w and
+ * d_in hold nothing but -0 products. bf16 runs on the product path of this CPU
+ * (MT_CPU_BF16_GEMM; ops_dispatch.cmake runs both), with no rows as well. Flags an op has no output
+ * for are refused. */
 #include "check.h"
 #include "numeric.h"
+
+#include "core/cpu/bf16_gemm_path.h"
+#include "core/cpu/cpu_features.h"
 
 #include <meshtrain/device.h>
 #include <meshtrain/dtype.h>
@@ -39,6 +45,13 @@ static float *copy_vec(const float *src, size_t n) {
 /* Column col of rows x cols set to -0. */
 static void negative_zero_column(float *m, size_t rows, size_t cols, size_t col) {
     for (size_t r = 0; r < rows; r++) m[r * cols + col] = -0.0f;
+}
+
+/* Column col of rows x cols made positive: against a -0 row or column of the output gradient,
+ * every product of a sum is then -0, which only a sum that starts from +0 turns into +0 (a
+ * kernel that starts from its first product, written with beta 0, would keep -0). */
+static void positive_column(float *m, size_t rows, size_t cols, size_t col) {
+    for (size_t r = 0; r < rows; r++) m[r * cols + col] = fabsf(m[r * cols + col]) + 0.25f;
 }
 
 /* One output of an op under test: its size, its reference (the plain op's result from `base`),
@@ -75,7 +88,16 @@ static void out_free(out_buf *o) {
 static void test_linear(mt_device *dev, int batch, int in, int out, mt_dtype wt) {
     size_t nb = (size_t)batch, ni = (size_t)in, no = (size_t)out;
     float *d_out = rnd_vec(nb * no), *x = rnd_vec(nb * ni), *w32 = rnd_vec(no * ni);
-    if (nb) negative_zero_column(d_out, nb, no, no / 2);
+    /* d_w's row no / 2 against x's column 0, and (with two rows or more) d_in's row 1 against
+     * w's column 0: sums of -0 products only. */
+    if (nb) {
+        negative_zero_column(d_out, nb, no, no / 2);
+        positive_column(x, nb, ni, 0);
+    }
+    if (nb > 1) {
+        for (size_t c = 0; c < no; c++) d_out[1 * no + c] = -0.0f;
+        positive_column(w32, no, ni, 0);
+    }
     mt_bf16 *w16 = malloc(no * ni * sizeof *w16);
     if (w16) mt_f32_to_bf16_array(w32, w16, no * ni);
     const void *w = wt == MT_BF16 ? (const void *)w16 : (const void *)w32;
@@ -157,6 +179,15 @@ static void test_position(mt_device *dev, int B) {
 }
 
 int main(void) {
+    mt_bf16_gemm_path path = MT_BF16_GEMM_F32;
+    CHECK_OK(mt_cpu_bf16_gemm_path(&path, false));
+    /* As test_ops_bf16: oneDNN 2.6's bf16 matmul needs AVX-512. */
+    if (path == MT_BF16_GEMM_ONEDNN && !mt_cpu_has(MT_CPU_AVX512F)) {
+        printf("test_ops_overwrite: skipped: MT_CPU_BF16_GEMM=onednn on a CPU without AVX-512\n");
+        return 77;
+    }
+    printf("test_ops_overwrite: bf16 products on %s\n",
+           path == MT_BF16_GEMM_ONEDNN ? "oneDNN" : "widened f32 (sgemm)");
     mt_device *dev = NULL;
     CHECK_OK(mt_device_open_cpu(0, &dev));
     if (!dev) return check_report("test_ops_overwrite");
@@ -164,6 +195,7 @@ int main(void) {
     test_linear(dev, 256, 256, 192, MT_F32); /* the products split into blocks on the pool */
     test_linear(dev, 9, 13, 11, MT_BF16);
     test_linear(dev, 256, 512, 160, MT_BF16); /* split into blocks on oneDNN too */
+    test_linear(dev, 256, 512, 384, MT_BF16); /* at least 2^24 multiply-adds per block */
     /* Thin products (a row or a column of C) and no rows at all: the flagged gradients of an
      * empty batch are zeros (sgemm is not called with an inner size of 0). */
     test_linear(dev, 1, 7, 1, MT_F32);

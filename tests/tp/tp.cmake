@@ -47,3 +47,8 @@ foreach(np 1 2 4)
   mt_add_mp_test(tp_sequence_np${np} TIMEOUT 120 LABELS tp ENV MT_TIMEOUT_S=60 MT_DEVICE=cpu
     COMMAND ${MT_TP_MTRUN} --standalone --nproc_per_node ${np} $<TARGET_FILE:test_tp_sequence>)
 endforeach()
+
+# The tp linear backwards with no rows (test_tp_no_rows.c): overwrite flags zero d_w / d_b, no
+# flags leave them, MT_OVERWRITE_D_IN refused; one process, a tp context of size 1.
+mt_add_unit_test(test_tp_no_rows SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tp_no_rows.c TIMEOUT 30
+                 LABELS tp)
