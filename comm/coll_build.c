@@ -227,7 +227,11 @@ static bool local_direct_rs(mt_work *w, const ring *g) {
 static mt_status build_local_reduce_scatter(mt_work *w, ring *g) {
     size_t esize = g->esize, count = w->count;
     size_t peers = (size_t)g->n - 1;
-    size_t chunk = g->chunk, room = 2 * count / peers; /* elements per slot within the scratch */
+    /* Chunks small enough for two slots per member, so that a chunk is received while the one
+     * before it is summed (one slot would serialise them); one slot only when a block has fewer
+     * elements than members. */
+    size_t chunk = g->chunk, half = count / peers, room = 2 * count / peers;
+    if (half >= 1 && chunk > half) chunk = half;
     if (chunk > room) chunk = room;
     size_t nch = chunks_of(count, chunk);
     size_t slots = 2 * count / (peers * chunk);
