@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPT initial values: a checkpoint of a GPT initialised whole on 1 rank, loaded into deferred
 # GPTs on 1 rank, dp 4 and dp 2 x tp 2, equals bit for bit the same GPTs initialised shard by
-# shard (prog_gpt_init_layouts.c says what is compared).
+# shard (prog_gpt_init_layouts.c says what is compared), whatever a rank's thread count.
 # usage: gpt_init_layouts.sh MTRUN PROG
 set -u
 MTRUN=$1
@@ -18,6 +18,10 @@ run() { # run NPROC ARGS...
 }
 run 1 save "$dir/ckpt"
 run 1 check "$dir/ckpt"
+# Seeded values are filled in chunks on the rank's pool (module/param_init.c): the same bits
+# with 1 thread and with 3 as with the 2 threads (or 1 per rank at 4 ranks) above.
+MT_NUM_THREADS=1 run 1 check "$dir/ckpt"
+MT_NUM_THREADS=3 run 1 check "$dir/ckpt"
 run 4 check "$dir/ckpt"
 run 4 check "$dir/ckpt" tp2
 [ $rc -eq 0 ] && echo "ok: gpt_init_layouts"
