@@ -171,9 +171,10 @@ static void fill_chunk(void *ctx, size_t chunk, size_t begin, size_t end) {
 
 /* fill_host on the rank's pool where the values are seeded (normal, uniform): each is a function
  * of its global index alone and fill_host starts anywhere in a row, so fixed chunks of the range
- * give the same bits with any thread count. A model's start no longer waits for one core (85 M
- * normal values took about 8 s of one core). A user's function is called from the calling
- * thread only, as before: it need not be thread-safe. */
+ * give the same bits with any thread count. A model's start no longer waits for one core (the
+ * initialiser was half of train_gpt's one-step run at 85 M parameters, docs/benchmarks.md). A
+ * user's function is called from the calling thread only, as before: it need not be
+ * thread-safe. */
 static mt_status fill_host_pooled(const mt_param *p, const mt_initialiser *init, size_t b,
                                   size_t e, float *out) {
     bool seeded = init->kind == MT_INIT_NORMAL || init->kind == MT_INIT_UNIFORM;
