@@ -224,20 +224,28 @@ static int run(bench_ctx *b, const char *name, op_fn op, double bytes, double fl
     return 0;
 }
 
+/* The GPT's linears, as the tables below name them: in -> out features of linear i. */
+#define GPT_LINEARS 5
+static const char *const linear_names[GPT_LINEARS] = {"C->3C", "C->C", "C->4C", "4C->C",
+                                                      "C->vocab"};
+
+static void use_linear(bench_ctx *b, int i) {
+    int c = (int)b->s.channels, v = (int)b->s.vocab;
+    const int shapes[GPT_LINEARS][2] = {{c, 3 * c}, {c, c}, {c, 4 * c}, {4 * c, c}, {c, v}};
+    b->lin_in = shapes[i][0], b->lin_out = shapes[i][1];
+}
+
 /* The GPT's linears with f32 and with bf16 weights: per linear and direction the medians, the
  * bf16 one's GFLOP/s and the ratio bf16 / f32 (wall, and calling-thread CPU); then the ratio of
  * the sums over all of them, one training step's products. */
 static int run_linears(bench_ctx *b) {
     if (b->s.only && !strstr("bf16_linears", b->s.only)) return 0;
-    long c = b->s.channels, v = b->s.vocab;
-    const long shapes[5][2] = {{c, 3 * c}, {c, c}, {c, 4 * c}, {4 * c, c}, {c, v}};
-    static const char *const names[5] = {"C->3C", "C->C", "C->4C", "4C->C", "C->vocab"};
     double sum32 = 0.0, sum16 = 0.0;
     printf("# bf16 products: %-9s %-8s %10s %10s %9s %10s %10s\n", "linear", "pass", "f32_us",
            "bf16_us", "bf16/f32", "cpu_ratio", "bf16_GF/s");
-    for (int i = 0; i < 5; i++) {
-        b->lin_in = (int)shapes[i][0], b->lin_out = (int)shapes[i][1];
-        double macs = (double)b->s.rows * (double)shapes[i][0] * (double)shapes[i][1];
+    for (int i = 0; i < GPT_LINEARS; i++) {
+        use_linear(b, i);
+        double macs = (double)b->s.rows * (double)b->lin_in * (double)b->lin_out;
         for (int pass = 0; pass < 2; pass++) {
             static const char *const op_names[2][2] = {
                 {"linear_forward", "linear_forward_ex bf16"},
@@ -247,7 +255,7 @@ static int run_linears(bench_ctx *b) {
             double med[2], cmed[2];
             if (time_ops(b, op_names[pass], ops[pass], 2, med, cmed)) return 1;
             double flops = 2.0 * macs * (pass ? 2.0 : 1.0);
-            printf("bf16 linear %-9s %-8s %10.1f %10.1f %9.3f %10.3f %10.1f\n", names[i],
+            printf("bf16 linear %-9s %-8s %10.1f %10.1f %9.3f %10.3f %10.1f\n", linear_names[i],
                    pass ? "backward" : "forward", med[0] * 1e6, med[1] * 1e6, med[1] / med[0],
                    cmed[1] / cmed[0], flops / med[1] * 1e-9);
             sum32 += med[0], sum16 += med[1];
@@ -263,20 +271,17 @@ static int run_linears(bench_ctx *b) {
  * CPU), then the ratio of the sums. */
 static int run_overwrite(bench_ctx *b) {
     if (b->s.only && !strstr("bf16_overwrite", b->s.only)) return 0;
-    long c = b->s.channels, v = b->s.vocab;
-    const long shapes[5][2] = {{c, 3 * c}, {c, c}, {c, 4 * c}, {4 * c, c}, {c, v}};
-    static const char *const names[5] = {"C->3C", "C->C", "C->4C", "4C->C", "C->vocab"};
     static const char *const op_names[2] = {"zeroed + linear_backward_ex bf16",
                                             "linear_backward_into bf16"};
     const op_fn ops[2] = {op_lin_bf16_backward_zero_add, op_lin_bf16_backward_into};
     double sum_zero = 0.0, sum_into = 0.0;
     printf("# bf16 overwrite: %-9s %12s %10s %10s %10s\n", "linear", "zero_add_us", "into_us",
            "into/zero", "cpu_ratio");
-    for (int i = 0; i < 5; i++) {
-        b->lin_in = (int)shapes[i][0], b->lin_out = (int)shapes[i][1];
+    for (int i = 0; i < GPT_LINEARS; i++) {
+        use_linear(b, i);
         double med[2], cmed[2];
         if (time_ops(b, op_names, ops, 2, med, cmed)) return 1;
-        printf("bf16 overwrite %-9s %12.1f %10.1f %10.3f %10.3f\n", names[i], med[0] * 1e6,
+        printf("bf16 overwrite %-9s %12.1f %10.1f %10.3f %10.3f\n", linear_names[i], med[0] * 1e6,
                med[1] * 1e6, med[1] / med[0], cmed[1] / cmed[0]);
         sum_zero += med[0], sum_into += med[1];
     }

@@ -329,16 +329,6 @@ bool mt_fsdp_grads_alias(const mt_fsdp_unit *u) {
            u->requires_sync;
 }
 
-/* The buffer the backward writes: the gradient shard itself where mt_fsdp_grads_alias allows
- * (at one rank the reduce-scatter would be a copy and the accumulation 0 + g, after a memset of
- * the whole unit: three passes over it for the same bits), else a full buffer that is not
- * zeroed: each parameter's slice is marked unwritten, so that its first writer overwrites it
- * (mt_param_grad_write) or mt_param_grad zeroes it, and the slices nobody wrote are zeroed when
- * the backward ends (zero_unwritten). Only the padding after the parameters is zeroed here: it
- * is reduced with the rest and must stay 0 in the shards. On a GPU the buffer is zeroed whole
- * and counts as written: there a first writer's zeroing would be a memset per gradient, each
- * waited for on the host (mt_device_memset with no stream), where one memset per unit is one
- * launch. */
 /* MT_DEBUG_POISON_GRADS=1: the unwritten gradients start as NaN instead of whatever the allocation
  * held (often zeros, from fresh pages), so that an op that should overwrite a gradient but leaves
  * an element unwritten, or adds into it, turns the result into NaN where a run would otherwise
@@ -359,6 +349,16 @@ static bool poison_unwritten(void) {
     return g_poison;
 }
 
+/* The buffer the backward writes: the gradient shard itself where mt_fsdp_grads_alias allows
+ * (at one rank the reduce-scatter would be a copy and the accumulation 0 + g, after a memset of
+ * the whole unit: three passes over it for the same bits), else a full buffer that is not
+ * zeroed: each parameter's slice is marked unwritten, so that its first writer overwrites it
+ * (mt_param_grad_write) or mt_param_grad zeroes it, and the slices nobody wrote are zeroed when
+ * the backward ends (zero_unwritten). Only the padding after the parameters is zeroed here: it
+ * is reduced with the rest and must stay 0 in the shards. On a GPU the buffer is zeroed whole
+ * and counts as written: there a first writer's zeroing would be a memset per gradient, each
+ * waited for on the host (mt_device_memset with no stream), where one memset per unit is one
+ * launch. */
 static mt_status grad_buffer(mt_fsdp_unit *u) {
     if (mt_fsdp_grads_alias(u)) {
         u->full_grad = u->grad_shard;
