@@ -22,6 +22,7 @@
 #include "checkpoint/ckpt_stage.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/thread_name.h"
 #include "mesh/abort_key.h"
 #include "store/store_internal.h"
 
@@ -635,6 +636,7 @@ mt_status mt_checkpoint_save(mt_module *root, mt_adamw *opt, const char *dir,
     s->stats.step = s->step;
     s->stats.stall_s = mt_clock_now_s() - t0;
     int rc = pthread_create(&s->thread, NULL, writer_main, s);
+    if (rc == 0) mt_name_thread(s->thread, "mt-ckpt-write");
     if (rc != 0) {
         /* Without a thread, write here: slower for the caller, but nothing is lost. */
         mt_log(MT_LOG_WARN, "checkpoint: no writer thread (%s); writing synchronously",

@@ -16,6 +16,7 @@
 #include "comm/work.h"
 
 #include "core/error.h"
+#include "core/thread_name.h"
 
 #include <meshtrain/log.h>
 
@@ -23,6 +24,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static void group_ready(mt_transport *tr, mt_group *g) {
     if (g->in_ready_list) return;
@@ -278,8 +280,18 @@ static void *progress_main(void *arg) {
 mt_status mt_progress_start(mt_transport *tr) {
     int rc = pthread_create(&tr->thread, NULL, progress_main, tr);
     if (rc != 0) return mt_error_errno(MT_ERR_SYSTEM, rc, "starting the communication thread");
+    mt_name_thread(tr->thread, "mt-comm");
     tr->thread_started = true;
     return MT_OK;
+}
+
+double mt_progress_cpu_s(mt_transport *tr) {
+    clockid_t clock;
+    struct timespec ts;
+    if (!tr || !tr->thread_started || pthread_getcpuclockid(tr->thread, &clock) != 0 ||
+        clock_gettime(clock, &ts) != 0)
+        return -1.0;
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 void mt_progress_stop(mt_transport *tr) {

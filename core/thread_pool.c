@@ -8,6 +8,7 @@
 #include "core/env.h"
 
 #include "core/error.h"
+#include "core/thread_name.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -112,6 +113,7 @@ mt_status mt_thread_pool_create(int threads, mt_thread_pool **out) {
             return mt_error_errno(MT_ERR_SYSTEM, e, "thread pool: starting worker %d of %d", i + 1,
                                   threads - 1);
         }
+        mt_name_thread(p->workers[i], "mt-pool");
         p->started++;
     }
     *out = p;

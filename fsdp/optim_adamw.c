@@ -15,6 +15,7 @@
  * which splits the same elementwise loop differently and gives the same values. */
 #include "core/cpu/adamw_host.h"
 #include "core/error.h"
+#include "core/thread_name.h"
 #include "fsdp/fsdp_shards.h"
 
 #include <meshtrain/host_memory.h>
@@ -309,6 +310,7 @@ mt_status mt_adamw_set_overlap(mt_adamw *opt, bool on) {
     opt->err = MT_OK;
     opt->stop = opt->running = false;
     int rc = pthread_create(&opt->thread, NULL, overlap_main, opt);
+    if (rc == 0) mt_name_thread(opt->thread, "mt-adamw");
     if (rc != 0) {
         free_overlap(opt, true);
         return mt_error(MT_ERR_INTERNAL, "mt_adamw_set_overlap: cannot start the optimizer "

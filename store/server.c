@@ -23,6 +23,7 @@
 #include "core/clock.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/thread_name.h"
 
 #include <meshtrain/log.h>
 
@@ -1045,6 +1046,7 @@ mt_status mt_store_server_start_opts(const mt_store_server_opts *o, mt_store_ser
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = pthread_create(&s->thread, NULL, server_main, s);
+    if (rc == 0) mt_name_thread(s->thread, "mt-store");
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         st = mt_error_errno(MT_ERR_SYSTEM, rc, "store server: cannot start its thread");

@@ -26,6 +26,7 @@
 
 #include "core/device_internal.h"
 #include "core/error.h"
+#include "core/thread_name.h"
 
 #include <meshtrain/host_memory.h>
 #include <meshtrain/log.h>
@@ -230,6 +231,7 @@ mt_status mt_stager_create(mt_device *dev, mt_stager **out) {
         int rc = pthread_create(&st->thread, NULL, stage_thread, st);
         if (rc) s = mt_error_errno(MT_ERR_SYSTEM, rc, "cannot start the offload staging thread");
         st->thread_started = rc == 0;
+        if (rc == 0) mt_name_thread(st->thread, "mt-offload");
     }
     if (st->thread_started) {
         pthread_mutex_lock(&st->mu);
