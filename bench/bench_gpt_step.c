@@ -29,7 +29,12 @@
  * Ops and step are also taken in CPU time (every thread of the process, the slowest rank's):
  * on a machine that other jobs share, wall-clock differences of a few percent drown in waiting
  * for a core, while CPU time counts the work; step - ops in CPU time is the engine's work at one
- * rank (more ranks add the progress thread's copies).
+ * rank (more ranks add the progress thread's copies). At 2 and more ranks the communication
+ * thread's own CPU clock (mt_progress_cpu_s) is read over the step too: its copies and sums are
+ * the collectives' work, and step - ops - that is the engine's own CPU time. On cores that the
+ * ranks' compute already fills, that work cannot hide behind compute whatever the schedule, so
+ * the wall-clock overhead above counts it; the CPU-time split tells it from the engine's.
+ * --reshard-after-forward 0|1 shards the engine's model as train_gpt's option does.
  * --bf16-step adds a second engine model, the same GPT sharded with bf16 parameters (train_gpt's
  * --param-dtype bf16: gathered and multiplied in bf16, core/cpu/ops_bf16.c), whose step is timed
  * in every round right after the f32 one: the bf16 step's median and its ratio to the f32 step's,
@@ -38,6 +43,8 @@
 #include "core/cpu/ops_cpu.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "comm/group.h"
+#include "comm/progress.h"
 #include "fsdp/fsdp_internal.h"
 #include "fsdp/fsdp_shards.h"
 #include "module/module_internal.h"
@@ -59,6 +66,7 @@
 
 typedef struct options {
     int layers, d_model, heads, vocab, seq, global_batch, rounds;
+    int reshard; /* --reshard-after-forward: 0, 1, or -1 (FSDP's default: the blocks only) */
     bool json, bf16_step;
 } options;
 
@@ -71,12 +79,16 @@ static const char usage[] =
     "  --seq N           tokens per sequence (64)\n"
     "  --global-batch N  sequences per step over all ranks, divisible by the ranks (4)\n"
     "  --rounds N        timed rounds, the median is reported (5)\n"
+    "  --reshard-after-forward 0|1\n"
+    "                    as train_gpt's: 0 keeps every unit gathered from its forward to its\n"
+    "                    backward (one all-gather per unit), 1 regathers the root too (default:\n"
+    "                    the blocks regather, the root keeps its parameters)\n"
     "  --bf16-step       also time the step of the model with bf16 parameters, and the ratio\n"
     "  --json            one JSON object on stdout instead of the table\n";
 
 static int parse_args(int argc, char **argv, options *o) {
     *o = (options){.layers = 12, .d_model = 768, .heads = 12, .vocab = 256, .seq = 64,
-                   .global_batch = 4, .rounds = 5};
+                   .global_batch = 4, .rounds = 5, .reshard = -1};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "--bf16-step")) {
             *(argv[i][2] == 'j' ? &o->json : &o->bf16_step) = true;
@@ -93,12 +105,14 @@ static int parse_args(int argc, char **argv, options *o) {
                    : !strcmp(argv[i], "--seq")          ? &o->seq
                    : !strcmp(argv[i], "--global-batch") ? &o->global_batch
                    : !strcmp(argv[i], "--rounds")       ? &o->rounds
-                                                        : NULL;
+                   : !strcmp(argv[i], "--reshard-after-forward") ? &o->reshard
+                                                                 : NULL;
         char *end = NULL;
         long v = dst && i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-        if (!dst || !end || *end || v < 1 || v > 1 << 24) {
-            fprintf(stderr, PROG ": bad option %s (integer options take a value in 1..%d)\n%s",
-                    argv[i], 1 << 24, usage);
+        long lo = dst == &o->reshard ? 0 : 1, hi = dst == &o->reshard ? 1 : 1 << 24;
+        if (!dst || !end || *end || v < lo || v > hi) {
+            fprintf(stderr, PROG ": bad option %s (integer options take a value in 1..%d; "
+                    "--reshard-after-forward 0 or 1)\n%s", argv[i], 1 << 24, usage);
             return -1;
         }
         *dst = (int)v;
@@ -223,6 +237,7 @@ static mt_status sharded_model(bench *b, mt_dtype dtype, mt_gpt **gpt, mt_adamw 
     MT_TRY(mt_gpt_create(b->mesh, &cfg, gpt));
     mt_fsdp_options fo = mt_fsdp_defaults(b->mesh, "dp");
     fo.param_dtype = dtype;
+    fo.reshard_after_forward = b->o->reshard;
     for (int l = 0; l < b->o->layers; l++) MT_TRY(mt_fsdp_shard(mt_gpt_block(*gpt, l), &fo));
     mt_module *root = mt_gpt_root(*gpt);
     MT_TRY(mt_fsdp_shard(root, &fo));
@@ -343,18 +358,21 @@ static mt_status gather(bench *b, size_t n) {
     return mt_all_gather(b->dp, b->c_shard, b->c_full, n, MT_F32, NULL);
 }
 
-/* FSDP's order: the root's gather (it keeps its parameters after forward), the blocks' in
- * forward; in backward each block gathered again and its gradients reduce-scattered, last block
- * first, then the root's reduce-scatter; the units are listed blocks first, root last. */
+/* FSDP's order: the root's gather, the blocks' in forward; in backward each block gathered
+ * again (unless --reshard-after-forward 0 kept it) and its gradients reduce-scattered, last block
+ * first, then the root's (gathered again only with --reshard-after-forward 1) reduce-scatter;
+ * the units are listed blocks first, root last. */
 static mt_status comm_pass(bench *b) {
     size_t root = b->n_units - 1;
+    bool regather_blocks = b->o->reshard != 0, regather_root = b->o->reshard == 1;
     MT_TRY(gather(b, b->unit_n[root]));
     for (size_t u = 0; u < root; u++) MT_TRY(gather(b, b->unit_n[u]));
     for (size_t u = root; u-- > 0;) {
-        MT_TRY(gather(b, b->unit_n[u]));
+        if (regather_blocks) MT_TRY(gather(b, b->unit_n[u]));
         MT_TRY(mt_reduce_scatter(b->dp, b->c_full, b->c_shard, b->unit_n[u], MT_F32,
                                  MT_REDUCE_AVG, NULL));
     }
+    if (regather_root) MT_TRY(gather(b, b->unit_n[root]));
     MT_TRY(mt_reduce_scatter(b->dp, b->c_full, b->c_shard, b->unit_n[root], MT_F32,
                              MT_REDUCE_AVG, NULL));
     float v = 1.0f;
@@ -399,11 +417,18 @@ static mt_status engine_step(bench *b, double *exposed) {
 }
 
 enum { T_OPS, T_COMM, T_STEP, T_EXPOSED, T_OVERHEAD, T_OPS_CPU, T_STEP_CPU, T_OVERHEAD_CPU,
-       T_BF16_STEP, T_BF16_STEP_CPU, T_COUNT };
+       T_STEP_COMM_CPU, T_ENGINE_CPU, T_BF16_STEP, T_BF16_STEP_CPU, T_COUNT };
 static const char *const t_names[T_COUNT] = {"ops_ms", "comm_ms", "step_ms", "exposed_comm_ms",
                                              "overhead_ms", "ops_cpu_ms", "step_cpu_ms",
-                                             "overhead_cpu_ms", "bf16_step_ms",
-                                             "bf16_step_cpu_ms"};
+                                             "overhead_cpu_ms", "step_comm_thread_cpu_ms",
+                                             "engine_cpu_ms", "bf16_step_ms", "bf16_step_cpu_ms"};
+
+/* The CPU seconds of the communication progress thread behind the dp group (0 when it has none,
+ * as at one rank, where the collectives are the training thread's copies). */
+static double comm_thread_cpu_s(bench *b) {
+    double s = mt_progress_cpu_s(b->dp->tr);
+    return s > 0.0 ? s : 0.0;
+}
 
 /* One round: each phase on every rank at once, after a barrier; per phase the slowest rank's
  * time, and the slowest rank's overhead (step - ops - exposed, exposed 0 on one rank). */
@@ -411,7 +436,7 @@ static mt_status round_times(bench *b, double *t) {
     float mine[T_COUNT] = {0};
     for (int k = T_OPS; k <= T_STEP; k++) {
         MT_TRY(mt_barrier(b->world, NULL));
-        double t0 = now_s(), c0 = cpu_s(), exposed = 0.0;
+        double t0 = now_s(), c0 = cpu_s(), p0 = comm_thread_cpu_s(b), exposed = 0.0;
         if (k == T_OPS) MT_TRY(ops_pass(b));
         else if (k == T_COMM) MT_TRY(comm_pass(b));
         else MT_TRY(engine_step(b, &exposed));
@@ -419,6 +444,7 @@ static mt_status round_times(bench *b, double *t) {
         mine[k] = (float)(now_s() - t0);
         if (k == T_OPS) mine[T_OPS_CPU] = (float)(cpu_s() - c0);
         if (k == T_STEP) mine[T_STEP_CPU] = (float)(cpu_s() - c0);
+        if (k == T_STEP) mine[T_STEP_COMM_CPU] = (float)(comm_thread_cpu_s(b) - p0);
         if (k == T_STEP) mine[T_EXPOSED] = b->nranks > 1 ? (float)exposed : 0.0f;
     }
     if (b->gpt16) {
@@ -435,6 +461,9 @@ static mt_status round_times(bench *b, double *t) {
     /* In CPU time the step's communication is the progress thread's work, not a wait: this one
      * is meant for one rank, where there is none. */
     mine[T_OVERHEAD_CPU] = mine[T_STEP_CPU] - mine[T_OPS_CPU];
+    /* What is left once the communication thread's work (its copies and sums) is taken out too:
+     * the engine's own CPU time, whatever the cores do with the ranks' threads. */
+    mine[T_ENGINE_CPU] = mine[T_OVERHEAD_CPU] - mine[T_STEP_COMM_CPU];
     MT_TRY(mt_all_reduce(b->world, mine, mine, T_COUNT, MT_F32, MT_REDUCE_MAX, NULL));
     for (int k = 0; k < T_COUNT; k++) t[k] = mine[k] * 1e3;
     return MT_OK;
@@ -453,8 +482,9 @@ typedef struct report {
 static void print_table(const bench *b, const report *r) {
     const options *o = b->o;
     printf("# " PROG ": GPT %d x %d, %d heads, vocab %d, seq %d, global batch %d (%d per rank), "
-           "f32, %zu parameters\n", o->layers, o->d_model, o->heads, o->vocab, o->seq,
-           o->global_batch, b->batch, r->params);
+           "f32, %zu parameters, reshard after forward: %s\n", o->layers, o->d_model, o->heads,
+           o->vocab, o->seq, o->global_batch, b->batch, r->params,
+           o->reshard < 0 ? "blocks" : o->reshard ? "all units" : "none");
     printf("# %d rank(s) x %d thread(s); sgemm %d^3: %.1f GFLOP/s per rank (slowest, best of "
            "%d), %.1f all ranks\n", b->nranks, r->threads, GEMM_N, r->gemm_rank_min, GEMM_REPS,
            r->gemm_sum);
@@ -469,6 +499,10 @@ static void print_table(const bench *b, const report *r) {
     printf("# CPU time (all threads of the slowest rank, ms): ops %.2f, step %.2f, step - ops "
            "%.2f (%.2f%% of the step's)\n", r->med[T_OPS_CPU], r->med[T_STEP_CPU],
            r->med[T_OVERHEAD_CPU], 100.0 * r->med[T_OVERHEAD_CPU] / r->med[T_STEP_CPU]);
+    if (b->nranks > 1)
+        printf("# of which the communication thread (copies, sums) %.2f; the engine's own CPU "
+               "time %.2f (%.2f%% of the step's)\n", r->med[T_STEP_COMM_CPU], r->med[T_ENGINE_CPU],
+               100.0 * r->med[T_ENGINE_CPU] / r->med[T_STEP_CPU]);
     if (b->gpt16)
         printf("# bf16 parameters: step %.2f ms (CPU %.2f ms); bf16 / f32 step %.3f (CPU time "
                "%.3f)\n", r->med[T_BF16_STEP], r->med[T_BF16_STEP_CPU],
@@ -489,10 +523,13 @@ static mt_status print_json(const bench *b, const report *r) {
     for (int k = 0; j && k < shown; k++) json_object_set_new(j, t_names[k], json_real(r->med[k]));
     if (j && b->gpt16)
         json_object_set_new(j, "bf16_step_ratio", json_real(r->med[T_BF16_STEP] / r->med[T_STEP]));
+    if (j) json_object_set_new(j, "reshard_after_forward", json_integer(o->reshard));
     if (j) json_object_set_new(j, "overhead_pct", json_real(100.0 * r->med[T_OVERHEAD] /
                                                             r->med[T_STEP]));
     if (j) json_object_set_new(j, "overhead_cpu_pct", json_real(100.0 * r->med[T_OVERHEAD_CPU] /
                                                                 r->med[T_STEP_CPU]));
+    if (j) json_object_set_new(j, "engine_cpu_pct", json_real(100.0 * r->med[T_ENGINE_CPU] /
+                                                              r->med[T_STEP_CPU]));
     char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);
     if (!text) return mt_error(MT_ERR_OUT_OF_MEMORY, PROG ": out of host memory for the report");
