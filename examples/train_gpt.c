@@ -37,6 +37,7 @@ typedef struct options {
     uint64_t seed;
     mt_dtype param_dtype, reduce_dtype;
     bool prefetch;
+    int reshard_after_forward; /* --reshard-after-forward 0|1; -1: FSDP's default */
     mt_offload offload;  /* --offload none|optimizer|full */
     float offload_ratio; /* --offload-ratio: the fraction of units offloaded (1) */
     bool offload_overlap; /* --offload-overlap: host AdamW step during the backward */
@@ -88,6 +89,8 @@ typedef struct trainer {
     mt_mesh *mesh;
     mt_group *dp_group, *tp_group, *world;
     mt_comm_counters tp_traffic; /* what this rank's tp group moved in the last step */
+    mt_comm_counters dp_traffic; /* and its dp group (FSDP's gathers and reduce-scatters, the
+                                  * clip's all-reduce; not the loss's, after the step) */
     mt_gpt *gpt;
     mt_adamw *adam;
     int rank, world_size, dp_rank;
@@ -130,6 +133,11 @@ static const char usage[] =
     "  --param-dtype T     f32 or bf16: parameters gathered and computed in (f32)\n"
     "  --reduce-dtype T    f32 or bf16: gradients reduced in (f32)\n"
     "  --no-prefetch       issue each all-gather when its unit starts\n"
+    "  --reshard-after-forward 0|1\n"
+    "                      1: free every unit's gathered parameters after its forward and\n"
+    "                      gather them again in backward; 0: keep them until the backward\n"
+    "                      (one all-gather per unit per step instead of two, the whole model's\n"
+    "                      parameters held at once) (default: 1 for the blocks, 0 for the root)\n"
     "  --offload P         none, optimizer (f32 master, gradient shards and AdamW state in host\n"
     "                      memory) or full (parameters too; the device holds only the units in\n"
     "                      flight) (none); docs/offload.md\n"
@@ -248,7 +256,7 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
                    .vocab = 256,
                    .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .seed = 1,
                    .param_dtype = MT_F32, .reduce_dtype = MT_F32, .prefetch = true,
-                   .offload = MT_OFFLOAD_NONE, .offload_ratio = 1.0f,
+                   .reshard_after_forward = -1, .offload = MT_OFFLOAD_NONE, .offload_ratio = 1.0f,
                    .device = NULL, .data = DEFAULT_DATA, .metrics = NULL, .keep = 3};
     for (int i = 1; i < argc; i++) {
         char name[64];
@@ -324,7 +332,12 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
             rc = parse_ratio(name, val, &o->offload_ratio, err);
         else if (!strcmp(name, "--activation-checkpointing"))
             rc = parse_recompute(name, val, &o->recompute_every, err);
-        else if (!strcmp(name, "--reduce-dtype"))
+        else if (!strcmp(name, "--reshard-after-forward")) {
+            rc = strcmp(val, "0") && strcmp(val, "1")
+                     ? fail_msg(err, "%s '%s' must be 0 or 1", name, val)
+                     : 0;
+            if (!rc) o->reshard_after_forward = val[0] - '0';
+        } else if (!strcmp(name, "--reduce-dtype"))
             rc = parse_dtype(name, val, &o->reduce_dtype, err);
         else if (!strcmp(name, "--seed")) {
             errno = 0;
@@ -734,6 +747,7 @@ static void fill_memory_plan(const trainer *t, mt_gpt_memory_plan *plan) {
     plan->param_dtype = o->param_dtype;
     plan->reduce_dtype = o->reduce_dtype;
     plan->prefetch = o->prefetch;
+    plan->reshard_after_forward = o->reshard_after_forward;
     plan->activation_checkpointing = o->recompute_every == 0   ? MT_GPT_AC_NONE
                                      : o->recompute_every == 1 ? MT_GPT_AC_FULL
                                                                : MT_GPT_AC_EVERY;
@@ -909,12 +923,16 @@ static mt_status print_summary(trainer *t) {
     free(all);
     long tokens = (long)o->dp * o->batch * o->grad_accum * o->seq;
     printf(PROG ": GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %zu parameters; "
-           "params %s, gradients reduced in %s, prefetch %s, offload %s (ratio %g), %d of %d "
+           "params %s, gradients reduced in %s, prefetch %s, reshard after forward %s, offload %s (ratio %g), %d of %d "
            "blocks recompute, "
            "sequence parallelism %s\n",
            o->layers, o->d_model, o->heads, o->seq, o->vocab, mt_gpt_param_count(t->gpt),
            mt_dtype_name(o->param_dtype), mt_dtype_name(o->reduce_dtype),
-           o->prefetch ? "on" : "off", offload_name(o->offload), (double)o->offload_ratio,
+           o->prefetch ? "on" : "off",
+           o->reshard_after_forward < 0   ? "blocks"
+           : o->reshard_after_forward > 0 ? "all units"
+                                          : "none",
+           offload_name(o->offload), (double)o->offload_ratio,
            o->recompute_every ? (o->layers + o->recompute_every - 1) / o->recompute_every : 0,
            o->layers,
            o->sequence_parallel && o->tp > 1
@@ -966,6 +984,7 @@ static mt_status build(trainer *t) {
     mt_fsdp_options fo = mt_fsdp_defaults(t->mesh, "dp");
     fo.param_dtype = o->param_dtype;
     fo.reduce_dtype = o->reduce_dtype;
+    fo.reshard_after_forward = o->reshard_after_forward;
     fo.offload = o->offload;
     fo.offload_ratio = o->offload_ratio;
     for (int l = 0; l < o->layers; l++) MT_TRY(mt_fsdp_shard(mt_gpt_block(t->gpt, l), &fo));
@@ -1072,7 +1091,8 @@ static mt_status train_step(trainer *t, int step) {
     const options *o = t->opt;
     mt_module *root = mt_gpt_root(t->gpt);
     mt_device_reset_peaks(mt_runtime_device(t->rt)); /* peaks are per step */
-    mt_group_counters_reset(t->tp_group);             /* and so is the tp traffic */
+    mt_group_counters_reset(t->tp_group);             /* and so is the traffic */
+    mt_group_counters_reset(t->dp_group);
     double t0 = now_ms();
     float lr = lr_at(o, step), sum = 0.0f, norm = 0.0f;
     mt_adamw_set_lr(t->adam, lr);
@@ -1090,6 +1110,7 @@ static mt_status train_step(trainer *t, int step) {
     MT_TRY(mt_adamw_step(t->adam));
     MT_TRY(mt_zero_grad(root));
     mt_group_counters(t->tp_group, &t->tp_traffic);
+    mt_group_counters(t->dp_group, &t->dp_traffic);
     /* Every dp rank saw as many tokens: the global loss is the mean of theirs. */
     float loss = sum / (float)o->grad_accum;
     MT_TRY(mt_all_reduce(t->dp_group, &loss, &loss, 1, MT_F32, MT_REDUCE_AVG, NULL));
@@ -1144,11 +1165,11 @@ static void print_loss_curve(const trainer *t) {
     printf("  (ln %d = %.4f)\n", t->opt->vocab, log((double)t->opt->vocab));
 }
 
-/* Rank 0, at the end: what its tp group's collectives moved in the last step (payloads, as
- * mt_group_counters counts them), to compare tensor-parallel layouts (docs/benchmarks.md). */
-static void print_tp_traffic(const trainer *t) {
-    const mt_comm_counters *c = &t->tp_traffic;
-    printf("tp traffic (rank 0, last step):");
+/* Rank 0, at the end: what its tp or dp group's collectives moved in the last step (payloads,
+ * as mt_group_counters counts them), to compare tensor-parallel layouts and FSDP's resharding
+ * (docs/benchmarks.md). */
+static void print_traffic(const char *dim, const mt_comm_counters *c) {
+    printf("%s traffic (rank 0, last step):", dim);
     for (int k = 0; k < MT_COLL_KINDS; k++)
         printf("%s %s %llu calls %llu B", k ? " |" : "", mt_coll_kind_name((mt_coll_kind)k),
                (unsigned long long)c->calls[k], (unsigned long long)c->bytes[k]);
@@ -1200,7 +1221,10 @@ static mt_status train(trainer *t) {
             printf("\n");
         }
         if (o->steps > t->first_step) print_memory_comparison(t);
-        if (o->steps > t->first_step) print_tp_traffic(t);
+        if (o->steps > t->first_step) {
+            print_traffic("tp", &t->tp_traffic);
+            print_traffic("dp", &t->dp_traffic);
+        }
         if (o->offload_overlap && o->steps > t->first_step)
             printf("offload overlap (rank 0, last step): %ld of %zu units stepped while the "
                    "backward ran\n", mt_adamw_overlapped_units(t->adam),

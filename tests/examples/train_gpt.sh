@@ -33,6 +33,11 @@
 #               dp 1 x tp 2 and dp 2 with --param-dtype bf16: step losses and gradient norms bit for bit equal, and so the
 #               parameters and optimizer state of the checkpoint saved after the last step (every
 #               rank's file byte for byte); the activation peak lower with recompute
+#   reshard     --reshard-after-forward 0 and 1 against the default, dp 2 x tp 2 (4 ranks) and
+#               dp 2 with --param-dtype bf16: step losses and gradient norms bit for bit equal;
+#               the dp group's all-gathers per step are 2L+1 by default (the root keeps its
+#               parameters), L+1 with 0 and 2L+2 with 1 for L blocks; the reduce-scatters L+1
+#               each; a value other than 0 or 1 is refused
 set -u
 MTRUN=$1
 PROG=$2
@@ -351,6 +356,42 @@ recompute)
         bitwise "${args[0]}_none" "${args[0]}_full"
         bitwise "${args[0]}_none" "${args[0]}_every2"
     done
+    ;;
+reshard)
+    # NAME NPROC ARGS: dp 2 x tp 2 (3 blocks), dp 2 with bf16 parameters (gathered in bf16)
+    for run in "dptp 4 --dp 2 --tp 2 --batch 2" "bf16 2 --dp 2 --batch 2 --param-dtype bf16"; do
+        read -ra args <<<"$run"
+        for r in default 0 1; do
+            opt=()
+            [ "$r" = default ] || opt=(--reshard-after-forward "$r")
+            train "${args[0]}_$r" "${args[1]}" "${TINY[@]}" --layers 3 "${args[@]:2}" "${opt[@]}"
+        done
+        check "${args[0]}_0 announced" has_text "$TMP/${args[0]}_0.out" "reshard after forward none"
+        if python3 - "$TMP" "${args[0]}" 3 <<'EOF'; then
+import json, re, sys
+tmp, name, layers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def steps(r):
+    return [json.loads(l) for l in open(f"{tmp}/{name}_{r}.jsonl") if '"loss"' in l]
+def traffic(r):
+    line = [l for l in open(f"{tmp}/{name}_{r}.out") if "dp traffic" in l][-1]
+    return {k: int(n) for k, n in re.findall(r"(\w+) (\d+) calls", line)}
+ref = steps("default")
+for r, gathers in (("default", 2 * layers + 1), ("0", layers + 1), ("1", 2 * layers + 2)):
+    got = steps(r)
+    if [(s["loss"], s["grad_norm"]) for s in got] != [(s["loss"], s["grad_norm"]) for s in ref]:
+        sys.exit(f"{name}_{r}: losses or gradient norms differ from the default's")
+    t = traffic(r)
+    if t["all_gather"] != gathers or t["reduce_scatter"] != layers + 1:
+        sys.exit(f"{name}_{r}: dp traffic {t}, expected {gathers} all-gathers and "
+                 f"{layers + 1} reduce-scatters")
+    print(f"{name}_{r}: {len(got)} steps equal to the default's; dp traffic {t}")
+EOF
+            pass "${args[0]}: resharding changes the gathers, not the losses"
+        else
+            fail "${args[0]}: resharding"
+        fi
+    done
+    refused reshard 2 "--reshard-after-forward '2' must be 0 or 1" --reshard-after-forward 2
     ;;
 errors)
     small=$TMP/small.txt

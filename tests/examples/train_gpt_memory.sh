@@ -39,6 +39,8 @@ VARIANTS=(
     "bf16_tp2 2 exact --tp 2 --param-dtype bf16"
     "accum2 2 exact --dp 2 --grad-accum 2 --batch 2"
     "no_prefetch 2 exact --dp 2 --no-prefetch"
+    "no_reshard 2 exact --dp 2 --reshard-after-forward 0"
+    "reshard_all_dp2_tp2 4 exact --dp 2 --tp 2 --reshard-after-forward 1"
     "dp2_tp2_bf16_accum 4 exact --dp 2 --tp 2 --param-dtype bf16 --reduce-dtype bf16 --grad-accum 2"
     # The transport's scratch: every collective direct (large threshold), every one a ring.
     "direct_collectives 4 exact MT_COMM_SMALL_BYTES=1000000 --dp 2 --tp 2"
