@@ -42,6 +42,7 @@
  */
 #include "core/cpu/ops_cpu.h"
 #include "core/error.h"
+#include "core/thread_name.h"
 #include "core/thread_pool.h"
 #include "comm/group.h"
 #include "comm/progress.h"
@@ -57,6 +58,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #define PROG "mt-bench-gpt-step"
@@ -134,6 +136,13 @@ static double cpu_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Page faults of the process so far (minor and major, every thread): a step in steady state
+ * should take none (issue 20: the CPU device's block cache keeps its buffers mapped). */
+static double faults(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)(ru.ru_minflt + ru.ru_majflt) : 0.0;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -417,11 +426,14 @@ static mt_status engine_step(bench *b, double *exposed) {
 }
 
 enum { T_OPS, T_COMM, T_STEP, T_EXPOSED, T_OVERHEAD, T_OPS_CPU, T_STEP_CPU, T_OVERHEAD_CPU,
-       T_STEP_COMM_CPU, T_ENGINE_CPU, T_BF16_STEP, T_BF16_STEP_CPU, T_COUNT };
+       T_STEP_COMM_CPU, T_ENGINE_CPU, T_OPS_FAULTS, T_STEP_FAULTS, T_BF16_STEP, T_BF16_STEP_CPU,
+       T_COUNT };
 static const char *const t_names[T_COUNT] = {"ops_ms", "comm_ms", "step_ms", "exposed_comm_ms",
                                              "overhead_ms", "ops_cpu_ms", "step_cpu_ms",
                                              "overhead_cpu_ms", "step_comm_thread_cpu_ms",
-                                             "engine_cpu_ms", "bf16_step_ms", "bf16_step_cpu_ms"};
+                                             "engine_cpu_ms", "ops_page_faults",
+                                             "step_page_faults", "bf16_step_ms",
+                                             "bf16_step_cpu_ms"};
 
 /* The CPU seconds of the communication progress thread behind the dp group (0 when it has none,
  * as at one rank, where the collectives are the training thread's copies). */
@@ -430,19 +442,30 @@ static double comm_thread_cpu_s(bench *b) {
     return s > 0.0 ? s : 0.0;
 }
 
+/* The training thread takes each phase's name while it runs it, so that a profile of the whole
+ * benchmark splits by phase: perf record -a -- mtrun ... mt-bench-gpt-step; perf report --sort
+ * comm,sym shows gpt-ops, gpt-comm, gpt-step and gpt-bf16-step beside mt-comm (the
+ * communication thread) and mt-pool (the pool's workers, which keep their own name). */
+static void name_phase(const char *name) { mt_name_thread(pthread_self(), name); }
+
 /* One round: each phase on every rank at once, after a barrier; per phase the slowest rank's
  * time, and the slowest rank's overhead (step - ops - exposed, exposed 0 on one rank). */
 static mt_status round_times(bench *b, double *t) {
+    static const char *const phase[T_STEP + 1] = {"gpt-ops", "gpt-comm", "gpt-step"};
     float mine[T_COUNT] = {0};
     for (int k = T_OPS; k <= T_STEP; k++) {
         MT_TRY(mt_barrier(b->world, NULL));
-        double t0 = now_s(), c0 = cpu_s(), p0 = comm_thread_cpu_s(b), exposed = 0.0;
+        name_phase(phase[k]);
+        double t0 = now_s(), c0 = cpu_s(), p0 = comm_thread_cpu_s(b), f0 = faults();
+        double exposed = 0.0;
         if (k == T_OPS) MT_TRY(ops_pass(b));
         else if (k == T_COMM) MT_TRY(comm_pass(b));
         else MT_TRY(engine_step(b, &exposed));
         MT_TRY(mt_device_synchronize(b->dev));
         mine[k] = (float)(now_s() - t0);
         if (k == T_OPS) mine[T_OPS_CPU] = (float)(cpu_s() - c0);
+        if (k == T_OPS) mine[T_OPS_FAULTS] = (float)(faults() - f0);
+        if (k == T_STEP) mine[T_STEP_FAULTS] = (float)(faults() - f0);
         if (k == T_STEP) mine[T_STEP_CPU] = (float)(cpu_s() - c0);
         if (k == T_STEP) mine[T_STEP_COMM_CPU] = (float)(comm_thread_cpu_s(b) - p0);
         if (k == T_STEP) mine[T_EXPOSED] = b->nranks > 1 ? (float)exposed : 0.0f;
@@ -450,6 +473,7 @@ static mt_status round_times(bench *b, double *t) {
     if (b->gpt16) {
         /* Right after the f32 step, so that both meet the machine alike. */
         MT_TRY(mt_barrier(b->world, NULL));
+        name_phase("gpt-bf16-step");
         double t0 = now_s(), c0 = cpu_s(), t_reduce;
         float norm;
         MT_TRY(train_step(b, b->gpt16, b->adam16, &norm, &t_reduce));
@@ -457,6 +481,7 @@ static mt_status round_times(bench *b, double *t) {
         mine[T_BF16_STEP] = (float)(now_s() - t0);
         mine[T_BF16_STEP_CPU] = (float)(cpu_s() - c0);
     }
+    name_phase("gpt-round");
     mine[T_OVERHEAD] = mine[T_STEP] - mine[T_OPS] - mine[T_EXPOSED];
     /* In CPU time the step's communication is the progress thread's work, not a wait: this one
      * is meant for one rank, where there is none. */
@@ -465,7 +490,8 @@ static mt_status round_times(bench *b, double *t) {
      * the engine's own CPU time, whatever the cores do with the ranks' threads. */
     mine[T_ENGINE_CPU] = mine[T_OVERHEAD_CPU] - mine[T_STEP_COMM_CPU];
     MT_TRY(mt_all_reduce(b->world, mine, mine, T_COUNT, MT_F32, MT_REDUCE_MAX, NULL));
-    for (int k = 0; k < T_COUNT; k++) t[k] = mine[k] * 1e3;
+    for (int k = 0; k < T_COUNT; k++)
+        t[k] = k == T_OPS_FAULTS || k == T_STEP_FAULTS ? mine[k] : mine[k] * 1e3;
     return MT_OK;
 }
 
@@ -503,6 +529,8 @@ static void print_table(const bench *b, const report *r) {
         printf("# of which the communication thread (copies, sums) %.2f; the engine's own CPU "
                "time %.2f (%.2f%% of the step's)\n", r->med[T_STEP_COMM_CPU], r->med[T_ENGINE_CPU],
                100.0 * r->med[T_ENGINE_CPU] / r->med[T_STEP_CPU]);
+    printf("# page faults (the slowest rank's process): ops %.0f, step %.0f\n",
+           r->med[T_OPS_FAULTS], r->med[T_STEP_FAULTS]);
     if (b->gpt16)
         printf("# bf16 parameters: step %.2f ms (CPU %.2f ms); bf16 / f32 step %.3f (CPU time "
                "%.3f)\n", r->med[T_BF16_STEP], r->med[T_BF16_STEP_CPU],
