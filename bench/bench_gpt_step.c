@@ -22,18 +22,20 @@
  * Engine overhead = step - ops - exposed communication, where exposed communication is the time
  * the step's thread spent blocked on FSDP's collectives (the units' wait_s, fsdp_internal.h) and
  * on the loss all-reduce; at 1 rank the collectives are copies and count as engine (exposed = 0).
- * Overheads are per rank and the slowest rank's is reported; the other figures are the slowest
- * rank's too. Before the rounds every rank times sgemm 2048^3 on its thread count (best of a few,
- * the better of the pool's product and OpenBLAS's own threads, all ranks at once): the model's FLOP/s (6N + 12LCT per token, as train_gpt counts) is
- * given as a fraction of the ranks' summed peak. Medians over --rounds after one warm-up step.
- * Ops and step are also taken in CPU time (every thread of the process, the slowest rank's):
- * on a machine that other jobs share, wall-clock differences of a few percent drown in waiting
- * for a core, while CPU time counts the work; step - ops in CPU time is the engine's work at one
- * rank (more ranks add the progress thread's copies). At 2 and more ranks the communication
+ * Overheads are per rank and the slowest rank's is reported; the other wall-clock figures are
+ * the slowest rank's too. Before the rounds every rank times sgemm 2048^3 on its thread count
+ * (best of a few, the better of the pool's product and OpenBLAS's own threads, all ranks at
+ * once): the model's FLOP/s (6N + 12LCT per token, as train_gpt counts) is given as a fraction
+ * of the ranks' summed peak. Medians over --rounds after one warm-up step.
+ * Ops and step are also taken in CPU time (every thread of the process, all from the rank whose
+ * step took the most): on a machine that other jobs share, wall-clock differences of a few
+ * percent drown in waiting for a core, while CPU time counts the work. The communication
  * thread's own CPU clock (mt_progress_cpu_s) is read over the step too: its copies and sums are
- * the collectives' work, and step - ops - that is the engine's own CPU time. On cores that the
- * ranks' compute already fills, that work cannot hide behind compute whatever the schedule, so
- * the wall-clock overhead above counts it; the CPU-time split tells it from the engine's.
+ * the collectives' work, and step - ops - that is the engine's own CPU time (with whatever the
+ * ops lose to sharing cores and caches with that thread). On cores that the ranks' compute
+ * already fills, what that thread runs while the compute threads have work is taken from them:
+ * the wall-clock overhead above counts it, the CPU-time split tells it from the engine's. Page
+ * faults of the ops and the step are counted too (the most of any rank).
  * --reshard-after-forward 0|1 shards the engine's model as train_gpt's option does.
  * --bf16-step adds a second engine model, the same GPT sharded with bf16 parameters (train_gpt's
  * --param-dtype bf16: gathered and multiplied in bf16, core/cpu/ops_bf16.c), whose step is timed
@@ -53,6 +55,7 @@
 #include <meshtrain/meshtrain.h>
 
 #include <cblas.h>
+#include <ctype.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -112,7 +115,9 @@ static int parse_args(int argc, char **argv, options *o) {
         char *end = NULL;
         long v = dst && i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
         long lo = dst == &o->reshard ? 0 : 1, hi = dst == &o->reshard ? 1 : 1 << 24;
-        if (!dst || !end || *end || v < lo || v > hi) {
+        /* Digits only: strtol would take "", " 1" and "+0". */
+        bool digits = dst && i + 1 < argc && isdigit((unsigned char)argv[i + 1][0]);
+        if (!dst || !digits || !end || *end || v < lo || v > hi) {
             fprintf(stderr, PROG ": bad option %s (integer options take a value in 1..%d; "
                     "--reshard-after-forward 0 or 1)\n%s", argv[i], 1 << 24, usage);
             return -1;
@@ -367,21 +372,21 @@ static mt_status gather(bench *b, size_t n) {
     return mt_all_gather(b->dp, b->c_shard, b->c_full, n, MT_F32, NULL);
 }
 
-/* FSDP's order: the root's gather, the blocks' in forward; in backward each block gathered
+/* FSDP's order: the root's gather, the blocks' in forward; in backward the root gathered again
+ * first (only with --reshard-after-forward 1: its pre-backward hook), then each block gathered
  * again (unless --reshard-after-forward 0 kept it) and its gradients reduce-scattered, last block
- * first, then the root's (gathered again only with --reshard-after-forward 1) reduce-scatter;
- * the units are listed blocks first, root last. */
+ * first, then the root's reduce-scatter; the units are listed blocks first, root last. */
 static mt_status comm_pass(bench *b) {
     size_t root = b->n_units - 1;
     bool regather_blocks = b->o->reshard != 0, regather_root = b->o->reshard == 1;
     MT_TRY(gather(b, b->unit_n[root]));
     for (size_t u = 0; u < root; u++) MT_TRY(gather(b, b->unit_n[u]));
+    if (regather_root) MT_TRY(gather(b, b->unit_n[root]));
     for (size_t u = root; u-- > 0;) {
         if (regather_blocks) MT_TRY(gather(b, b->unit_n[u]));
         MT_TRY(mt_reduce_scatter(b->dp, b->c_full, b->c_shard, b->unit_n[u], MT_F32,
                                  MT_REDUCE_AVG, NULL));
     }
-    if (regather_root) MT_TRY(gather(b, b->unit_n[root]));
     MT_TRY(mt_reduce_scatter(b->dp, b->c_full, b->c_shard, b->unit_n[root], MT_F32,
                              MT_REDUCE_AVG, NULL));
     float v = 1.0f;
@@ -435,45 +440,86 @@ static const char *const t_names[T_COUNT] = {"ops_ms", "comm_ms", "step_ms", "ex
                                              "step_page_faults", "bf16_step_ms",
                                              "bf16_step_cpu_ms"};
 
-/* The CPU seconds of the communication progress thread behind the dp group (0 when it has none,
- * as at one rank, where the collectives are the training thread's copies). */
-static double comm_thread_cpu_s(bench *b) {
-    double s = mt_progress_cpu_s(b->dp->tr);
-    return s > 0.0 ? s : 0.0;
+/* The CPU seconds the communication progress thread behind the dp group has run (it exists at
+ * every rank count: even one rank's collectives are its copies). */
+static mt_status comm_thread_cpu_s(bench *b, double *s) {
+    *s = mt_progress_cpu_s(b->dp->tr);
+    if (*s < 0.0)
+        return mt_error(MT_ERR_INTERNAL, PROG ": cannot read the communication thread's CPU "
+                        "clock (is it still running?)");
+    return MT_OK;
 }
 
-/* The training thread takes each phase's name while it runs it, so that a profile of the whole
- * benchmark splits by phase: perf record -a -- mtrun ... mt-bench-gpt-step; perf report --sort
- * comm,sym shows gpt-ops, gpt-comm, gpt-step and gpt-bf16-step beside mt-comm (the
- * communication thread) and mt-pool (the pool's workers, which keep their own name). */
-static void name_phase(const char *name) { mt_name_thread(pthread_self(), name); }
+/* The training thread takes each phase's name while it runs it (measure() restores its own
+ * after the rounds), so that a profile of the whole benchmark splits by phase: perf record -a --
+ * mtrun ... mt-bench-gpt-step; perf report --sort comm,dso,sym shows gpt-ops, gpt-comm, gpt-step
+ * and gpt-bf16-step beside mt-comm (the communication thread). Only that thread: with more than
+ * one thread per rank the pool's workers stay mt-pool in every phase. */
+static const char *const phase_names[T_STEP + 1] = {"gpt-ops", "gpt-comm", "gpt-step"};
+
+/* The CPU-time figures, from one rank: the one whose step took the most CPU time, so that step
+ * - ops = the communication thread's + the engine's own holds in every round (each field's
+ * maximum over the ranks could come from a different rank). */
+static const int cpu_fields[] = {T_OPS_CPU, T_STEP_CPU, T_OVERHEAD_CPU, T_STEP_COMM_CPU,
+                                 T_ENGINE_CPU};
+
+/* Every rank's figures of the round in t: each wall-clock time, page count and the bf16 step's
+ * CPU time the largest over the ranks (the slowest rank's), the CPU-time split from one rank
+ * (cpu_fields). */
+static mt_status combine_ranks(bench *b, const float *mine, double *t) {
+    float *all = malloc((size_t)b->nranks * T_COUNT * sizeof *all);
+    if (!all) return mt_error(MT_ERR_OUT_OF_MEMORY, PROG ": out of host memory for %d ranks' "
+                              "figures", b->nranks);
+    mt_status st = mt_all_gather(b->world, mine, all, T_COUNT, MT_F32, NULL);
+    if (st == MT_OK) {
+        int busiest = 0;
+        for (int r = 1; r < b->nranks; r++)
+            if (all[r * T_COUNT + T_STEP_CPU] > all[busiest * T_COUNT + T_STEP_CPU]) busiest = r;
+        for (int k = 0; k < T_COUNT; k++) {
+            float v = all[k];
+            for (int r = 1; r < b->nranks; r++)
+                if (all[r * T_COUNT + k] > v) v = all[r * T_COUNT + k];
+            t[k] = v;
+        }
+        for (size_t i = 0; i < sizeof cpu_fields / sizeof *cpu_fields; i++)
+            t[cpu_fields[i]] = all[busiest * T_COUNT + cpu_fields[i]];
+        for (int k = 0; k < T_COUNT; k++)
+            if (k != T_OPS_FAULTS && k != T_STEP_FAULTS) t[k] *= 1e3;
+    }
+    free(all);
+    return st;
+}
 
 /* One round: each phase on every rank at once, after a barrier; per phase the slowest rank's
  * time, and the slowest rank's overhead (step - ops - exposed, exposed 0 on one rank). */
 static mt_status round_times(bench *b, double *t) {
-    static const char *const phase[T_STEP + 1] = {"gpt-ops", "gpt-comm", "gpt-step"};
     float mine[T_COUNT] = {0};
     for (int k = T_OPS; k <= T_STEP; k++) {
         MT_TRY(mt_barrier(b->world, NULL));
-        name_phase(phase[k]);
-        double t0 = now_s(), c0 = cpu_s(), p0 = comm_thread_cpu_s(b), f0 = faults();
-        double exposed = 0.0;
+        mt_name_this_thread(phase_names[k]);
+        double p0, p1;
+        MT_TRY(comm_thread_cpu_s(b, &p0));
+        double t0 = now_s(), c0 = cpu_s(), f0 = faults(), exposed = 0.0;
         if (k == T_OPS) MT_TRY(ops_pass(b));
         else if (k == T_COMM) MT_TRY(comm_pass(b));
         else MT_TRY(engine_step(b, &exposed));
         MT_TRY(mt_device_synchronize(b->dev));
         mine[k] = (float)(now_s() - t0);
-        if (k == T_OPS) mine[T_OPS_CPU] = (float)(cpu_s() - c0);
-        if (k == T_OPS) mine[T_OPS_FAULTS] = (float)(faults() - f0);
-        if (k == T_STEP) mine[T_STEP_FAULTS] = (float)(faults() - f0);
-        if (k == T_STEP) mine[T_STEP_CPU] = (float)(cpu_s() - c0);
-        if (k == T_STEP) mine[T_STEP_COMM_CPU] = (float)(comm_thread_cpu_s(b) - p0);
-        if (k == T_STEP) mine[T_EXPOSED] = b->nranks > 1 ? (float)exposed : 0.0f;
+        MT_TRY(comm_thread_cpu_s(b, &p1));
+        if (k == T_OPS) {
+            mine[T_OPS_CPU] = (float)(cpu_s() - c0);
+            mine[T_OPS_FAULTS] = (float)(faults() - f0);
+        } else if (k == T_STEP) {
+            mine[T_STEP_CPU] = (float)(cpu_s() - c0);
+            mine[T_STEP_FAULTS] = (float)(faults() - f0);
+            mine[T_STEP_COMM_CPU] = (float)(p1 - p0);
+            mine[T_EXPOSED] = b->nranks > 1 ? (float)exposed : 0.0f;
+        }
     }
     if (b->gpt16) {
         /* Right after the f32 step, so that both meet the machine alike. */
         MT_TRY(mt_barrier(b->world, NULL));
-        name_phase("gpt-bf16-step");
+        mt_name_this_thread("gpt-bf16-step");
         double t0 = now_s(), c0 = cpu_s(), t_reduce;
         float norm;
         MT_TRY(train_step(b, b->gpt16, b->adam16, &norm, &t_reduce));
@@ -481,18 +527,14 @@ static mt_status round_times(bench *b, double *t) {
         mine[T_BF16_STEP] = (float)(now_s() - t0);
         mine[T_BF16_STEP_CPU] = (float)(cpu_s() - c0);
     }
-    name_phase("gpt-round");
     mine[T_OVERHEAD] = mine[T_STEP] - mine[T_OPS] - mine[T_EXPOSED];
-    /* In CPU time the step's communication is the progress thread's work, not a wait: this one
-     * is meant for one rank, where there is none. */
+    /* In CPU time the step's communication is the progress thread's work, not a wait. */
     mine[T_OVERHEAD_CPU] = mine[T_STEP_CPU] - mine[T_OPS_CPU];
-    /* What is left once the communication thread's work (its copies and sums) is taken out too:
-     * the engine's own CPU time, whatever the cores do with the ranks' threads. */
+    /* What is left once the communication thread's work (its copies, sums, UCX progress) is
+     * taken out too: the engine's own CPU time, with whatever the ops lose to sharing the cores
+     * and caches with that thread. */
     mine[T_ENGINE_CPU] = mine[T_OVERHEAD_CPU] - mine[T_STEP_COMM_CPU];
-    MT_TRY(mt_all_reduce(b->world, mine, mine, T_COUNT, MT_F32, MT_REDUCE_MAX, NULL));
-    for (int k = 0; k < T_COUNT; k++)
-        t[k] = k == T_OPS_FAULTS || k == T_STEP_FAULTS ? mine[k] : mine[k] * 1e3;
-    return MT_OK;
+    return combine_ranks(b, mine, t);
 }
 
 /* ---- report ---------------------------------------------------------------------------------- */
@@ -522,14 +564,15 @@ static void print_table(const bench *b, const report *r) {
            r->threads, r->med[T_OPS], r->med[T_COMM], r->med[T_STEP], r->med[T_EXPOSED],
            r->med[T_OVERHEAD], 100.0 * r->med[T_OVERHEAD] / r->med[T_STEP], r->model_gflops,
            100.0 * r->model_gflops / r->gemm_sum);
-    printf("# CPU time (all threads of the slowest rank, ms): ops %.2f, step %.2f, step - ops "
-           "%.2f (%.2f%% of the step's)\n", r->med[T_OPS_CPU], r->med[T_STEP_CPU],
+    printf("# CPU time (all threads of the rank whose step took the most, ms): ops %.2f, "
+           "step %.2f, step - ops %.2f (%.2f%% of the step's)\n", r->med[T_OPS_CPU], r->med[T_STEP_CPU],
            r->med[T_OVERHEAD_CPU], 100.0 * r->med[T_OVERHEAD_CPU] / r->med[T_STEP_CPU]);
     if (b->nranks > 1)
-        printf("# of which the communication thread (copies, sums) %.2f; the engine's own CPU "
-               "time %.2f (%.2f%% of the step's)\n", r->med[T_STEP_COMM_CPU], r->med[T_ENGINE_CPU],
-               100.0 * r->med[T_ENGINE_CPU] / r->med[T_STEP_CPU]);
-    printf("# page faults (the slowest rank's process): ops %.0f, step %.0f\n",
+        printf("# step - ops = the communication thread (copies, sums, UCX progress) %.2f (%.2f%% "
+               "of the step's) + the engine's own CPU time %.2f (%.2f%%), each a median\n",
+               r->med[T_STEP_COMM_CPU], 100.0 * r->med[T_STEP_COMM_CPU] / r->med[T_STEP_CPU],
+               r->med[T_ENGINE_CPU], 100.0 * r->med[T_ENGINE_CPU] / r->med[T_STEP_CPU]);
+    printf("# page faults (the most of any rank): ops %.0f, step %.0f\n",
            r->med[T_OPS_FAULTS], r->med[T_STEP_FAULTS]);
     if (b->gpt16)
         printf("# bf16 parameters: step %.2f ms (CPU %.2f ms); bf16 / f32 step %.3f (CPU time "
@@ -556,6 +599,8 @@ static mt_status print_json(const bench *b, const report *r) {
                                                             r->med[T_STEP]));
     if (j) json_object_set_new(j, "overhead_cpu_pct", json_real(100.0 * r->med[T_OVERHEAD_CPU] /
                                                                 r->med[T_STEP_CPU]));
+    if (j) json_object_set_new(j, "comm_thread_cpu_pct",
+                               json_real(100.0 * r->med[T_STEP_COMM_CPU] / r->med[T_STEP_CPU]));
     if (j) json_object_set_new(j, "engine_cpu_pct", json_real(100.0 * r->med[T_ENGINE_CPU] /
                                                               r->med[T_STEP_CPU]));
     char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
@@ -610,13 +655,13 @@ static mt_status run(bench *b, report *r) {
     r->gemm_sum = gf[1];
     /* Warm-up: the engine records its schedule in its first step; both models' buffers and the
      * collectives' paths are touched once. */
+    char own_name[16] = "";
+    (void)pthread_getname_np(pthread_self(), own_name, sizeof own_name);
     double warm[T_COUNT];
-    MT_TRY(round_times(b, warm));
-    double *t = calloc((size_t)o->rounds * T_COUNT, sizeof *t);
-    if (!t)
-        return mt_error(MT_ERR_OUT_OF_MEMORY, PROG ": out of host memory for %d rounds",
-                        o->rounds);
-    mt_status st = MT_OK;
+    mt_status st = round_times(b, warm);
+    double *t = st == MT_OK ? calloc((size_t)o->rounds * T_COUNT, sizeof *t) : NULL;
+    if (st == MT_OK && !t)
+        st = mt_error(MT_ERR_OUT_OF_MEMORY, PROG ": out of host memory for %d rounds", o->rounds);
     double one[T_COUNT];
     for (int i = 0; i < o->rounds && st == MT_OK; i++) {
         st = round_times(b, one);
@@ -625,6 +670,7 @@ static mt_status run(bench *b, report *r) {
     for (int k = 0; k < T_COUNT && st == MT_OK; k++)
         r->med[k] = median(t + (size_t)k * o->rounds, o->rounds);
     free(t);
+    if (own_name[0]) mt_name_this_thread(own_name);
     MT_TRY(st);
     r->params = mt_gpt_param_count(b->gpt);
     r->flops_per_token = 6.0 * (double)r->params + 12.0 * o->layers * (double)o->d_model * o->seq;

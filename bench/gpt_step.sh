@@ -27,21 +27,23 @@ python3 - "$TMP" $RANKS <<'PY'
 import glob, json, statistics, sys
 tmp, ranks = sys.argv[1], sys.argv[2:]
 cols = ["threads", "ops_ms", "comm_ms", "step_ms", "exposed_comm_ms", "overhead_ms",
-        "overhead_pct", "overhead_cpu_ms", "overhead_cpu_pct", "step_comm_thread_cpu_ms",
-        "engine_cpu_ms", "engine_cpu_pct", "step_page_faults", "model_gflops",
-        "gemm_gflops_total", "of_peak"]
+        "overhead_pct", "step_cpu_ms", "overhead_cpu_ms", "overhead_cpu_pct",
+        "step_comm_thread_cpu_ms", "comm_thread_cpu_pct", "engine_cpu_ms", "engine_cpu_pct",
+        "step_page_faults", "model_gflops", "gemm_gflops_total", "of_peak"]
 print("| ranks | threads/rank | ops ms | comm ms | step ms | exposed comm ms | overhead ms "
-      "| overhead % | CPU step - ops ms | CPU % | comm thread CPU ms | engine CPU ms | engine CPU % "
-      "| step page faults | GFLOP/s | sgemm GFLOP/s | of peak |")
-print("|---" * 17 + "|")
+      "| overhead % | CPU step ms | CPU step - ops ms | CPU % | comm thread CPU ms "
+      "| comm thread CPU % | engine CPU ms | engine CPU % | step page faults | GFLOP/s "
+      "| sgemm GFLOP/s | of peak |")
+print("|---" * 19 + "|")
 for n in ranks:
     runs = [json.loads(line.split(":", 1)[1]) for p in sorted(glob.glob(f"{tmp}/{n}.*.json"))
             for line in open(p) if line.startswith("[rank0]:{")]
     m = {c: statistics.median(r[c] for r in runs) for c in cols}
     print(f"| {n} | {m['threads']:.0f} | {m['ops_ms']:.1f} | {m['comm_ms']:.1f} "
           f"| {m['step_ms']:.1f} | {m['exposed_comm_ms']:.1f} | {m['overhead_ms']:.1f} "
-          f"| {m['overhead_pct']:.1f} | {m['overhead_cpu_ms']:.1f} | {m['overhead_cpu_pct']:.1f} "
-          f"| {m['step_comm_thread_cpu_ms']:.1f} | {m['engine_cpu_ms']:.1f} "
+          f"| {m['overhead_pct']:.1f} | {m['step_cpu_ms']:.1f} | {m['overhead_cpu_ms']:.1f} "
+          f"| {m['overhead_cpu_pct']:.1f} | {m['step_comm_thread_cpu_ms']:.1f} "
+          f"| {m['comm_thread_cpu_pct']:.1f} | {m['engine_cpu_ms']:.1f} "
           f"| {m['engine_cpu_pct']:.1f} | {m['step_page_faults']:.0f} "
           f"| {m['model_gflops']:.1f} | {m['gemm_gflops_total']:.1f} "
           f"| {100 * m['of_peak']:.1f}% |")

@@ -438,6 +438,7 @@ static void publish_local_failure(saver *s, mt_status st) {
 }
 
 static void *writer_main(void *arg) {
+    mt_name_this_thread("mt-ckpt-write");
     saver *s = arg;
     mt_status st = run_save(s);
     s->result = st;
@@ -636,7 +637,6 @@ mt_status mt_checkpoint_save(mt_module *root, mt_adamw *opt, const char *dir,
     s->stats.step = s->step;
     s->stats.stall_s = mt_clock_now_s() - t0;
     int rc = pthread_create(&s->thread, NULL, writer_main, s);
-    if (rc == 0) mt_name_thread(s->thread, "mt-ckpt-write");
     if (rc != 0) {
         /* Without a thread, write here: slower for the caller, but nothing is lost. */
         mt_log(MT_LOG_WARN, "checkpoint: no writer thread (%s); writing synchronously",

@@ -225,6 +225,7 @@ static void fail_group_fifo(mt_transport *tr, mt_group *g) {
 }
 
 static void *progress_main(void *arg) {
+    mt_name_this_thread("mt-comm");
     mt_transport *tr = arg;
     for (;;) {
         bool stop;
@@ -280,7 +281,6 @@ static void *progress_main(void *arg) {
 mt_status mt_progress_start(mt_transport *tr) {
     int rc = pthread_create(&tr->thread, NULL, progress_main, tr);
     if (rc != 0) return mt_error_errno(MT_ERR_SYSTEM, rc, "starting the communication thread");
-    mt_name_thread(tr->thread, "mt-comm");
     tr->thread_started = true;
     return MT_OK;
 }

@@ -55,6 +55,7 @@ static void run_chunks(pool_job *j) {
 }
 
 static void *worker_main(void *arg) {
+    mt_name_this_thread("mt-pool");
     mt_thread_pool *p = arg;
     unsigned long seen = 0;
     pthread_mutex_lock(&p->lock);
@@ -113,7 +114,6 @@ mt_status mt_thread_pool_create(int threads, mt_thread_pool **out) {
             return mt_error_errno(MT_ERR_SYSTEM, e, "thread pool: starting worker %d of %d", i + 1,
                                   threads - 1);
         }
-        mt_name_thread(p->workers[i], "mt-pool");
         p->started++;
     }
     *out = p;

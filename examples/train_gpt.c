@@ -136,8 +136,9 @@ static const char usage[] =
     "  --reshard-after-forward 0|1\n"
     "                      1: free every unit's gathered parameters after its forward and\n"
     "                      gather them again in backward; 0: keep them until the backward\n"
-    "                      (one all-gather per unit per step instead of two, the whole model's\n"
-    "                      parameters held at once) (default: 1 for the blocks, 0 for the root)\n"
+    "                      (one all-gather per unit per micro-batch instead of two, the whole\n"
+    "                      model's parameters held at once) (default: 1 for the blocks, 0 for\n"
+    "                      the root)\n"
     "  --offload P         none, optimizer (f32 master, gradient shards and AdamW state in host\n"
     "                      memory) or full (parameters too; the device holds only the units in\n"
     "                      flight) (none); docs/offload.md\n"
@@ -923,7 +924,8 @@ static mt_status print_summary(trainer *t) {
     free(all);
     long tokens = (long)o->dp * o->batch * o->grad_accum * o->seq;
     printf(PROG ": GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %zu parameters; "
-           "params %s, gradients reduced in %s, prefetch %s, reshard after forward %s, offload %s (ratio %g), %d of %d "
+           "params %s, gradients reduced in %s, prefetch %s, reshard after forward %s, "
+           "offload %s (ratio %g), %d of %d "
            "blocks recompute, "
            "sequence parallelism %s\n",
            o->layers, o->d_model, o->heads, o->seq, o->vocab, mt_gpt_param_count(t->gpt),

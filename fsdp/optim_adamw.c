@@ -166,6 +166,7 @@ static mt_status update_unit(mt_adamw *opt, size_t u, const mt_fsdp_shard_view *
 /* ---- the overlapped step ------------------------------------------------------------------ */
 
 static void *overlap_main(void *arg) {
+    mt_name_this_thread("mt-adamw");
     mt_adamw *opt = arg;
     pthread_mutex_lock(&opt->lock);
     for (;;) {
@@ -310,7 +311,6 @@ mt_status mt_adamw_set_overlap(mt_adamw *opt, bool on) {
     opt->err = MT_OK;
     opt->stop = opt->running = false;
     int rc = pthread_create(&opt->thread, NULL, overlap_main, opt);
-    if (rc == 0) mt_name_thread(opt->thread, "mt-adamw");
     if (rc != 0) {
         free_overlap(opt, true);
         return mt_error(MT_ERR_INTERNAL, "mt_adamw_set_overlap: cannot start the optimizer "

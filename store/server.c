@@ -912,6 +912,7 @@ static bool server_turn(mt_store_server *s, bool may_wait) {
 }
 
 static void *server_main(void *arg) {
+    mt_name_this_thread("mt-store");
     mt_store_server *s = arg;
     while (!atomic_load(&s->stop))
         if (!server_turn(s, true)) break;
@@ -1046,7 +1047,6 @@ mt_status mt_store_server_start_opts(const mt_store_server_opts *o, mt_store_ser
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = pthread_create(&s->thread, NULL, server_main, s);
-    if (rc == 0) mt_name_thread(s->thread, "mt-store");
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         st = mt_error_errno(MT_ERR_SYSTEM, rc, "store server: cannot start its thread");

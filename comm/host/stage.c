@@ -112,6 +112,7 @@ static void post(mt_stager *st, mt_stage_copy *c) {
 }
 
 static void *stage_thread(void *arg) {
+    mt_name_this_thread("mt-offload");
     mt_stager *st = arg;
     /* UCX's cuda_copy copies in the posting thread's current CUDA context. */
     mt_status bound = mt_device_bind_thread(st->dev);
@@ -231,7 +232,6 @@ mt_status mt_stager_create(mt_device *dev, mt_stager **out) {
         int rc = pthread_create(&st->thread, NULL, stage_thread, st);
         if (rc) s = mt_error_errno(MT_ERR_SYSTEM, rc, "cannot start the offload staging thread");
         st->thread_started = rc == 0;
-        if (rc == 0) mt_name_thread(st->thread, "mt-offload");
     }
     if (st->thread_started) {
         pthread_mutex_lock(&st->mu);

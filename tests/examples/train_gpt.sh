@@ -37,7 +37,7 @@
 #               dp 2 with --param-dtype bf16: step losses and gradient norms bit for bit equal;
 #               the dp group's all-gathers per step are 2L+1 by default (the root keeps its
 #               parameters), L+1 with 0 and 2L+2 with 1 for L blocks; the reduce-scatters L+1
-#               each; a value other than 0 or 1 is refused
+#               each
 set -u
 MTRUN=$1
 PROG=$2
@@ -367,6 +367,8 @@ reshard)
             train "${args[0]}_$r" "${args[1]}" "${TINY[@]}" --layers 3 "${args[@]:2}" "${opt[@]}"
         done
         check "${args[0]}_0 announced" has_text "$TMP/${args[0]}_0.out" "reshard after forward none"
+        check "${args[0]}_1 announced" has_text "$TMP/${args[0]}_1.out" \
+            "reshard after forward all units"
         if python3 - "$TMP" "${args[0]}" 3 <<'EOF'; then
 import json, re, sys
 tmp, name, layers = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -376,6 +378,8 @@ def traffic(r):
     line = [l for l in open(f"{tmp}/{name}_{r}.out") if "dp traffic" in l][-1]
     return {k: int(n) for k, n in re.findall(r"(\w+) (\d+) calls", line)}
 ref = steps("default")
+if not ref:
+    sys.exit(f"{name}_default: no step in its metrics")
 for r, gathers in (("default", 2 * layers + 1), ("0", layers + 1), ("1", 2 * layers + 2)):
     got = steps(r)
     if [(s["loss"], s["grad_norm"]) for s in got] != [(s["loss"], s["grad_norm"]) for s in ref]:
@@ -391,7 +395,6 @@ EOF
             fail "${args[0]}: resharding"
         fi
     done
-    refused reshard 2 "--reshard-after-forward '2' must be 0 or 1" --reshard-after-forward 2
     ;;
 errors)
     small=$TMP/small.txt
@@ -408,6 +411,7 @@ errors)
     refused option 2 "unknown option '--bogus'" --bogus 1
     refused layers 2 "--layers '0' must be an integer >= 1" --layers 0
     refused dtype 2 "--param-dtype 'f16' must be f32 or bf16" --param-dtype f16
+    refused reshard 2 "--reshard-after-forward '2' must be 0 or 1" --reshard-after-forward 2
     refused device 2 "--device 'tpu' must be cpu, cuda or auto" --device tpu
     refused value 2 "--steps needs a value" --steps
     refused ac 2 "--activation-checkpointing 'some' must be none, full or every:K" \
