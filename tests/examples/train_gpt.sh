@@ -369,30 +369,24 @@ reshard)
         check "${args[0]}_0 announced" has_text "$TMP/${args[0]}_0.out" "reshard after forward none"
         check "${args[0]}_1 announced" has_text "$TMP/${args[0]}_1.out" \
             "reshard after forward all units"
+        # Losses and gradient norms: same() with no tolerance (equal text is equal bits).
+        for r in 0 1; do TOL=0 same "${args[0]}_default" "${args[0]}_$r"; done
         if python3 - "$TMP" "${args[0]}" 3 <<'EOF'; then
-import json, re, sys
+import re, sys
 tmp, name, layers = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def steps(r):
-    return [json.loads(l) for l in open(f"{tmp}/{name}_{r}.jsonl") if '"loss"' in l]
 def traffic(r):
     line = [l for l in open(f"{tmp}/{name}_{r}.out") if "dp traffic" in l][-1]
     return {k: int(n) for k, n in re.findall(r"(\w+) (\d+) calls", line)}
-ref = steps("default")
-if not ref:
-    sys.exit(f"{name}_default: no step in its metrics")
 for r, gathers in (("default", 2 * layers + 1), ("0", layers + 1), ("1", 2 * layers + 2)):
-    got = steps(r)
-    if [(s["loss"], s["grad_norm"]) for s in got] != [(s["loss"], s["grad_norm"]) for s in ref]:
-        sys.exit(f"{name}_{r}: losses or gradient norms differ from the default's")
     t = traffic(r)
     if t["all_gather"] != gathers or t["reduce_scatter"] != layers + 1:
         sys.exit(f"{name}_{r}: dp traffic {t}, expected {gathers} all-gathers and "
                  f"{layers + 1} reduce-scatters")
-    print(f"{name}_{r}: {len(got)} steps equal to the default's; dp traffic {t}")
+    print(f"{name}_{r}: dp traffic {t}")
 EOF
-            pass "${args[0]}: resharding changes the gathers, not the losses"
+            pass "${args[0]}: each mode's all-gathers and reduce-scatters per step"
         else
-            fail "${args[0]}: resharding"
+            fail "${args[0]}: resharding's collectives"
         fi
     done
     ;;
