@@ -72,6 +72,7 @@
 typedef struct options {
     int layers, d_model, heads, vocab, seq, global_batch, rounds;
     int reshard; /* --reshard-after-forward: 0, 1, or -1 (FSDP's default: the blocks only) */
+    int mapped_gather; /* --mapped-gather 0|1 (mt_fsdp_options.mapped_gather; default 1) */
     bool json, bf16_step;
 } options;
 
@@ -88,12 +89,15 @@ static const char usage[] =
     "                    as train_gpt's: 0 keeps every unit gathered from its forward to its\n"
     "                    backward (one all-gather per unit), 1 regathers the root too (default:\n"
     "                    the blocks regather, the root keeps its parameters)\n"
+    "  --mapped-gather 0|1\n"
+    "                    as train_gpt's: 1 (default) gathers large units by mapping every\n"
+    "                    rank's shard (one host), 0 copies them as an all-gather\n"
     "  --bf16-step       also time the step of the model with bf16 parameters, and the ratio\n"
     "  --json            one JSON object on stdout instead of the table\n";
 
 static int parse_args(int argc, char **argv, options *o) {
     *o = (options){.layers = 12, .d_model = 768, .heads = 12, .vocab = 256, .seq = 64,
-                   .global_batch = 4, .rounds = 5, .reshard = -1};
+                   .global_batch = 4, .rounds = 5, .reshard = -1, .mapped_gather = 1};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "--bf16-step")) {
             *(argv[i][2] == 'j' ? &o->json : &o->bf16_step) = true;
@@ -111,15 +115,17 @@ static int parse_args(int argc, char **argv, options *o) {
                    : !strcmp(argv[i], "--global-batch") ? &o->global_batch
                    : !strcmp(argv[i], "--rounds")       ? &o->rounds
                    : !strcmp(argv[i], "--reshard-after-forward") ? &o->reshard
+                   : !strcmp(argv[i], "--mapped-gather")         ? &o->mapped_gather
                                                                  : NULL;
         char *end = NULL;
         long v = dst && i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-        long lo = dst == &o->reshard ? 0 : 1, hi = dst == &o->reshard ? 1 : 1 << 24;
+        bool flag = dst == &o->reshard || dst == &o->mapped_gather;
+        long lo = flag ? 0 : 1, hi = flag ? 1 : 1 << 24;
         /* Digits only: strtol would take "", " 1" and "+0". */
         bool digits = dst && i + 1 < argc && isdigit((unsigned char)argv[i + 1][0]);
         if (!dst || !digits || !end || *end || v < lo || v > hi) {
             fprintf(stderr, PROG ": bad option %s (integer options take a value in 1..%d; "
-                    "--reshard-after-forward 0 or 1)\n%s", argv[i], 1 << 24, usage);
+                    "--reshard-after-forward and --mapped-gather 0 or 1)\n%s", argv[i], 1 << 24, usage);
             return -1;
         }
         *dst = (int)v;
@@ -252,6 +258,7 @@ static mt_status sharded_model(bench *b, mt_dtype dtype, mt_gpt **gpt, mt_adamw 
     mt_fsdp_options fo = mt_fsdp_defaults(b->mesh, "dp");
     fo.param_dtype = dtype;
     fo.reshard_after_forward = b->o->reshard;
+    fo.mapped_gather = b->o->mapped_gather != 0;
     for (int l = 0; l < b->o->layers; l++) MT_TRY(mt_fsdp_shard(mt_gpt_block(*gpt, l), &fo));
     mt_module *root = mt_gpt_root(*gpt);
     MT_TRY(mt_fsdp_shard(root, &fo));
@@ -595,6 +602,7 @@ static mt_status print_json(const bench *b, const report *r) {
     if (j && b->gpt16)
         json_object_set_new(j, "bf16_step_ratio", json_real(r->med[T_BF16_STEP] / r->med[T_STEP]));
     if (j) json_object_set_new(j, "reshard_after_forward", json_integer(o->reshard));
+    if (j) json_object_set_new(j, "mapped_gather", json_integer(o->mapped_gather));
     if (j) json_object_set_new(j, "overhead_pct", json_real(100.0 * r->med[T_OVERHEAD] /
                                                             r->med[T_STEP]));
     if (j) json_object_set_new(j, "overhead_cpu_pct", json_real(100.0 * r->med[T_OVERHEAD_CPU] /

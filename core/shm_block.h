@@ -13,6 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* CPU-device blocks of at least this many bytes are shared blocks (unless MT_CPU_SHARED_MEMORY=0);
+ * smaller ones are private: an fd per block would be wasted on them. */
+#define MT_SHM_BLOCK_MIN_BYTES ((size_t)1 << 20)
+
 /* Where bytes of a shared block are: enough for a peer to map and read them. */
 typedef struct mt_shm_ref {
     int32_t pid;         /* owning process */

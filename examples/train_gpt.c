@@ -38,6 +38,7 @@ typedef struct options {
     mt_dtype param_dtype, reduce_dtype;
     bool prefetch;
     int reshard_after_forward; /* --reshard-after-forward 0|1; -1: FSDP's default */
+    bool mapped_gather;        /* --mapped-gather 0|1 (mt_fsdp_options.mapped_gather) */
     mt_offload offload;  /* --offload none|optimizer|full */
     float offload_ratio; /* --offload-ratio: the fraction of units offloaded (1) */
     bool offload_overlap; /* --offload-overlap: host AdamW step during the backward */
@@ -133,6 +134,9 @@ static const char usage[] =
     "  --param-dtype T     f32 or bf16: parameters gathered and computed in (f32)\n"
     "  --reduce-dtype T    f32 or bf16: gradients reduced in (f32)\n"
     "  --no-prefetch       issue each all-gather when its unit starts\n"
+    "  --mapped-gather 0|1 1: on the CPU with every dp rank on one host, gather a unit whose\n"
+    "                      shard is >= 1 MiB by mapping every rank's shard (no copy, no\n"
+    "                      gathered buffer); 0: copy as an all-gather (1)\n"
     "  --reshard-after-forward 0|1\n"
     "                      1: free every unit's gathered parameters after its forward and\n"
     "                      gather them again in backward; 0: keep them until the backward\n"
@@ -258,7 +262,7 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
                    .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .seed = 1,
                    .param_dtype = MT_F32, .reduce_dtype = MT_F32, .prefetch = true,
                    .reshard_after_forward = -1, .offload = MT_OFFLOAD_NONE, .offload_ratio = 1.0f,
-                   .device = NULL, .data = DEFAULT_DATA, .metrics = NULL, .keep = 3};
+                   .mapped_gather = true, .device = NULL, .data = DEFAULT_DATA, .metrics = NULL, .keep = 3};
     for (int i = 1; i < argc; i++) {
         char name[64];
         const char *arg = argv[i], *eq = strchr(arg, '=');
@@ -338,6 +342,11 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
                      ? fail_msg(err, "%s '%s' must be 0 or 1", name, val)
                      : 0;
             if (!rc) o->reshard_after_forward = val[0] - '0';
+        } else if (!strcmp(name, "--mapped-gather")) {
+            rc = strcmp(val, "0") && strcmp(val, "1")
+                     ? fail_msg(err, "%s '%s' must be 0 or 1", name, val)
+                     : 0;
+            if (!rc) o->mapped_gather = val[0] == '1';
         } else if (!strcmp(name, "--reduce-dtype"))
             rc = parse_dtype(name, val, &o->reduce_dtype, err);
         else if (!strcmp(name, "--seed")) {
@@ -749,6 +758,7 @@ static void fill_memory_plan(const trainer *t, mt_gpt_memory_plan *plan) {
     plan->reduce_dtype = o->reduce_dtype;
     plan->prefetch = o->prefetch;
     plan->reshard_after_forward = o->reshard_after_forward;
+    plan->mapped_gather = o->mapped_gather;
     plan->activation_checkpointing = o->recompute_every == 0   ? MT_GPT_AC_NONE
                                      : o->recompute_every == 1 ? MT_GPT_AC_FULL
                                                                : MT_GPT_AC_EVERY;
@@ -925,6 +935,7 @@ static mt_status print_summary(trainer *t) {
     long tokens = (long)o->dp * o->batch * o->grad_accum * o->seq;
     printf(PROG ": GPT %d layers, d_model %d, %d heads, seq %d, vocab %d: %zu parameters; "
            "params %s, gradients reduced in %s, prefetch %s, reshard after forward %s, "
+           "mapped gathers %s, "
            "offload %s (ratio %g), %d of %d "
            "blocks recompute, "
            "sequence parallelism %s\n",
@@ -934,6 +945,7 @@ static mt_status print_summary(trainer *t) {
            o->reshard_after_forward < 0   ? "blocks"
            : o->reshard_after_forward > 0 ? "all units"
                                           : "none",
+           o->mapped_gather ? "where possible" : "off",
            offload_name(o->offload), (double)o->offload_ratio,
            o->recompute_every ? (o->layers + o->recompute_every - 1) / o->recompute_every : 0,
            o->layers,
@@ -987,6 +999,7 @@ static mt_status build(trainer *t) {
     fo.param_dtype = o->param_dtype;
     fo.reduce_dtype = o->reduce_dtype;
     fo.reshard_after_forward = o->reshard_after_forward;
+    fo.mapped_gather = o->mapped_gather;
     fo.offload = o->offload;
     fo.offload_ratio = o->offload_ratio;
     for (int l = 0; l < o->layers; l++) MT_TRY(mt_fsdp_shard(mt_gpt_block(t->gpt, l), &fo));

@@ -42,6 +42,8 @@ typedef struct mt_fsdp_debug {
                              mt_fsdp_grads_alias, counts as one) */
     int max_outstanding_rs; /* outermost unit: most reduce-scatters in flight at once (its
                                root's; 0 on the other units) */
+    long mapped_gathers; /* of all_gathers, those that only waited at a barrier: the unit's
+                            gather is mapped (mt_fsdp_options.mapped_gather, u->view) */
     long quiesces; /* offloaded unit: waits for its parameter copy asked from outside its own
                       gather (mt_fsdp_offload_quiesce: optimizer views, landings, loads) */
     /* Seconds the calling thread spent blocked waiting for this unit's all-gathers and
@@ -111,6 +113,12 @@ struct mt_fsdp_unit {
 
     mt_unshard_state state;
     void *full;        /* padded elements of param_dtype (params) */
+    /* A mapped gather (mt_fsdp_options.mapped_gather): map_wanted when the unit qualified and
+     * its shard was padded to whole pages (fsdp_mapped.h); view, the shard group's shards mapped
+     * side by side (comm/shm_view.h), when every rank could map them. full is then view while
+     * unsharded, and a gather is a barrier. */
+    bool map_wanted;
+    void *view;
     mt_work *ag_work;
     float *full_grad;  /* padded f32 (grads): during backward, and kept while sync is off */
     /* full_grad is grad_shard itself (mt_fsdp_grads_alias): the backward adds into the shard,

@@ -1,10 +1,13 @@
 /* FSDP units: turning a module's subtree into one flat, padded, sharded buffer, and the
  * unshard (one all-gather into a full buffer the parameters point into) / reshard (free it). */
 #include "fsdp/fsdp_internal.h"
+#include "fsdp/fsdp_mapped.h"
 #include "fsdp/fsdp_offload.h"
 
+#include "comm/shm_view.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/shm_block.h"
 
 #include <meshtrain/log.h>
 #include <meshtrain/ops.h>
@@ -12,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 mt_fsdp_options mt_fsdp_defaults(mt_mesh *mesh, const char *shard_dim) {
     mt_fsdp_options o;
@@ -24,6 +28,7 @@ mt_fsdp_options mt_fsdp_defaults(mt_mesh *mesh, const char *shard_dim) {
     o.reduce_dtype = MT_F32;
     o.offload = MT_OFFLOAD_NONE;
     o.offload_ratio = 1.0f;
+    o.mapped_gather = true;
     return o;
 }
 
@@ -185,6 +190,9 @@ static mt_status build_ranges(mt_fsdp_unit *u) {
 }
 
 static void free_buffers(mt_fsdp_unit *u) {
+    /* The view first: it maps the master among the other ranks' shards. */
+    mt_shm_view_unmap(u->view, u->padded * sizeof(float));
+    u->view = NULL;
     mt_fsdp_offload_release(u); /* an offloaded unit's shards are host-tier blocks */
     mt_device_free(u->dev, u->master);
     mt_device_free(u->dev, u->shard_lp);
@@ -284,6 +292,12 @@ static mt_status build_shard(mt_fsdp_unit *u) {
     size_t N = (size_t)u->nranks;
     u->padded = (u->total + N - 1) / N * N;
     u->S = u->padded / N;
+    size_t mapped_S = u->map_wanted ? mt_fsdp_mapped_shard(u->total, u->nranks) : 0;
+    u->map_wanted = mapped_S > 0;
+    if (u->map_wanted) {
+        u->S = mapped_S;
+        u->padded = mapped_S * N;
+    }
     MT_TRY(alloc_shards(u));
     MT_TRY(build_ranges(u));
     MT_TRY(fill_master(u));
@@ -330,6 +344,27 @@ static void adopt_units_below(mt_fsdp_unit *u, mt_fsdp_unit **below, size_t n) {
     }
 }
 
+size_t mt_fsdp_mapped_shard(size_t total, int nranks) {
+    size_t N = (size_t)nranks, S = (total + N - 1) / N;
+    if (nranks < 2 || S * sizeof(float) < MT_SHM_BLOCK_MIN_BYTES) return 0;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t per_page = page > 0 ? (size_t)page / sizeof(float) : 1024;
+    return (S + per_page - 1) / per_page * per_page;
+}
+
+/* Collective over the shard group, right after the shards exist: the view of every rank's
+ * master shard, when the unit qualified and every rank can map (else gathers copy). */
+static mt_status map_shards(mt_fsdp_unit *u) {
+    if (!u->map_wanted) return MT_OK;
+    char why[256] = "", desc[256];
+    MT_TRY(mt_shm_view_map(u->shard, u->master, u->S * sizeof(float), &u->view, why,
+                           sizeof why));
+    if (!u->view)
+        mt_log(MT_LOG_DEBUG, "fsdp: %s gathers by copying: %s",
+               mt_fsdp_unit_desc(u, desc, sizeof desc), why);
+    return MT_OK;
+}
+
 mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options) {
     if (!module || !options)
         return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_shard: module and options are required");
@@ -355,6 +390,9 @@ mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options) {
     u->root = root_new(u);
     mt_status st = resolve_tp(u, module);
     if (st == MT_OK) st = mt_fsdp_offload_setup(u, options);
+    u->map_wanted = options->mapped_gather && u->nranks > 1 && u->param_dtype == MT_F32 &&
+                    u->offload == MT_OFFLOAD_NONE &&
+                    mt_device_get_kind(u->dev) == MT_DEVICE_CPU;
     ptr_list params = {0};
     mt_fsdp_unit **below = NULL;
     size_t n_below = 0;
@@ -366,6 +404,7 @@ mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options) {
     u->n_params = params.n;
     if (st == MT_OK) st = mt_fsdp_check_ranks_agree(u);
     if (st == MT_OK) st = build_shard(u);
+    if (st == MT_OK) st = map_shards(u);
     if (st == MT_OK) st = mt_fsdp_units_below(module, &below, &n_below);
     if (st == MT_OK) st = mt_module_add_hooks(module, &mt_fsdp_hooks, &mt_fsdp_hooks, u);
     if (st != MT_OK) {
@@ -414,9 +453,10 @@ bool mt_fsdp_gather_aliases(const mt_fsdp_unit *u) {
     return u->nranks == 1 && u->param_dtype == MT_F32 && u->offload == MT_OFFLOAD_NONE;
 }
 
-/* The full buffer goes, unless it is the master shard itself (mt_fsdp_gather_aliases). */
+/* The full buffer goes, unless it is the master shard itself (mt_fsdp_gather_aliases) or the
+ * mapped view of every rank's (kept for the unit's life). */
 static void release_full(mt_fsdp_unit *u) {
-    if (u->full != (void *)u->master) mt_device_free(u->dev, u->full);
+    if (u->full != (void *)u->master && u->full != u->view) mt_device_free(u->dev, u->full);
     u->full = NULL;
 }
 
@@ -431,6 +471,22 @@ mt_status mt_fsdp_unshard_issue(mt_fsdp_unit *u) {
          * gather: the unit was unsharded. */
         u->full = u->master;
         u->debug.all_gathers++;
+        u->state = MT_UNIT_GATHERING;
+        return MT_OK;
+    }
+    if (u->view) {
+        /* Every rank's shard is mapped here already; what the gather must still give is the
+         * values of the last optimizer step on every rank. A rank arrives here only after its
+         * step wrote its shard (and a shard is written only once the unit's reduce-scatter
+         * completed, which needs every rank's backward of the unit: no rank reads the unit
+         * then), so a barrier is the whole gather. */
+        mt_status st = mt_barrier(u->shard, &u->ag_work);
+        if (st != MT_OK)
+            return mt_error_wrap(st, "gather (barrier) of %s over '%s'",
+                                 mt_fsdp_unit_desc(u, desc, sizeof desc), u->shard_dim);
+        u->full = u->view;
+        u->debug.all_gathers++;
+        u->debug.mapped_gathers++;
         u->state = MT_UNIT_GATHERING;
         return MT_OK;
     }

@@ -24,6 +24,7 @@
 #include "core/cpu/bf16_gemm_path.h"
 #include "core/error.h"
 #include "comm/coll_scratch.h"
+#include "fsdp/fsdp_mapped.h"
 #include "models/gpt_config.h"
 #include "models/mem_timeline.h"
 
@@ -41,7 +42,8 @@ mt_gpt_memory_plan mt_gpt_memory_plan_defaults(void) {
                                 .reshard_after_forward = -1, .prefetch = true,
                                 .activation_checkpointing = MT_GPT_AC_NONE, .ac_every = 1,
                                 .sequence_parallel = MT_GPT_SP_OFF, .cpu_device = true,
-                                .comm_small_bytes = 0, .offload = 0, .offload_ratio = 1.0f};
+                                .comm_small_bytes = 0, .offload = 0, .offload_ratio = 1.0f,
+                                .mapped_gather = true};
 }
 
 /* The tp-local sizes of tp rank 0 (the largest vocabulary slice), as mt_gpt_create sets them. */
@@ -62,6 +64,7 @@ typedef struct sim_unit {
     bool grad_aliased;    /* the gradient buffer is the shard (grads_alias) */
     int off;              /* its offload policy (fsdp_offload.c, mt_fsdp_offload_setup) */
     bool staged;          /* full offload: its device shard, staged for an all-gather */
+    bool mapped;          /* its gather maps the ranks' shards: no full buffer (map_units) */
 } sim_unit;
 
 typedef struct sim {
@@ -204,17 +207,18 @@ static bool rs_into_shard(const sim *m, const sim_unit *u) {
            !u->off;
 }
 
-/* mt_fsdp_unshard_issue: the full buffer, then (offload_stage_in) the staged shard. */
+/* mt_fsdp_unshard_issue: the full buffer (none when it aliases the master or maps the ranks'
+ * shards), then (offload_stage_in) the staged shard. */
 static void unshard(sim *m, sim_unit *u) {
     if (u->full) return;
-    if (!gather_aliases(m, u)) alloc(m, MT_MEM_PARAMS, u->padded * m->es_param);
+    if (!gather_aliases(m, u) && !u->mapped) alloc(m, MT_MEM_PARAMS, u->padded * m->es_param);
     stage_start(m, u);
     u->full = true;
 }
 
 static void reshard(sim *m, sim_unit *u) {
     if (!u->full) return;
-    if (!gather_aliases(m, u)) release(m, MT_MEM_PARAMS, u->padded * m->es_param);
+    if (!gather_aliases(m, u) && !u->mapped) release(m, MT_MEM_PARAMS, u->padded * m->es_param);
     u->full = false;
 }
 
@@ -686,6 +690,23 @@ static void choose_offload(sim *m) {
     }
 }
 
+/* fsdp_unit.c, mt_fsdp_shard and build_shard: with mapped_gather, on the CPU device, an f32
+ * unit over more than one rank that is not offloaded pads its shard to whole pages when it is
+ * large enough to be a shared block (fsdp/fsdp_mapped.h), and its gathers then map the ranks'
+ * shards, assuming every rank can (one host, the shared-memory path on). */
+static void map_units(sim *m, const size_t *totals) {
+    const mt_gpt_memory_plan *p = m->plan;
+    if (!p->mapped_gather || !p->cpu_device || p->dp < 2 || p->param_dtype != MT_F32) return;
+    for (size_t i = 0; i <= m->s.L; i++) {
+        sim_unit *u = &m->units[i];
+        size_t S = u->off ? 0 : mt_fsdp_mapped_shard(totals[i], p->dp);
+        if (S == 0) continue;
+        u->S = S;
+        u->padded = S * (size_t)p->dp;
+        u->mapped = true;
+    }
+}
+
 static gpt_shape shape_of(const mt_gpt_config *c, const mt_gpt_memory_plan *p) {
     gpt_shape s;
     size_t tp = (size_t)p->tp;
@@ -731,10 +752,19 @@ mt_status mt_gpt_memory_predict(const mt_gpt_config *cfg, const mt_gpt_memory_pl
         return mt_error(MT_ERR_OUT_OF_MEMORY, "mt_gpt_memory_predict: out of host memory for %d "
                         "units", cfg->layers + 1);
     m.units[0].root = true;
-    unit_sizes(&m.units[0], root_numel(&m.s), plan->dp);
-    for (size_t l = 0; l < m.s.L; l++) unit_sizes(&m.units[1 + l], block_numel(&m.s), plan->dp);
+    size_t *totals = malloc((m.s.L + 1) * sizeof *totals);
+    if (!totals) {
+        free(m.units);
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "mt_gpt_memory_predict: out of host memory");
+    }
+    for (size_t i = 0; i <= m.s.L; i++) {
+        totals[i] = i == 0 ? root_numel(&m.s) : block_numel(&m.s);
+        unit_sizes(&m.units[i], totals[i], plan->dp);
+    }
 
     choose_offload(&m);
+    map_units(&m, totals);
+    free(totals);
     out->setup_peak = setup_peak(&m);
     persistent(&m);
     out->persistent = m.tl.total;

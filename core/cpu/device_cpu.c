@@ -15,10 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Blocks of at least this size live in shared memory (memfd) that local peers can map, so that
- * collectives between ranks of one host copy with memcpy (core/shm_block.h). MT_CPU_SHARED_MEMORY=0
- * turns it off. Smaller blocks are private: an fd per block would be wasted on them. */
-#define SHARED_MIN_BYTES ((size_t)1 << 20)
+/* Blocks of at least MT_SHM_BLOCK_MIN_BYTES live in shared memory (memfd) that local peers can
+ * map, so that collectives between ranks of one host copy with memcpy (core/shm_block.h).
+ * MT_CPU_SHARED_MEMORY=0 turns it off. */
 
 typedef struct shared_block {
     char *base;
@@ -136,7 +135,7 @@ static void *alloc_shared(cpu_backend *b, size_t bytes) {
 static mt_status cpu_alloc(mt_device *dev, size_t bytes, void **out) {
     cpu_backend *b = dev->backend;
     void *ptr = NULL;
-    if (b->shared_enabled && bytes >= SHARED_MIN_BYTES) ptr = alloc_shared(b, bytes);
+    if (b->shared_enabled && bytes >= MT_SHM_BLOCK_MIN_BYTES) ptr = alloc_shared(b, bytes);
     if (!ptr) {
         errno = 0;
         ptr = mt_host_alloc(bytes, MT_DEVICE_ALIGNMENT);

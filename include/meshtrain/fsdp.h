@@ -59,10 +59,16 @@ typedef struct mt_fsdp_options {
      * per model: it starts again from 0 after a module without a parent (a model's root) is
      * sharded, and a unit whose mt_fsdp_shard failed gives its k back. */
     float offload_ratio;
+    /* On the CPU device, with every rank of the shard group on one host: an f32 unit whose shard
+     * is at least 1 MiB is padded to whole pages and gathered by mapping every rank's shard
+     * into one address range (no copy, no full buffer; the all-gather becomes a barrier).
+     * true by default; false always copies. Falls back to copies, with a debug log line, where
+     * a rank cannot map (shared memory off, another host, the kernel refusing pidfd_getfd). */
+    bool mapped_gather;
 } mt_fsdp_options;
 
 /* Defaults: f32 everywhere, reshard after forward except the root, no replicate dimension, no
- * offload (ratio 1 once a policy is set). */
+ * offload (ratio 1 once a policy is set), mapped gathers where possible. */
 MT_API mt_fsdp_options mt_fsdp_defaults(mt_mesh *mesh, const char *shard_dim);
 
 /* Makes module an FSDP unit owning every parameter of its subtree that no unit below owns.

@@ -127,10 +127,15 @@ typedef struct mt_gpt_memory_plan {
      * then the root, from k = 0, unit k is offloaded when floor((k + 1) R) > floor(k R)). */
     int offload;
     float offload_ratio;
+    /* mt_fsdp_options.mapped_gather (default true): on the CPU device, f32 units whose shard is
+     * at least 1 MiB are padded to whole pages and gathered without a full buffer. Predicted
+     * as if every rank of the shard group can map (one host, shared memory on); where the
+     * engine falls back to copies, the parameters peak higher by the gathered units' buffers. */
+    bool mapped_gather;
 } mt_gpt_memory_plan;
 
 /* One rank, tp 1, dp 1, batch 8, f32, default resharding, prefetch on, no AC or SP, CPU, no
- * offload (ratio 1). */
+ * offload (ratio 1), mapped gathers. */
 MT_API mt_gpt_memory_plan mt_gpt_memory_plan_defaults(void);
 
 typedef struct mt_gpt_memory_prediction {

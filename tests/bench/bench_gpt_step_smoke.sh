@@ -4,7 +4,8 @@
 # positive, whose exposed communication is 0 (one rank's collectives are copies, counted as
 # engine) and whose percentages agree with its figures; at 2 ranks with --reshard-after-forward 0
 # (--json, one round) the communication thread's CPU time is positive and with the engine's own
-# adds up to the step's CPU time over the ops'; bad options exit 2, a global batch that does not
+# adds up to the step's CPU time over the ops' (and --mapped-gather 0 is taken and reported); bad
+# options exit 2, a global batch that does not
 # divide is refused. Times are not checked (docs/benchmarks.md has them).
 MTRUN=$1
 BENCH=$2
@@ -37,20 +38,21 @@ assert r["of_peak"] == r["model_gflops"] / r["gemm_gflops_total"], r
 PY
 
 "$MTRUN" --standalone --nproc_per_node 2 "$BENCH" "${TINY[@]}" --rounds 1 --json \
-    --reshard-after-forward 0 >"$TMP/json2" 2>"$TMP/err" ||
+    --reshard-after-forward 0 --mapped-gather 0 >"$TMP/json2" 2>"$TMP/err" ||
     { fail "bench --json at 2 ranks exited $?"; cat "$TMP/err"; }
 check "2 ranks: the communication thread's CPU and the engine's own" python3 - "$TMP/json2" <<'PY'
 import json, sys
 lines = open(sys.argv[1]).read().splitlines()
 assert len(lines) == 1 and lines[0].startswith("[rank0]:{"), lines
 r = json.loads(lines[0][len("[rank0]:"):])
-assert r["ranks"] == 2 and r["reshard_after_forward"] == 0, r
+assert r["ranks"] == 2 and r["reshard_after_forward"] == 0 and r["mapped_gather"] == 0, r
 assert r["step_comm_thread_cpu_ms"] > 0, r
 # One round, and all three from one rank: the split adds up (f32 sums, rounding only).
 assert abs(r["engine_cpu_ms"] + r["step_comm_thread_cpu_ms"] - r["overhead_cpu_ms"]) < 1e-3, r
 PY
 refuses_options "$BENCH" mt-bench-gpt-step "--rounds 0" "--layers x" "--bogus 1" "--seq" \
-    "--reshard-after-forward 2" "--reshard-after-forward -1" "--reshard-after-forward +0"
+    "--reshard-after-forward 2" "--reshard-after-forward -1" "--reshard-after-forward +0" \
+    "--mapped-gather 2"
 # An empty value (refuses_options splits on spaces, so by hand).
 "$BENCH" --reshard-after-forward "" >"$TMP/bad.out" 2>"$TMP/bad.err"
 check "--reshard-after-forward '' refused" test $? -eq 2

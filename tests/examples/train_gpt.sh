@@ -406,6 +406,7 @@ errors)
     refused layers 2 "--layers '0' must be an integer >= 1" --layers 0
     refused dtype 2 "--param-dtype 'f16' must be f32 or bf16" --param-dtype f16
     refused reshard 2 "--reshard-after-forward '2' must be 0 or 1" --reshard-after-forward 2
+    refused mapped 2 "--mapped-gather 'yes' must be 0 or 1" --mapped-gather yes
     refused device 2 "--device 'tpu' must be cpu, cuda or auto" --device tpu
     refused value 2 "--steps needs a value" --steps
     refused ac 2 "--activation-checkpointing 'some' must be none, full or every:K" \

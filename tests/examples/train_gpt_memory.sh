@@ -61,6 +61,12 @@ VARIANTS=(
     "spk_tp4 4 exact --tp 4 --sequence-parallel=keep-gathered --batch 1"
     "spk_ac_dp2_tp2 4 exact --dp 2 --tp 2 --sequence-parallel=keep-gathered --activation-checkpointing full"
     "spk_ac_bf16_tp2 2 exact --tp 2 --sequence-parallel=keep-gathered --activation-checkpointing every:2 --param-dtype bf16"
+    # Mapped gathers (fsdp.h mapped_gather): blocks wide enough for a shard of >= 1 MiB are
+    # padded to pages and gathered without a full buffer; with the option off, copied.
+    "mapped_dp2 2 exact --dp 2 --d-model 256"
+    "mapped_off_dp2 2 exact --dp 2 --d-model 256 --mapped-gather 0"
+    "mapped_dp4_noreshard 4 exact --dp 4 --d-model 384 --reshard-after-forward 0"
+    "mapped_dp2_tp2 4 exact --dp 2 --tp 2 --d-model 512 --heads 8"
 )
 # Variant offload: FSDP CPU offload, the device's share and the host tier's (docs/offload.md).
 # Ratio 0.5 of 4 units offloads block 1 and the root (the landing block grows from a block's

@@ -8,7 +8,7 @@ target_link_libraries(test_fsdp_equiv PRIVATE m)
 mt_add_test_program(test_fsdp_oom_demo ${CMAKE_SOURCE_DIR}/examples/fsdp_oom_demo.c)
 
 set(MT_FSDP_EQUIV_MTRUN ${CMAKE_BINARY_DIR}/bin/mtrun)
-foreach(variant f32 noprefetch noreshard hsdp accum clip bf16 determinism)
+foreach(variant f32 noprefetch noreshard hsdp accum clip bf16 determinism mapped)
   mt_add_mp_test(fsdp_equiv_${variant} TIMEOUT 240 LABELS fsdp ENV MT_TIMEOUT_S=60
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/fsdp_equiv.sh ${MT_FSDP_EQUIV_MTRUN}
             ${MT_TEST_BIN}/test_fsdp_equiv ${variant})

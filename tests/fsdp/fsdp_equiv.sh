@@ -14,6 +14,11 @@
 #   clip         clipping to a global norm of 0.1, which bites on most steps
 #   bf16         param_dtype bf16, reduce_dtype f32, against the bf16 run on 1 rank
 #   determinism  the same run twice (1, 3 and 8 ranks): bit-identical loss and parameter files
+#   mapped       layers of width 1024, whose shards are >= 1 MiB at 2, 3 and 4 ranks: their
+#                gathers map every rank's shard instead of copying (mt_fsdp_options.mapped_gather),
+#                within tolerance of 1 rank, bit-identical to the same padding gathered by copies
+#                (MT_COMM_SHM=0 makes the mapping fall back), and without resharding or with
+#                the option off, likewise
 set -u
 MTRUN=$1
 PROG=$2
@@ -155,6 +160,29 @@ bf16)
     1) pass "the bf16 run's losses differ from the f32 run's" ;;
     *) fail "cannot compare $TMP/n1.loss with $TMP/bf16_n1.loss" ;;
     esac
+    ;;
+mapped)
+    # The middle layer (1024 x 1024) maps; the first and last (32 and 16 wide) are too small
+    # and copy, in the same run. With the option off the shards are not padded to pages, so
+    # the gradient norm sums its squares in other shards: within tolerance, not bit for bit.
+    WIDE=(--width 1024 --layers 3 --steps 5)
+    train wide_n1 1 "${WIDE[@]}"
+    # MT_COMM_SHM=0 also turns the one-pass reduce-scatter of 3 or more local ranks into a
+    # ring, which sums in another order: for bit-identity the mapped runs take the ring too.
+    export MT_COMM_LOCAL_DIRECT_RS=0
+    for n in 2 3 4; do
+        train wide_n$n $n "${WIDE[@]}" --gathers mapped
+        MT_COMM_SHM=0 train wide_fallback_n$n $n "${WIDE[@]}" --gathers copied
+        same wide_n1 wide_n$n $F32_TOL
+        identical wide_n$n wide_fallback_n$n
+    done
+    unset MT_COMM_LOCAL_DIRECT_RS
+    train wide_direct_n3 3 "${WIDE[@]}" --gathers mapped
+    same wide_n1 wide_direct_n3 $F32_TOL
+    train wide_noreshard_n2 2 "${WIDE[@]}" --gathers mapped --reshard 0
+    identical wide_n2 wide_noreshard_n2
+    train wide_off_n2 2 "${WIDE[@]}" --gathers off
+    same wide_n2 wide_off_n2 $F32_TOL
     ;;
 determinism)
     for n in 1 3 8; do

@@ -4,6 +4,7 @@
  *   test_fsdp_equiv train --out PREFIX [--steps 10] [--batch 24] [--accum K] [--lr 1e-3]
  *                   [--layers 4 --width 64 --in 32 --out-dim 16] [--bf16] [--no-prefetch]
  *                   [--reshard 0|1] [--hsdp RxS] [--clip MAX] [--expect-clip]
+ *                   [--gathers mapped|copied|off]
  *   test_fsdp_equiv compare REF OTHER --rtol TOL [--label TEXT] [--losses-only]
  *
  * train: every rank trains the reference MLP (mlp.h) with AdamW on the same global batch of each
@@ -52,6 +53,10 @@ typedef struct train_opts {
     float lr, clip;
     bool expect_clip, bf16, no_prefetch;
     int reshard; /* -1: default */
+    /* --gathers: mapped (some unit's gathers map the ranks' shards, and all of that unit's do),
+     * copied (none maps, mapped_gather left on: the fallback), off (mapped_gather false);
+     * NULL: no expectation, the default option. */
+    const char *gathers;
     int hsdp_r, hsdp_s;
     mt_mlp_config cfg;
 } train_opts;
@@ -245,6 +250,30 @@ static void check_replicas(run *r) {
     free(views);
 }
 
+/* Equal numbers cannot show either whether a gather mapped the shards or copied them. */
+static void check_gathers(run *r) {
+    const char *want = r->o->gathers;
+    if (!want) return;
+    long mapped_units = 0;
+    mt_fsdp_debug d;
+    for (int l = 0; l <= r->o->cfg.layers; l++) {
+        mt_module *m = l < r->o->cfg.layers ? mt_mlp_layer(r->mlp, l) : mt_mlp_root(r->mlp);
+        if (mt_fsdp_debug_get(m, &d) != MT_OK) {
+            CHECK_MSG(0, "rank %d: mt_fsdp_debug_get: %s", r->rank, mt_last_error());
+            return;
+        }
+        if (d.mapped_gathers == 0) continue;
+        mapped_units++;
+        CHECK_MSG(d.mapped_gathers == d.all_gathers, "rank %d: unit %d mapped %ld of its %ld "
+                  "gathers", r->rank, l, d.mapped_gathers, d.all_gathers);
+    }
+    if (strcmp(want, "mapped") == 0)
+        CHECK_MSG(mapped_units > 0, "rank %d: no unit's gather was mapped", r->rank);
+    else
+        CHECK_MSG(mapped_units == 0, "rank %d: %ld units mapped their gathers (--gathers %s)",
+                  r->rank, mapped_units, want);
+}
+
 /* What equal numbers cannot show: accumulation that still reduce-scattered every micro-batch, or
  * a prefetch switch that did nothing, give the same values. The schedule's counters can. */
 static void check_schedule(run *r) {
@@ -265,6 +294,7 @@ static void check_schedule(run *r) {
         CHECK_MSG(prefetches == 0, "rank %d: %ld prefetches with prefetch off", r->rank, prefetches);
     else if (r->o->cfg.layers > 1)
         CHECK_MSG(prefetches > 0, "rank %d: no unit was ever prefetched", r->rank);
+    check_gathers(r);
     if (mt_fsdp_debug_get(mt_mlp_root(r->mlp), &d) == MT_OK)
         CHECK_MSG(d.max_outstanding_rs <= 1, "rank %d: %d reduce-scatters were in flight at once",
                   r->rank, d.max_outstanding_rs);
@@ -304,6 +334,7 @@ static int setup(run *r) {
     }
     if (o->bf16) fo.param_dtype = MT_BF16;
     fo.reshard_after_forward = o->reshard;
+    if (o->gathers && strcmp(o->gathers, "off") == 0) fo.mapped_gather = false;
 
     TRY(r, mt_mlp_create(r->mesh, &o->cfg, &r->mlp));
     if (record_params(r)) return 1;
@@ -598,6 +629,10 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--lr") == 0) o.lr = strtof(v, NULL);
         else if (strcmp(a, "--clip") == 0) o.clip = strtof(v, NULL);
         else if (strcmp(a, "--reshard") == 0) o.reshard = atoi(v);
+        else if (strcmp(a, "--gathers") == 0) {
+            if (strcmp(v, "mapped") && strcmp(v, "copied") && strcmp(v, "off")) return usage();
+            o.gathers = v;
+        }
         else if (strcmp(a, "--layers") == 0) o.cfg.layers = atoi(v);
         else if (strcmp(a, "--width") == 0) o.cfg.width = atoi(v);
         else if (strcmp(a, "--in") == 0) o.cfg.in_dim = atoi(v);
