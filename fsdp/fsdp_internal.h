@@ -127,6 +127,12 @@ struct mt_fsdp_unit {
     /* grad_shard holds only zeros (allocated or mt_zero_grad, and nothing added since): the
      * backward may then add into it directly and get the bits of 0 + the reduced gradient. */
     bool grad_shard_zero;
+    /* grad_shard stands for zeros without holding them: mt_zero_grad on the CPU device marks it
+     * instead of writing the whole shard each step (grad_shard_zero is then true). What writes
+     * the whole shard (a reduce-scatter into it, an aliased backward whose first writers
+     * overwrite) clears it; whatever reads the shard or adds to it first calls
+     * mt_fsdp_grad_shard_ready. */
+    bool grad_shard_lazy;
     bool in_backward;
 
     /* Reduce-scatter in flight. */
@@ -184,6 +190,10 @@ bool mt_fsdp_grads_alias(const mt_fsdp_unit *u);
  * replicate group beyond itself, f32 reduction, not offloaded, and the shard all zeros (0 + g
  * is g: the same bits). models/gpt_memory.c replays it. */
 bool mt_fsdp_rs_into_shard(const mt_fsdp_unit *u);
+
+/* Writes the zeros a lazily zeroed gradient shard stands for (grad_shard_lazy); MT_OK at once
+ * when it holds its values. */
+mt_status mt_fsdp_grad_shard_ready(mt_fsdp_unit *u);
 
 /* Unshard / reshard (fsdp_unit.c). issue starts the all-gather; wait completes it and points the
  * parameters into the full buffer; reshard waits for a gather in flight and frees full. */

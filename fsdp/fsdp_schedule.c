@@ -221,8 +221,10 @@ bool mt_fsdp_rs_into_shard(const mt_fsdp_unit *u) {
 
 /* After a reduce-scatter into the shard failed: what it wrote goes, the shard was all zeros. */
 static void rs_in_shard_undo(mt_fsdp_unit *u) {
-    if (mt_device_memset(u->dev, u->grad_shard, 0, u->S * sizeof(float), NULL) == MT_OK)
+    if (mt_device_memset(u->dev, u->grad_shard, 0, u->S * sizeof(float), NULL) == MT_OK) {
         u->grad_shard_zero = true;
+        u->grad_shard_lazy = false;
+    }
 }
 
 /* Adds the reduced shard of unit p into its sharded gradient and frees the staging buffers.
@@ -253,7 +255,9 @@ static mt_status finish_rs(mt_fsdp_unit *p) {
             st = mt_fsdp_offload_grad_in(p, p->rs_recv); /* takes rs_recv over */
             p->rs_recv = NULL;
         } else if (!p->rs_in_shard) { /* else it landed in the shard */
-            st = mt_op_accumulate(p->dev, p->grad_shard, p->rs_recv, p->reduce_dtype, p->S);
+            st = mt_fsdp_grad_shard_ready(p);
+            if (st == MT_OK)
+                st = mt_op_accumulate(p->dev, p->grad_shard, p->rs_recv, p->reduce_dtype, p->S);
             p->grad_shard_zero = false;
         }
         if (st != MT_OK)
@@ -287,8 +291,10 @@ static mt_status issue_rs(mt_fsdp_root *r, mt_fsdp_unit *u) {
     u->rs_in_shard = mt_fsdp_rs_into_shard(u);
     mt_status st = MT_OK;
     if (u->rs_in_shard) {
+        /* The reduce-scatter writes all S elements: a lazily zeroed shard needs no zeros. */
         u->rs_recv = u->grad_shard;
         u->grad_shard_zero = false;
+        u->grad_shard_lazy = false;
     } else {
         st = mt_device_alloc(u->dev, u->S * es, MT_MEM_COMM, &u->rs_recv);
     }
@@ -364,6 +370,17 @@ static mt_status grad_buffer(mt_fsdp_unit *u) {
         u->full_grad = u->grad_shard;
         u->grad_aliased = true;
         u->grad_shard_zero = false;
+        if (u->grad_shard_lazy) {
+            /* Zeros it does not hold (mt_zero_grad): marked unwritten like a full buffer
+             * instead; at one rank the shard is the whole unit, with no padding. */
+            u->grad_shard_lazy = false;
+            for (size_t i = 0; i < u->n_params; i++) u->params[i]->grad_unwritten = true;
+            if (poison_unwritten())
+                for (size_t i = 0; i < u->total; i++) u->full_grad[i] = NAN;
+            if (u->padded > u->total)
+                return mt_device_memset(u->dev, u->full_grad + u->total, 0,
+                                        (u->padded - u->total) * sizeof(float), NULL);
+        }
         return MT_OK;
     }
     char desc[256];
@@ -397,6 +414,7 @@ static mt_status drop_grad_buffer(mt_fsdp_unit *u, bool failed) {
          * what dropping a separate buffer would have left. */
         st = mt_device_memset(u->dev, u->grad_shard, 0, u->S * sizeof(float), NULL);
         u->grad_shard_zero = st == MT_OK;
+        u->grad_shard_lazy = false;
     }
     u->full_grad = NULL;
     u->grad_aliased = false;

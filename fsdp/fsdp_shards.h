@@ -34,7 +34,8 @@ typedef struct mt_fsdp_shard_view {
 /* The shards of root's unit and of every unit below it, in a fixed order (depth-first, the
  * units below a module before its own: the sharding order of "layers first, then the root").
  * *views is malloc'd (caller frees the array only). MT_ERR_INVALID_ARG when root is not an FSDP
- * unit. */
+ * unit. The gradients read as of this call: mt_zero_grad only marks a CPU shard as zeros
+ * (grad_shard_lazy), which this call writes, so a reader collects again after it. */
 mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, size_t *n);
 
 /* The groups of root's unit: the shard group, the replicate group (NULL without HSDP) and the

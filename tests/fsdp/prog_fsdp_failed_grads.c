@@ -101,13 +101,22 @@ typedef struct grads {
     size_t n[NU];
 } grads;
 
+/* Unit u's gradient shard as a reader sees it: a shard mt_zero_grad marked instead of zeroing
+ * (grad_shard_lazy) gets its zeros first, as the optimizer's and clipping's views do. */
+static const float *shard_grad(mt_gpt *g, int u) {
+    mt_fsdp_unit *fu = unit(g, u);
+    CHECK_MSG(mt_fsdp_grad_shard_ready(fu) == MT_OK, "zeroing %d's lazy gradient shard: %s", u,
+              mt_last_error());
+    return fu->grad_shard;
+}
+
 static bool grads_take(mt_gpt *g, grads *out) {
     bool ok = true;
     for (int u = 0; u < NU; u++) {
         mt_fsdp_unit *fu = unit(g, u);
         out->n[u] = fu->S;
         out->u[u] = malloc((fu->S ? fu->S : 1) * sizeof(float));
-        if (out->u[u]) memcpy(out->u[u], fu->grad_shard, fu->S * sizeof(float));
+        if (out->u[u]) memcpy(out->u[u], shard_grad(g, u), fu->S * sizeof(float));
         else ok = false;
     }
     return ok;
@@ -121,18 +130,20 @@ static void grads_free(grads *gr) {
  * ref + ref, the sum the accumulation computes). */
 static size_t differ(mt_gpt *g, const grads *ref, int u, int times) {
     mt_fsdp_unit *fu = unit(g, u);
+    const float *have = shard_grad(g, u);
     size_t bad = 0;
     for (size_t i = 0; i < fu->S; i++) {
         float want = times == 2 ? ref->u[u][i] + ref->u[u][i] : ref->u[u][i];
-        bad += memcmp(&fu->grad_shard[i], &want, sizeof want) != 0;
+        bad += memcmp(&have[i], &want, sizeof want) != 0;
     }
     return bad;
 }
 
 static size_t nonzero(mt_gpt *g, int u) {
     mt_fsdp_unit *fu = unit(g, u);
+    const float *have = shard_grad(g, u);
     size_t n = 0;
-    for (size_t i = 0; i < fu->S; i++) n += fu->grad_shard[i] != 0.0f;
+    for (size_t i = 0; i < fu->S; i++) n += have[i] != 0.0f;
     return n;
 }
 

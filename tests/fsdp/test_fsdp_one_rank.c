@@ -10,7 +10,9 @@
  *     That buffer is not zeroed (fsdp_schedule.c grad_buffer): a hook inside FSDP's fills every
  *     gradient still unwritten with NaN before the GPT's backward, so g + g also says that the
  *     GPT's first write of each gradient overwrote all of it (mt_param_grad_write);
- *   - after mt_zero_grad the step adds in place again and gives g once more;
+ *   - after mt_zero_grad, which only marks the shards (grad_shard_lazy: the backward's first
+ *     writers overwrite them, marked unwritten and NaN-filled by the hook below), the step
+ *     writes in place again and gives g once more;
  *   - the protocol for modules that do not overwrite: a module whose backward adds through
  *     mt_param_grad into one parameter, leaves one alone and overwrites a third through
  *     mt_param_grad_write, over a NaN-filled buffer, two micro-batches (sync off, then on):
@@ -240,6 +242,11 @@ int main(void) {
                   total);
 
         CHECK_OK(mt_zero_grad(root));
+        for (int l = 0; l <= LAYERS; l++) {
+            mt_fsdp_unit *fu = mt_fsdp_unit_of(l < LAYERS ? mt_gpt_block(g, l) : root);
+            CHECK_MSG(fu && fu->grad_shard_lazy && fu->grad_shard_zero, "unit %d: mt_zero_grad "
+                      "did not leave its shard marked as zeros", l);
+        }
         CHECK_OK(mt_gpt_forward_backward(g, tokens, BATCH, 1.0f, &loss));
         shard_grads(root, got, total);
         bad = count_mismatch(got, ref, total);
