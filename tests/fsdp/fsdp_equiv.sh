@@ -17,8 +17,8 @@
 #   mapped       layers of width 1024, whose shards are >= 1 MiB at 2, 3 and 4 ranks: their
 #                gathers map every rank's shard instead of copying (mt_fsdp_options.mapped_gather),
 #                within tolerance of 1 rank, bit-identical to the same padding gathered by copies
-#                (MT_COMM_SHM=0 makes the mapping fall back), and without resharding or with
-#                the option off, likewise
+#                (MT_COMM_SHM=0 makes the mapping fall back), and without resharding, with
+#                the option off and under HSDP 2x2, likewise
 set -u
 MTRUN=$1
 PROG=$2
@@ -183,6 +183,9 @@ mapped)
     identical wide_n2 wide_noreshard_n2
     train wide_off_n2 2 "${WIDE[@]}" --gathers off
     same wide_n2 wide_off_n2 $F32_TOL
+    # HSDP: the views span the shard group (2 ranks) of each replica.
+    train wide_hsdp_2x2 4 "${WIDE[@]}" --hsdp 2x2 --gathers mapped
+    same wide_n1 wide_hsdp_2x2 $F32_TOL
     ;;
 determinism)
     for n in 1 3 8; do
