@@ -83,7 +83,7 @@ static char *map_all(const view_entry *all, int n, size_t part_bytes, char *why,
         void *at = mmap(view + (size_t)r * part_bytes, part_bytes, PROT_READ | PROT_WRITE,
                         MAP_SHARED | MAP_FIXED, fd, (off_t)ref->offset);
         int saved = errno;
-        if (fd != ref->fd || ref->pid != (int32_t)getpid()) close(fd);
+        if (ref->pid != (int32_t)getpid()) close(fd); /* a copy; this process's own stays */
         if (at == MAP_FAILED) {
             snprintf(why, cap, "mapping member %d's %zu bytes: %s", r, part_bytes,
                      strerror(saved));
