@@ -125,7 +125,8 @@ static int parse_args(int argc, char **argv, options *o) {
         bool digits = dst && i + 1 < argc && isdigit((unsigned char)argv[i + 1][0]);
         if (!dst || !digits || !end || *end || v < lo || v > hi) {
             fprintf(stderr, PROG ": bad option %s (integer options take a value in 1..%d; "
-                    "--reshard-after-forward and --mapped-gather 0 or 1)\n%s", argv[i], 1 << 24, usage);
+                    "--reshard-after-forward and --mapped-gather 0 or 1)\n%s",
+                    argv[i], 1 << 24, usage);
             return -1;
         }
         *dst = (int)v;

@@ -262,7 +262,8 @@ static int parse_args(int argc, char **argv, options *o, char *err) {
                    .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .seed = 1,
                    .param_dtype = MT_F32, .reduce_dtype = MT_F32, .prefetch = true,
                    .reshard_after_forward = -1, .offload = MT_OFFLOAD_NONE, .offload_ratio = 1.0f,
-                   .mapped_gather = true, .device = NULL, .data = DEFAULT_DATA, .metrics = NULL, .keep = 3};
+                   .mapped_gather = true, .device = NULL, .data = DEFAULT_DATA, .metrics = NULL,
+                   .keep = 3};
     for (int i = 1; i < argc; i++) {
         char name[64];
         const char *arg = argv[i], *eq = strchr(arg, '=');
