@@ -15,7 +15,8 @@
  *          engine's last step clipped, AdamW per unit);
  *   comm   the collectives of one step, without compute, on buffers allocated once: per FSDP unit
  *          (sizes from the units) an all-gather in forward, an all-gather (blocks) and a
- *          reduce-scatter in backward, each waited for before the next; then the clip's and the
+ *          reduce-scatter in backward, each waited for before the next (a barrier instead of
+ *          each all-gather of a unit whose gathers the engine maps); then the clip's and the
  *          loss's one-value all-reduces;
  *   step   train_gpt's step through the engine: mt_gpt_forward_backward on the sharded model,
  *          mt_clip_grad_norm, mt_adamw_step, mt_zero_grad, the loss all-reduce.
@@ -229,6 +230,7 @@ typedef struct bench {
     mt_gpt *gpt16;
     mt_adamw *adam16;
     size_t *unit_n; /* each unit's shard elements, mt_fsdp_collect_shards order */
+    bool *unit_mapped; /* and whether its gathers map the ranks' shards (a barrier, no data) */
     size_t n_units, shard_total, unit_max;
     /* The ops' model: unsharded, its gradients plain buffers, and the optimizer's buffers. */
     mt_gpt *plain;
@@ -276,13 +278,18 @@ static mt_status engine_model(bench *b) {
     mt_fsdp_shard_view *views = NULL;
     MT_TRY(mt_fsdp_collect_shards(root, &views, &b->n_units));
     b->unit_n = calloc(b->n_units + 1, sizeof *b->unit_n);
-    if (!b->unit_n) {
+    b->unit_mapped = calloc(b->n_units + 1, sizeof *b->unit_mapped);
+    if (!b->unit_n || !b->unit_mapped) {
         free(views);
         return mt_error(MT_ERR_OUT_OF_MEMORY, PROG ": out of host memory for %zu unit sizes",
                         b->n_units);
     }
     for (size_t u = 0; u < b->n_units; u++) {
         b->unit_n[u] = views[u].n;
+        /* The blocks, then the root: the order of the views. */
+        mt_module *m = (int)u < b->o->layers ? mt_gpt_block(b->gpt, (int)u) : root;
+        mt_fsdp_unit *fu = mt_fsdp_unit_of(m);
+        b->unit_mapped[u] = fu && fu->view;
         b->shard_total += views[u].n;
         if (views[u].n > b->unit_max) b->unit_max = views[u].n;
     }
@@ -352,6 +359,7 @@ static void bench_free(bench *b) {
     if (b->adam16) mt_adamw_destroy(b->adam16);
     mt_gpt_destroy(b->gpt16);
     free(b->unit_n);
+    free(b->unit_mapped);
     free(b->tokens);
     mt_mesh_destroy(b->mesh);
 }
@@ -376,8 +384,11 @@ static mt_status ops_pass(bench *b) {
     return MT_OK;
 }
 
-static mt_status gather(bench *b, size_t n) {
-    return mt_all_gather(b->dp, b->c_shard, b->c_full, n, MT_F32, NULL);
+/* Unit u's gather as the engine does it: an all-gather of its shard, or a barrier where the
+ * engine maps the ranks' shards (mt_fsdp_options.mapped_gather). */
+static mt_status gather(bench *b, size_t u) {
+    if (b->unit_mapped[u]) return mt_barrier(b->dp, NULL);
+    return mt_all_gather(b->dp, b->c_shard, b->c_full, b->unit_n[u], MT_F32, NULL);
 }
 
 /* FSDP's order: the root's gather, the blocks' in forward; in backward the root gathered again
@@ -387,11 +398,11 @@ static mt_status gather(bench *b, size_t n) {
 static mt_status comm_pass(bench *b) {
     size_t root = b->n_units - 1;
     bool regather_blocks = b->o->reshard != 0, regather_root = b->o->reshard == 1;
-    MT_TRY(gather(b, b->unit_n[root]));
-    for (size_t u = 0; u < root; u++) MT_TRY(gather(b, b->unit_n[u]));
-    if (regather_root) MT_TRY(gather(b, b->unit_n[root]));
+    MT_TRY(gather(b, root));
+    for (size_t u = 0; u < root; u++) MT_TRY(gather(b, u));
+    if (regather_root) MT_TRY(gather(b, root));
     for (size_t u = root; u-- > 0;) {
-        if (regather_blocks) MT_TRY(gather(b, b->unit_n[u]));
+        if (regather_blocks) MT_TRY(gather(b, u));
         MT_TRY(mt_reduce_scatter(b->dp, b->c_full, b->c_shard, b->unit_n[u], MT_F32,
                                  MT_REDUCE_AVG, NULL));
     }

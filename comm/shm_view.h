@@ -12,13 +12,7 @@
 #include <meshtrain/comm.h>
 #include <meshtrain/status.h>
 
-#include <stdbool.h>
 #include <stddef.h>
-
-/* Whether part_bytes at part could be mapped by the members of group at all: this rank's side
- * of the conditions (a shared block, page-aligned, the shared-memory path on, every member on
- * this host). No communication. */
-bool mt_shm_view_possible(mt_group *group, const void *part, size_t part_bytes);
 
 /* Collective over group: maps every member's part into one view of group size x part_bytes.
  * *view is NULL (and MT_OK returned) when any member cannot take part or cannot map; why then

@@ -372,14 +372,11 @@ static mt_status grad_buffer(mt_fsdp_unit *u) {
         u->grad_shard_zero = false;
         if (u->grad_shard_lazy) {
             /* Zeros it does not hold (mt_zero_grad): marked unwritten like a full buffer
-             * instead; at one rank the shard is the whole unit, with no padding. */
+             * instead; at one rank the shard is the whole unit, with no padding to zero. */
             u->grad_shard_lazy = false;
             for (size_t i = 0; i < u->n_params; i++) u->params[i]->grad_unwritten = true;
             if (poison_unwritten())
                 for (size_t i = 0; i < u->total; i++) u->full_grad[i] = NAN;
-            if (u->padded > u->total)
-                return mt_device_memset(u->dev, u->full_grad + u->total, 0,
-                                        (u->padded - u->total) * sizeof(float), NULL);
         }
         return MT_OK;
     }

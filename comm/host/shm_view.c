@@ -16,6 +16,7 @@
 #include <meshtrain/runtime.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,9 @@ typedef struct view_entry {
 #define ENTRY_WORDS (sizeof(view_entry) / sizeof(float))
 _Static_assert(sizeof(view_entry) % sizeof(float) == 0, "an entry is whole f32 words");
 
-bool mt_shm_view_possible(mt_group *g, const void *part, size_t part_bytes) {
+/* This rank's side of the conditions (a shared block, page-aligned, the shared-memory path on,
+ * every member on this host), with where its part is in *ref. No communication. */
+static bool local_part(mt_group *g, const void *part, size_t part_bytes, mt_shm_ref *ref) {
     long page = sysconf(_SC_PAGESIZE);
     if (!g || !g->tr || g->size < 2 || page <= 0 || part_bytes == 0 ||
         part_bytes % (size_t)page != 0)
@@ -45,9 +48,8 @@ bool mt_shm_view_possible(mt_group *g, const void *part, size_t part_bytes) {
     if (!tr->shm.enabled || tr->shm.inject_eperm || !tr->shm.same_host) return false;
     for (int i = 0; i < g->size; i++)
         if (!tr->shm.same_host[g->ranks[i]]) return false;
-    mt_shm_ref ref;
-    return mt_device_shared_range(mt_runtime_device(tr->rt), part, part_bytes, &ref) &&
-           ref.offset % (size_t)page == 0;
+    return mt_device_shared_range(mt_runtime_device(tr->rt), part, part_bytes, ref) &&
+           ref->offset % (size_t)page == 0;
 }
 
 /* A descriptor for this process's memfd `fd` of process pid: fd itself for this process, else a
@@ -105,9 +107,7 @@ mt_status mt_shm_view_map(mt_group *g, void *part, size_t part_bytes, void **vie
     view_entry mine = {0}, *all = calloc((size_t)n, sizeof *all);
     if (!all)
         return mt_error(MT_ERR_OUT_OF_MEMORY, "mapping a sharded buffer: out of host memory");
-    mine.ok = mt_shm_view_possible(g, part, part_bytes);
-    if (mine.ok)
-        mt_device_shared_range(mt_runtime_device(g->tr->rt), part, part_bytes, &mine.ref);
+    mine.ok = local_part(g, part, part_bytes, &mine.ref);
     mt_status st = mt_all_gather(g, &mine, all, ENTRY_WORDS, MT_F32, NULL);
     char *mapped = NULL;
     bool everyone = st == MT_OK;
