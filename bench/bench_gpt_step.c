@@ -373,12 +373,18 @@ static mt_status ops_pass(bench *b) {
     /* The optimizer's compute on this rank's shards: clipping's sum of squares, AdamW per unit
      * (the engine adds the reduced gradient into its shard and zeroes it too: that is engine). */
     MT_TRY(mt_op_sum_squares(b->dev, b->opt_g, b->shard_total, b->sumsq));
-    if (b->last_norm > CLIP)
-        MT_TRY(mt_op_scale(b->dev, b->opt_g, CLIP / b->last_norm, b->shard_total));
+    /* The clipping factor: on the CPU device the engine multiplies it inside AdamW as the step
+     * reads the gradients (mt_fsdp_scale_grads), elsewhere a pass of mt_op_scale. */
+    float clip = b->last_norm > CLIP ? CLIP / b->last_norm : 1.0f;
+    bool on_cpu = mt_device_get_kind(b->dev) == MT_DEVICE_CPU;
+    if (clip != 1.0f && !on_cpu) MT_TRY(mt_op_scale(b->dev, b->opt_g, clip, b->shard_total));
     size_t at = 0;
     for (size_t u = 0; u < b->n_units; u++) {
-        MT_TRY(mt_op_adamw(b->dev, b->opt_p + at, b->opt_g + at, b->opt_m + at, b->opt_v + at,
-                           b->unit_n[u], 1, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f));
+        float *p = b->opt_p + at, *g = b->opt_g + at, *m = b->opt_m + at, *v = b->opt_v + at;
+        MT_TRY(on_cpu ? mt_cpu_op_adamw_scaled(p, g, clip, m, v, b->unit_n[u], 1, 1e-3f, 0.9f,
+                                               0.999f, 1e-8f, 0.0f)
+                      : mt_op_adamw(b->dev, p, g, m, v, b->unit_n[u], 1, 1e-3f, 0.9f, 0.999f,
+                                    1e-8f, 0.0f));
         at += b->unit_n[u];
     }
     return MT_OK;

@@ -8,8 +8,11 @@
  *
  * The shards live in device memory: the squares are summed by mt_op_sum_squares into one double
  * on the device (queued, no wait per range), read back once, reduced across ranks as a host
- * scalar, and the gradients are scaled in place by mt_op_scale. An offloaded unit's gradient
- * shard is in the host tier (view.host): the CPU kernels of those two ops run on it directly. */
+ * scalar, and the gradients are scaled by mt_fsdp_scale_grads: in place by mt_op_scale, except
+ * on the CPU device, where the factor waits for the optimizer's step to apply it as it reads the
+ * gradients (fsdp/fsdp_shards.h), so that clipping costs no pass of its own over them. An
+ * offloaded unit's gradient shard is in the host tier (view.host): the CPU kernels of those ops
+ * run on it directly. */
 #include "core/cpu/ops_cpu.h"
 #include "core/error.h"
 #include "fsdp/fsdp_shards.h"
@@ -81,18 +84,6 @@ static mt_status sum_over(mt_group *group, float *value) {
     return MT_OK;
 }
 
-/* x[i] *= c over every unit's whole shard (padding is 0 and stays 0). */
-static mt_status scale_shards(mt_device *dev, const mt_fsdp_shard_view *views, size_t n, float c) {
-    for (size_t u = 0; u < n; u++) {
-        mt_status st = views[u].host ? mt_cpu_op_scale(views[u].grad, c, views[u].n)
-                                     : mt_op_scale(dev, views[u].grad, c, views[u].n);
-        if (st != MT_OK)
-            return mt_error_wrap(st, "clip_grad_norm: scaling the gradients of unit '%s'",
-                                 views[u].unit_name);
-    }
-    return MT_OK;
-}
-
 mt_status mt_clip_grad_norm(mt_module *root, float max_norm, float *norm) {
     if (!root) return mt_error(MT_ERR_INVALID_ARG, "clip_grad_norm: root is NULL");
     mt_group *shard = NULL, *replicate = NULL, *tp = NULL;
@@ -135,8 +126,8 @@ mt_status mt_clip_grad_norm(mt_module *root, float max_norm, float *norm) {
 
     /* A NaN or infinite norm gives no finite factor: leave the gradients for the caller to see. */
     double coef = (double)max_norm / ((double)total + 1e-6);
-    if (max_norm > 0.0f && isfinite(total) && coef < 1.0) st = scale_shards(dev, views, n,
-                                                                             (float)coef);
     free(views);
+    if (max_norm > 0.0f && isfinite(total) && coef < 1.0) st = mt_fsdp_scale_grads(root,
+                                                                                   (float)coef);
     return st;
 }

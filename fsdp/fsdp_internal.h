@@ -133,6 +133,13 @@ struct mt_fsdp_unit {
      * overwrite) clears it; whatever reads the shard or adds to it first calls
      * mt_fsdp_grad_shard_ready. */
     bool grad_shard_lazy;
+    /* The gradient is grad_shard * grad_scale, one rounding per element, not yet written: a
+     * clip's factor on the CPU device (mt_fsdp_scale_grads), applied by the optimizer's step as
+     * it reads the shard (mt_fsdp_collect_shards_for_step) instead of a pass of its own. Never
+     * together with grad_shard_zero; whatever else reads the shard or adds to it first calls
+     * mt_fsdp_grad_shard_ready, which writes it. */
+    bool grad_scale_pending;
+    float grad_scale;
     bool in_backward;
 
     /* Reduce-scatter in flight. */
@@ -191,8 +198,9 @@ bool mt_fsdp_grads_alias(const mt_fsdp_unit *u);
  * is g: the same bits). models/gpt_memory.c replays it. */
 bool mt_fsdp_rs_into_shard(const mt_fsdp_unit *u);
 
-/* Writes the zeros a lazily zeroed gradient shard stands for (grad_shard_lazy); MT_OK at once
- * when it holds its values. */
+/* Writes the values a gradient shard stands for: the zeros of a lazily zeroed one
+ * (grad_shard_lazy), a clip's deferred factor (grad_scale_pending); MT_OK at once when it holds
+ * its values. */
 mt_status mt_fsdp_grad_shard_ready(mt_fsdp_unit *u);
 
 /* Unshard / reshard (fsdp_unit.c). issue starts the all-gather; wait completes it and points the

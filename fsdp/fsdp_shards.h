@@ -29,6 +29,9 @@ typedef struct mt_fsdp_shard_view {
     const mt_fsdp_range *ranges; /* the real (non-padding) elements, ascending */
     size_t n_ranges;
     bool host;     /* param and grad are in the device's host tier (offloaded unit) */
+    /* The gradient is grad[i] * grad_scale: 1, except in mt_fsdp_collect_shards_for_step's
+     * views of a shard whose clipping factor was deferred (mt_fsdp_scale_grads). */
+    float grad_scale;
 } mt_fsdp_shard_view;
 
 /* The shards of root's unit and of every unit below it, in a fixed order (depth-first, the
@@ -37,6 +40,19 @@ typedef struct mt_fsdp_shard_view {
  * unit. The gradients read as of this call: mt_zero_grad only marks a CPU shard as zeros
  * (grad_shard_lazy), which this call writes, so a reader collects again after it. */
 mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, size_t *n);
+
+/* The same views for the optimizer's step, which reads each gradient once: a clipping factor
+ * that mt_fsdp_scale_grads deferred stays unwritten and is in view.grad_scale, for the step to
+ * multiply as it reads (mt_cpu_op_adamw_scaled); the shard keeps standing for the scaled values
+ * (a later reader of mt_fsdp_collect_shards gets them written). */
+mt_status mt_fsdp_collect_shards_for_step(mt_module *root, mt_fsdp_shard_view **views,
+                                          size_t *n);
+
+/* Multiplies every gradient shard of root's units by c (gradient clipping), with the bits of
+ * mt_op_scale on each. A resident shard on the CPU device is not written now: the factor is kept
+ * on the unit (grad_scale_pending) and applied by the optimizer's step as it reads the shard,
+ * saving a pass over the gradients; a shard of zeros is left alone (0 * c is 0). */
+mt_status mt_fsdp_scale_grads(mt_module *root, float c);
 
 /* The groups of root's unit: the shard group, the replicate group (NULL without HSDP) and the
  * tp group of root's tp dimension (NULL when the mesh has none: mt_module_tp_dim), and this rank's tp coordinate. */

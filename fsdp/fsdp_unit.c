@@ -6,6 +6,7 @@
 
 #include "comm/shm_view.h"
 #include "core/clock.h"
+#include "core/cpu/ops_cpu.h"
 #include "core/error.h"
 #include "core/shm_block.h"
 
@@ -608,6 +609,7 @@ static void fill_view(const mt_fsdp_unit *u, mt_fsdp_shard_view *v) {
     v->ranges = u->ranges;
     v->n_ranges = u->n_ranges;
     v->host = u->offload != MT_OFFLOAD_NONE;
+    v->grad_scale = 1.0f;
 }
 
 mt_status mt_fsdp_unit_view(mt_fsdp_unit *u, const mt_fsdp_shard_view **view, size_t *index,
@@ -641,7 +643,9 @@ mt_status mt_fsdp_unit_view(mt_fsdp_unit *u, const mt_fsdp_shard_view **view, si
     return MT_OK;
 }
 
-mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, size_t *n) {
+/* defer_scale: a deferred clipping factor stays in the view (mt_fsdp_collect_shards_for_step). */
+static mt_status collect_shards(mt_module *root, mt_fsdp_shard_view **views, size_t *n,
+                                bool defer_scale) {
     if (!views || !n) return mt_error(MT_ERR_INVALID_ARG, "mt_fsdp_collect_shards: NULL output");
     mt_fsdp_unit **units;
     size_t count;
@@ -667,20 +671,60 @@ mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, si
             return mt_error_wrap(q, "mt_fsdp_collect_shards: the parameter copy of unit '%s'",
                                  units[i]->module->name);
         }
-        /* The optimizer and clipping read the gradient: a lazily zeroed one gets its zeros. */
-        q = mt_fsdp_grad_shard_ready(units[i]);
+        /* The optimizer and clipping read the gradient: a lazily zeroed one gets its zeros, a
+         * deferred clipping factor is applied (unless the reader applies it). */
+        bool deferred = defer_scale && units[i]->grad_scale_pending;
+        q = deferred ? MT_OK : mt_fsdp_grad_shard_ready(units[i]);
         if (q != MT_OK) {
             free(v);
             free(units);
-            return mt_error_wrap(q, "mt_fsdp_collect_shards: zeroing the gradient of unit '%s'",
+            return mt_error_wrap(q, "mt_fsdp_collect_shards: writing the gradient of unit '%s'",
                                  units[i]->module->name);
         }
         fill_view(units[i], &v[i]);
+        if (deferred) v[i].grad_scale = units[i]->grad_scale;
     }
     free(units);
     *views = v;
     *n = count;
     return MT_OK;
+}
+
+mt_status mt_fsdp_collect_shards(mt_module *root, mt_fsdp_shard_view **views, size_t *n) {
+    return collect_shards(root, views, n, false);
+}
+
+mt_status mt_fsdp_collect_shards_for_step(mt_module *root, mt_fsdp_shard_view **views,
+                                          size_t *n) {
+    return collect_shards(root, views, n, true);
+}
+
+mt_status mt_fsdp_scale_grads(mt_module *root, float c) {
+    mt_fsdp_unit **units;
+    size_t count;
+    MT_TRY(root_units(root, "clip_grad_norm", &units, &count));
+    mt_status st = MT_OK;
+    for (size_t i = 0; i < count && st == MT_OK; i++) {
+        mt_fsdp_unit *u = units[i];
+        /* Each scaling is one rounding of the values written so far: an earlier factor first. */
+        st = mt_fsdp_grad_shard_ready(u);
+        if (st != MT_OK) break;
+        if (u->offload) { /* host tier: host memory on every backend */
+            st = mt_cpu_op_scale(u->grad_shard, c, u->S);
+        } else if (mt_device_get_kind(u->dev) == MT_DEVICE_CPU && c > 0.0f) {
+            if (!u->grad_shard_zero) {
+                u->grad_scale = c;
+                u->grad_scale_pending = true;
+            }
+        } else {
+            st = mt_op_scale(u->dev, u->grad_shard, c, u->S);
+        }
+        if (st != MT_OK)
+            mt_error_wrap(st, "clip_grad_norm: scaling the gradients of unit '%s'",
+                          u->module->name);
+    }
+    free(units);
+    return st;
 }
 
 mt_status mt_fsdp_groups(mt_module *root, mt_group **shard, mt_group **replicate, mt_group **tp,
@@ -757,9 +801,13 @@ bool mt_fsdp_grad_landed_installed(mt_module *root) {
 }
 
 mt_status mt_fsdp_grad_shard_ready(mt_fsdp_unit *u) {
-    if (!u->grad_shard_lazy) return MT_OK;
-    MT_TRY(mt_device_memset(u->dev, u->grad_shard, 0, u->S * sizeof(float), NULL));
-    u->grad_shard_lazy = false;
+    if (u->grad_shard_lazy) {
+        MT_TRY(mt_device_memset(u->dev, u->grad_shard, 0, u->S * sizeof(float), NULL));
+        u->grad_shard_lazy = false;
+    } else if (u->grad_scale_pending) {
+        MT_TRY(mt_op_scale(u->dev, u->grad_shard, u->grad_scale, u->S));
+        u->grad_scale_pending = false;
+    }
     return MT_OK;
 }
 
@@ -781,7 +829,10 @@ mt_status mt_zero_grad(mt_module *root) {
             u->grad_shard_lazy = true;
         else
             st = mt_device_memset(u->dev, u->grad_shard, 0, u->S * sizeof(float), NULL);
-        if (st == MT_OK) u->grad_shard_zero = true;
+        if (st == MT_OK) {
+            u->grad_shard_zero = true;
+            u->grad_scale_pending = false;
+        }
     }
     free(units);
     return st;

@@ -14,6 +14,7 @@
  * the backward: a job that finds the pool busy runs on its caller alone (core/thread_pool.c),
  * which splits the same elementwise loop differently and gives the same values. */
 #include "core/cpu/adamw_host.h"
+#include "core/cpu/ops_cpu.h"
 #include "core/error.h"
 #include "core/thread_name.h"
 #include "fsdp/fsdp_shards.h"
@@ -155,6 +156,10 @@ static mt_status update_unit(mt_adamw *opt, size_t u, const mt_fsdp_shard_view *
             MT_TRY(mt_host_adamw(opt->pool, opt->isa, view->param + b, view->grad + b, m + b,
                                  v + b, e - b, t, opt->o.lr, opt->o.beta1, opt->o.beta2,
                                  opt->o.eps, opt->o.weight_decay));
+        else if (view->grad_scale != 1.0f) /* a clipping factor deferred on the CPU device */
+            MT_TRY(mt_cpu_op_adamw_scaled(view->param + b, view->grad + b, view->grad_scale,
+                                          m + b, v + b, e - b, t, opt->o.lr, opt->o.beta1,
+                                          opt->o.beta2, opt->o.eps, opt->o.weight_decay));
         else
             MT_TRY(mt_op_adamw(opt->dev, view->param + b, view->grad + b, m + b, v + b, e - b,
                                t, opt->o.lr, opt->o.beta1, opt->o.beta2, opt->o.eps,
@@ -334,7 +339,7 @@ mt_status mt_adamw_step(mt_adamw *opt) {
         MT_TRY(mt_fsdp_check_initialised(opt->root, "the optimizer's step"));
     mt_fsdp_shard_view *views = NULL;
     size_t n = 0;
-    MT_TRY(mt_fsdp_collect_shards(opt->root, &views, &n));
+    MT_TRY(mt_fsdp_collect_shards_for_step(opt->root, &views, &n));
     mt_status st = MT_OK;
     if (n != opt->n_units)
         st = mt_error(MT_ERR_INVALID_ARG,

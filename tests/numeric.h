@@ -33,18 +33,20 @@ static inline float *test_lcg_floats(uint64_t *state, size_t n, double amp) {
     return v;
 }
 
-/* The CPU sum of squares' order written plainly (core/cpu/ops_reduce.c, docs/cpu-kernels.md):
- * chunks of grain elements, each summed in 8 lanes (element i of a chunk into lane i mod 8),
- * the lanes added pairwise, the chunk partials added onto start in chunk order. */
+/* The CPU sum of squares' order written plainly (core/cpu/sum_squares_vec.h, docs/cpu-kernels.md):
+ * chunks of grain elements, each summed in 32 lanes (element i of a chunk into lane i mod 32),
+ * the lanes folded in halves (lane l += lane l + w, w = 16, 8, 4, 2, 1), the chunk partials added
+ * onto start in chunk order. */
 static inline double test_chunked_sum_squares(double start, const float *x, size_t n,
                                               size_t grain) {
     double sum = start;
     for (size_t b = 0; b < n; b += grain) {
         size_t e = n - b < grain ? n : b + grain;
-        double lane[8] = {0};
-        for (size_t i = b; i < e; i++) lane[(i - b) % 8] += (double)x[i] * (double)x[i];
-        sum += ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
-               ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+        double lane[32] = {0};
+        for (size_t i = b; i < e; i++) lane[(i - b) % 32] += (double)x[i] * (double)x[i];
+        for (size_t w = 16; w > 0; w /= 2)
+            for (size_t l = 0; l < w; l++) lane[l] += lane[l + w];
+        sum += lane[0];
     }
     return sum;
 }

@@ -60,6 +60,7 @@ void mt_adamw_coeffs_make(mt_adamw_coeffs *k, long t, float lr, float beta1, flo
     k->one_minus_beta1 = 1.0f - beta1;
     k->one_minus_beta2 = 1.0f - beta2;
     k->eps = eps;
+    k->grad_scale = 1.0f;
 }
 
 typedef struct adamw_job {
@@ -77,6 +78,14 @@ static void adamw_chunk(void *ctx, size_t chunk, size_t begin, size_t end) {
 mt_status mt_host_adamw(mt_thread_pool *pool, mt_adamw_isa isa, float *param, const float *grad,
                         float *m, float *v, size_t n, long t, float lr, float beta1, float beta2,
                         float eps, float weight_decay) {
+    return mt_host_adamw_scaled(pool, isa, param, grad, 1.0f, m, v, n, t, lr, beta1, beta2, eps,
+                                weight_decay);
+}
+
+mt_status mt_host_adamw_scaled(mt_thread_pool *pool, mt_adamw_isa isa, float *param,
+                               const float *grad, float grad_scale, float *m, float *v, size_t n,
+                               long t, float lr, float beta1, float beta2, float eps,
+                               float weight_decay) {
     static const adamw_kernel kernels[MT_ADAMW_ISA_COUNT] = {
         mt_adamw_kernel_scalar, mt_adamw_kernel_avx2, mt_adamw_kernel_avx512};
     if (!mt_adamw_isa_supported(isa))
@@ -84,6 +93,7 @@ mt_status mt_host_adamw(mt_thread_pool *pool, mt_adamw_isa isa, float *param, co
                         mt_adamw_isa_name(isa), mt_adamw_isa_name(isa));
     mt_adamw_coeffs k;
     mt_adamw_coeffs_make(&k, t, lr, beta1, beta2, eps, weight_decay);
+    k.grad_scale = grad_scale;
     adamw_job job = {kernels[isa], &k, param, m, v, grad};
     if (!pool) {
         if (n) adamw_chunk(&job, 0, 0, n);

@@ -21,6 +21,10 @@ typedef enum { MT_ADAMW_SCALAR, MT_ADAMW_AVX2, MT_ADAMW_AVX512, MT_ADAMW_ISA_COU
 /* The step's constants, computed once per call. */
 typedef struct mt_adamw_coeffs {
     float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, c1, c2, decay;
+    /* The gradient the step reads is grad[i] * grad_scale, one rounding: a clipping factor
+     * deferred to the step (fsdp/clip.c), so that the clip costs no pass of its own over the
+     * gradients. 1 otherwise, which changes no bit (x * 1 is x). */
+    float grad_scale;
 } mt_adamw_coeffs;
 
 /* Elements per chunk of the parallel-for: 32 KiB per array, enough to hide a hand-off. */
@@ -42,6 +46,12 @@ void mt_adamw_coeffs_make(mt_adamw_coeffs *k, long t, float lr, float beta1, flo
 mt_status mt_host_adamw(mt_thread_pool *pool, mt_adamw_isa isa, float *param, const float *grad,
                         float *m, float *v, size_t n, long t, float lr, float beta1, float beta2,
                         float eps, float weight_decay);
+/* The same step on the gradient grad[i] * grad_scale (mt_adamw_coeffs.grad_scale): the bits of
+ * mt_op_scale(grad, grad_scale) followed by mt_host_adamw, grad left as it is. */
+mt_status mt_host_adamw_scaled(mt_thread_pool *pool, mt_adamw_isa isa, float *param,
+                               const float *grad, float grad_scale, float *m, float *v, size_t n,
+                               long t, float lr, float beta1, float beta2, float eps,
+                               float weight_decay);
 
 /* The kernels over [0, n), single-threaded; the vector ones finish their tail with the scalar
  * kernel. */

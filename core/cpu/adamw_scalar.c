@@ -8,9 +8,9 @@
 void mt_adamw_kernel_scalar(const mt_adamw_coeffs *k, float *param, const float *grad, float *m,
                             float *v, size_t n) {
     const float lr = k->lr, beta1 = k->beta1, beta2 = k->beta2, eps = k->eps;
-    const float c1 = k->c1, c2 = k->c2, decay = k->decay;
+    const float c1 = k->c1, c2 = k->c2, decay = k->decay, grad_scale = k->grad_scale;
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
+        float g = grad[i] * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
         m[i] = mi;

@@ -12,9 +12,10 @@ void ADAMW_KERNEL(const mt_adamw_coeffs *k, float *param, const float *grad, flo
     const ADAMW_VEC omb2 = ADAMW_OP(set1)(k->one_minus_beta2);
     const ADAMW_VEC c1 = ADAMW_OP(set1)(k->c1), c2 = ADAMW_OP(set1)(k->c2);
     const ADAMW_VEC decay = ADAMW_OP(set1)(k->decay);
+    const ADAMW_VEC grad_scale = ADAMW_OP(set1)(k->grad_scale);
     size_t i = 0;
     for (; i + ADAMW_LANES <= n; i += ADAMW_LANES) {
-        ADAMW_VEC g = ADAMW_OP(loadu)(grad + i);
+        ADAMW_VEC g = ADAMW_OP(mul)(ADAMW_OP(loadu)(grad + i), grad_scale);
         /* mi = beta1 * m + (1 - beta1) * g */
         ADAMW_VEC mi = ADAMW_OP(add)(ADAMW_OP(mul)(beta1, ADAMW_OP(loadu)(m + i)),
                                      ADAMW_OP(mul)(omb1, g));

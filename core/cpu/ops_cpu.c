@@ -114,10 +114,18 @@ mt_status mt_cpu_op_mse_backward(const float *pred, const float *target, size_t 
 
 mt_status mt_cpu_op_adamw(float *param, const float *grad, float *m, float *v, size_t n, long t,
                           float lr, float beta1, float beta2, float eps, float weight_decay) {
+    return mt_cpu_op_adamw_scaled(param, grad, 1.0f, m, v, n, t, lr, beta1, beta2, eps,
+                                  weight_decay);
+}
+
+mt_status mt_cpu_op_adamw_scaled(float *param, const float *grad, float grad_scale, float *m,
+                                 float *v, size_t n, long t, float lr, float beta1, float beta2,
+                                 float eps, float weight_decay) {
     /* The host AdamW of CPU offload is this op: one code, one set of bits. */
     mt_thread_pool *pool = NULL;
     mt_adamw_isa isa = MT_ADAMW_SCALAR;
     MT_TRY(mt_thread_pool_get(&pool));
     MT_TRY(mt_adamw_isa_select(&isa));
-    return mt_host_adamw(pool, isa, param, grad, m, v, n, t, lr, beta1, beta2, eps, weight_decay);
+    return mt_host_adamw_scaled(pool, isa, param, grad, grad_scale, m, v, n, t, lr, beta1, beta2,
+                                eps, weight_decay);
 }

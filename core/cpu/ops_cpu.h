@@ -52,6 +52,11 @@ mt_status mt_cpu_op_mse_backward(const float *pred, const float *target, size_t 
                                  float *d_pred);
 mt_status mt_cpu_op_adamw(float *param, const float *grad, float *m, float *v, size_t n, long t,
                           float lr, float beta1, float beta2, float eps, float weight_decay);
+/* mt_op_adamw on the gradient grad[i] * grad_scale, with the bits of mt_op_scale then
+ * mt_op_adamw; grad is left as it is (core/cpu/adamw_host.h, mt_host_adamw_scaled). */
+mt_status mt_cpu_op_adamw_scaled(float *param, const float *grad, float grad_scale, float *m,
+                                 float *v, size_t n, long t, float lr, float beta1, float beta2,
+                                 float eps, float weight_decay);
 
 mt_status mt_cpu_op_cast(const void *src, mt_dtype src_dtype, void *dst, mt_dtype dst_dtype,
                          size_t n);

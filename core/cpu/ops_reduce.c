@@ -1,39 +1,35 @@
 /* The reductions of gradient clipping on the CPU device (mt_op_sum_squares, mt_op_scale).
  * core/ops.c has checked the arguments. */
+#include "core/cpu/adamw_host.h"
 #include "core/cpu/ops_cpu.h"
 #include "core/cpu/parallel.h"
+#include "core/cpu/sum_squares.h"
 #include "core/error.h"
 
 #include <stdlib.h>
 
-/* Lanes of a chunk's sum: eight running doubles over the elements i = l (mod 8) of the chunk,
- * so that the loop vectorises (AVX: 2 x 4 doubles, AVX-512: 8) with the same bits at any width. */
-enum { SQ_LANES = 8 };
-
 typedef struct squares_job {
     const float *x;
     double *partial; /* one per chunk */
+    mt_sum_squares_chunk_fn chunk_sum;
 } squares_job;
 
 static void squares_chunk(void *ctx, size_t chunk, size_t begin, size_t end) {
     const squares_job *j = ctx;
-    double lane[SQ_LANES] = {0};
-    size_t i = begin;
-    for (; i + SQ_LANES <= end; i += SQ_LANES)
-        for (size_t l = 0; l < SQ_LANES; l++) {
-            double g = j->x[i + l];
-            lane[l] += g * g;
-        }
-    for (size_t l = 0; i < end; i++, l++) {
-        double g = j->x[i];
-        lane[l] += g * g;
-    }
-    j->partial[chunk] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
-                        ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    j->partial[chunk] = j->chunk_sum(j->x + begin, end - begin);
+}
+
+mt_sum_squares_chunk_fn mt_sum_squares_chunk_pick(void) {
+    static const mt_sum_squares_chunk_fn by_isa[MT_ADAMW_ISA_COUNT] = {
+        mt_sum_squares_chunk_generic, mt_sum_squares_chunk_avx2, mt_sum_squares_chunk_avx512};
+    /* The same check as the GELU and AdamW kernels' (core/cpu/adamw_host.c). */
+    return by_isa[mt_adamw_isa_supported(MT_ADAMW_AVX512) ? MT_ADAMW_AVX512
+                  : mt_adamw_isa_supported(MT_ADAMW_AVX2) ? MT_ADAMW_AVX2
+                                                          : MT_ADAMW_SCALAR];
 }
 
 /* Gradient clipping's norm: fixed chunks of MT_CPU_ELEM_GRAIN elements, each summed in lanes
- * (above) on the pool, the partials added onto *acc in chunk order. The chunks depend on n alone,
+ * (core/cpu/sum_squares_vec.h) on the pool, the partials added onto *acc in chunk order. The chunks depend on n alone,
  * so any thread count, and any TP rank, gets the same bits (docs/cpu-kernels.md); they are not
  * the bits of the one running double clipping used before the op was split. */
 mt_status mt_cpu_op_sum_squares(const float *x, size_t n, double *acc) {
@@ -46,7 +42,7 @@ mt_status mt_cpu_op_sum_squares(const float *x, size_t n, double *acc) {
         return mt_error(MT_ERR_OUT_OF_MEMORY,
                         "sum_squares on the CPU: out of memory for %zu partial sums of %zu "
                         "elements", chunks, n);
-    squares_job job = {x, partial};
+    squares_job job = {x, partial, mt_sum_squares_chunk_pick()};
     mt_status st = mt_cpu_parallel("sum_squares", n, MT_CPU_ELEM_GRAIN, squares_chunk, &job);
     if (st == MT_OK) {
         double sum = *acc;

@@ -5,7 +5,8 @@
  * single-threaded loops the ops were before they were split (copied below, so that a change of
  * the kernels cannot move the reference with them): bit for bit, except GELU, whose vectorised
  * tanh must stay within 3e-6 * (1 + |reference|) of libm's tanhf formula (docs/cpu-kernels.md).
- * The GELU kernels of every vector width this CPU runs give the same bits, specials included.
+ * The GELU kernels of every vector width this CPU runs give the same bits, specials included, and
+ * so do the sum-of-squares kernels.
  * Matrix products (blocks of C cut by shape on the pool, OpenBLAS on 1 thread each) must stay
  * within 3e-5 relative of one single-threaded sgemm call (the blocks' tiles may round otherwise),
  * and the sum of squares must give the bits of its fixed chunked order. The cross-entropy's
@@ -20,6 +21,7 @@
 #include "core/cpu/gelu_kernels.h"
 #include "core/cpu/ops_cpu.h"
 #include "core/cpu/parallel.h"
+#include "core/cpu/sum_squares.h"
 #include "core/ops_internal.h"
 
 #include <meshtrain/device.h>
@@ -593,6 +595,35 @@ static void test_gelu_widths(void) {
     free(dy);
 }
 
+/* Every sum-of-squares width against the generic one, bit for bit, over lengths around the lane
+ * count and the chunk, with values whose squares span the doubles' exponents (so that a change
+ * of order shows in the last bits). */
+static void test_sum_squares_widths(void) {
+    enum { N = 3 * MT_SQ_LANES + 7 };
+    uint64_t rng = 0x5a5a1u;
+    float *x = test_lcg_floats(&rng, MT_CPU_ELEM_GRAIN, 1.0);
+    for (size_t i = 0; i < MT_CPU_ELEM_GRAIN; i += 3) x[i] *= 1e18f;
+    for (size_t i = 1; i < MT_CPU_ELEM_GRAIN; i += 5) x[i] *= 1e-18f;
+    const mt_sum_squares_chunk_fn widths[] = {mt_sum_squares_chunk_avx2,
+                                              mt_sum_squares_chunk_avx512};
+    const char *names[] = {"avx2", "avx512"};
+    for (size_t len = 0; len <= MT_CPU_ELEM_GRAIN; len = len < N ? len + 1 : len * 2 + 1) {
+        size_t n = len < MT_CPU_ELEM_GRAIN ? len : MT_CPU_ELEM_GRAIN;
+        double want = mt_sum_squares_chunk_generic(x, n);
+        CHECK_MSG(want == test_chunked_sum_squares(0.0, x, n, MT_CPU_ELEM_GRAIN),
+                  "sum of squares, generic, length %zu: not the order written plainly", n);
+        for (size_t w = 0; w < 2; w++) {
+            if (!width_runs(w)) continue;
+            double got = widths[w](x, n);
+            CHECK_MSG(memcmp(&got, &want, sizeof got) == 0,
+                      "sum of squares %s, length %zu: %.17g, generic %.17g", names[w], n, got,
+                      want);
+        }
+        if (n == MT_CPU_ELEM_GRAIN) break;
+    }
+    free(x);
+}
+
 /* The cross-entropy's row maximum (vectorised in lanes) against the loop it was, bit for bit,
  * on rows of every length around the lane counts made of specials: NaNs (skipped), +0 and -0
  * (the loop keeps the first zero it meets, whichever lane holds it), infinities, all-NaN and
@@ -689,6 +720,7 @@ static void test_exp_widths(void) {
 
 int main(void) {
     test_gelu_widths();
+    test_sum_squares_widths();
     test_exp_widths();
     record ref = {0};
     run_all(true, &ref);

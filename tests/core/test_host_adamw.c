@@ -2,7 +2,9 @@
  * 7 threads, bit for bit against the scalar loop mt_op_adamw ran before the host AdamW existed
  * (copied below, so that a change of the kernels cannot move the reference with them), over
  * ragged sizes, weight decay on and off, bias corrections at steps 1 and 1000, and three chained
- * steps; mt_op_adamw on the CPU device under each MT_ADAMW_ISA; MT_ADAMW_ISA's errors. */
+ * steps; a deferred clipping factor (mt_host_adamw_scaled) against the gradient scaled first,
+ * then the reference, with the gradient left as it was; mt_op_adamw on the CPU device under each
+ * MT_ADAMW_ISA; MT_ADAMW_ISA's errors. */
 #include "check.h"
 #include "numeric.h"
 
@@ -115,6 +117,20 @@ static void test_paths(void) {
                 }
                 CHECK_MSG(same_bits(&want, &got, n), "%s, %d thread(s), n %zu: 3 steps differ",
                           mt_adamw_isa_name((mt_adamw_isa)isa), threads[ti], n);
+                state_free(&want);
+                state_free(&got);
+                /* A clipping factor applied as the step reads the gradient. */
+                const float clip = 0.3183099f;
+                want = state_copy(&init, n), got = state_copy(&init, n);
+                for (size_t i = 0; i < n; i++) want.g[i] = want.g[i] * clip;
+                reference(want.p, want.g, want.m, want.v, n, 2, LR, B1, B2, EPS, 0.01f);
+                CHECK_OK(mt_host_adamw_scaled(pool, (mt_adamw_isa)isa, got.p, got.g, clip, got.m,
+                                              got.v, n, 2, LR, B1, B2, EPS, 0.01f));
+                CHECK_MSG(same_bits(&want, &got, n) &&
+                              (n == 0 || memcmp(got.g, init.g, n * sizeof(float)) == 0),
+                          "%s, %d thread(s), n %zu: the scaled step differs from scaling first, "
+                          "or wrote the gradient", mt_adamw_isa_name((mt_adamw_isa)isa),
+                          threads[ti], n);
                 state_free(&want);
                 state_free(&got);
                 state_free(&init);

@@ -13,6 +13,10 @@
  *   - after mt_zero_grad, which only marks the shards (grad_shard_lazy: the backward's first
  *     writers overwrite them, marked unwritten and NaN-filled by the hook below), the step
  *     writes in place again and gives g once more;
+ *   - clipping on the CPU device writes no gradient (fsdp/fsdp_shards.h, mt_fsdp_scale_grads):
+ *     the factor waits on each unit, AdamW's step applies it as it reads (parameters, m and v
+ *     bit for bit those of mt_op_scale then mt_op_adamw on copies), and a later reader of the
+ *     shards gets g * c written, bit for bit;
  *   - the protocol for modules that do not overwrite: a module whose backward adds through
  *     mt_param_grad into one parameter, leaves one alone and overwrites a third through
  *     mt_param_grad_write, over a NaN-filled buffer, two micro-batches (sync off, then on):
@@ -107,6 +111,72 @@ static size_t count_mismatch(const float *a, const float *b, size_t n) {
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += memcmp(&a[i], &b[i], sizeof *a) != 0;
     return bad;
+}
+
+/* The shards' gradients hold g (ref): clip to a tenth of their norm, then one AdamW step. */
+static void check_deferred_clip(mt_device *dev, mt_module *root, const float *ref, size_t total) {
+    enum { UNITS = LAYERS + 1 };
+    const mt_adamw_options ao = {.lr = 1e-2f, .weight_decay = 0.1f};
+    /* Created first, as a training program does: creating it reads (and so writes) the shards. */
+    mt_adamw *opt = NULL;
+    CHECK_OK(mt_adamw_create(root, &ao, &opt));
+    float norm = 0.0f;
+    CHECK_OK(mt_clip_grad_norm(root, 0.0f, &norm)); /* the norm alone */
+    float max_norm = norm / 10.0f;
+    CHECK_OK(mt_clip_grad_norm(root, max_norm, &norm));
+    float c = (float)((double)max_norm / ((double)norm + 1e-6));
+    mt_fsdp_shard_view *v = NULL;
+    size_t n = 0, at = 0;
+    CHECK_OK(mt_fsdp_collect_shards_for_step(root, &v, &n));
+    CHECK_MSG(n == UNITS, "%zu units, expected %d", n, UNITS);
+    float *p0 = malloc(total * sizeof *p0), *g = malloc(total * sizeof *g);
+    float *m = calloc(total, sizeof *m), *vv = calloc(total, sizeof *vv);
+    if (!p0 || !g || !m || !vv || !opt || n != UNITS) goto out;
+    for (size_t u = 0; u < n; u++) {
+        CHECK_MSG(v[u].grad_scale == c, "unit %zu: deferred factor %.9g, the clip's is %.9g", u,
+                  (double)v[u].grad_scale, (double)c);
+        CHECK_MSG(count_mismatch(v[u].grad, ref + at, v[u].n) == 0,
+                  "unit %zu: the clip wrote the gradient shard", u);
+        memcpy(p0 + at, v[u].param, v[u].n * sizeof *p0);
+        at += v[u].n;
+    }
+    /* The reference: the old route, scale then step, on copies. */
+    for (size_t i = 0; i < total; i++) g[i] = ref[i];
+    CHECK_OK(mt_op_scale(dev, g, c, total));
+    at = 0;
+    for (size_t u = 0; u < n; u++) {
+        CHECK_OK(mt_op_adamw(dev, p0 + at, g + at, m + at, vv + at, v[u].n, 1, ao.lr, 0.9f,
+                             0.999f, 1e-8f, ao.weight_decay));
+        at += v[u].n;
+    }
+    if (opt) CHECK_OK(mt_adamw_step(opt));
+    at = 0;
+    for (size_t u = 0; opt && u < n; u++) {
+        float *em = NULL, *ev = NULL;
+        size_t en = 0;
+        CHECK_OK(mt_adamw_state(opt, u, &em, &ev, &en));
+        CHECK_MSG(en == v[u].n && count_mismatch(v[u].param, p0 + at, en) == 0 &&
+                      count_mismatch(em, m + at, en) == 0 && count_mismatch(ev, vv + at, en) == 0,
+                  "unit %zu: the step on the deferred factor differs from scale + step", u);
+        at += v[u].n;
+    }
+    free(v);
+    /* Any other reader gets the scaled gradient written. */
+    v = NULL;
+    CHECK_OK(mt_fsdp_collect_shards(root, &v, &n));
+    at = 0;
+    for (size_t u = 0; v && u < n; u++) {
+        CHECK_MSG(v[u].grad_scale == 1.0f && count_mismatch(v[u].grad, g + at, v[u].n) == 0,
+                  "unit %zu: the shard read after the step is not g * c", u);
+        at += v[u].n;
+    }
+out:
+    mt_adamw_destroy(opt);
+    free(v);
+    free(p0);
+    free(g);
+    free(m);
+    free(vv);
 }
 
 /* The module of the protocol check: params a, b, c (4 elements each). */
@@ -251,6 +321,7 @@ int main(void) {
         shard_grads(root, got, total);
         bad = count_mismatch(got, ref, total);
         CHECK_MSG(bad == 0, "after mt_zero_grad, %zu of %zu elements differ from g", bad, total);
+        check_deferred_clip(dev, root, ref, total);
     }
     free(ref);
     free(got);
