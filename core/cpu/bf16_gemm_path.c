@@ -1,8 +1,12 @@
 /* The CPU's bf16 product path (core/cpu/bf16_gemm_path.h): decided once per process. Why these
- * rules: on a CPU with AVX512-BF16 oneDNN's bf16 kernels ran the GPT's products 3 times faster
- * than sgemm on f32 (docs/benchmarks.md, "bf16 products"); without bf16 instructions oneDNN 2.6
- * emulates them on AVX-512 (1.4 times sgemm's time, where widening costs 1.06) and has no bf16
- * matmul at all below AVX-512 (primitive creation fails: unimplemented). */
+ * rules (docs/benchmarks.md, "bf16 products"; the GPT's ten linears summed, bf16 / f32 time):
+ *  - AMX (oneDNN's avx512_core_amx, an Intel Xeon): 0.35. oneDNN.
+ *  - AVX512-BF16 without AMX: on an AMD EPYC oneDNN's avx512_core_bf16 kernels took 0.31 (the
+ *    widening 1.06): oneDNN. On an Intel Xeon whose oneDNN is held below AMX they took 1.41,
+ *    the widening 1.15: widened. (Intel's bf16 dot product issues at half AMD's rate there.)
+ *  - no bf16 instructions: oneDNN 2.6 emulates them on AVX-512 (1.4 times sgemm's time, where
+ *    widening costs 1.06) and has no bf16 matmul at all below AVX-512 (primitive creation
+ *    fails: unimplemented). Widened. */
 #include "core/cpu/bf16_gemm_path.h"
 
 #include "core/cpu/cpu_features.h"
@@ -31,11 +35,15 @@ static void choose(void) {
         g_path = MT_BF16_GEMM_F32;
         why = "MT_CPU_BF16_GEMM=f32";
     } else if (!want || !*want || strcmp(want, "auto") == 0) {
-        bool native = mt_cpu_dnnl_native_bf16();
-        g_path = (amx || avx512bf16) && native ? MT_BF16_GEMM_ONEDNN : MT_BF16_GEMM_F32;
+        bool native = mt_cpu_dnnl_native_bf16(), dnnl_amx = mt_cpu_dnnl_amx();
+        bool intel_no_amx = native && !dnnl_amx && mt_cpu_is_intel();
+        g_path = (amx || avx512bf16) && native && !intel_no_amx ? MT_BF16_GEMM_ONEDNN
+                                                                 : MT_BF16_GEMM_F32;
         why = !(amx || avx512bf16) ? "CPU has neither AVX512-BF16 nor AMX-BF16"
               : !native            ? "oneDNN is capped below its bf16 kernels (ONEDNN_MAX_CPU_ISA)"
-              : amx                ? "CPU has AMX-BF16"
+              : intel_no_amx       ? "an Intel CPU whose oneDNN has AVX512-BF16 but not AMX: "
+                                     "measured slower than widening"
+              : dnnl_amx           ? "CPU has AMX-BF16"
                                    : "CPU has AVX512-BF16";
     } else {
         snprintf(g_bad, sizeof g_bad, "%s", want);

@@ -16,7 +16,8 @@ typedef enum {
 /* The process's path, chosen on the first call (printed once on stderr by the first call with
  * announce, which the products make; the memory prediction asks without): MT_CPU_BF16_GEMM
  * (onednn, f32, or auto / unset) and, for auto, the CPU: oneDNN where it has AVX512-BF16 or AMX
- * (measured faster there), f32 elsewhere. A bad MT_CPU_BF16_GEMM is MT_ERR_INVALID_ARG, on every
+ * (measured faster there) except an Intel CPU whose oneDNN lacks AMX (measured slower), f32
+ * elsewhere. A bad MT_CPU_BF16_GEMM is MT_ERR_INVALID_ARG, on every
  * call. */
 mt_status mt_cpu_bf16_gemm_path(mt_bf16_gemm_path *path, bool announce);
 

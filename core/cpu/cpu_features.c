@@ -13,3 +13,11 @@ bool mt_cpu_has(mt_cpu_feature feature) {
     default: return false;
     }
 }
+
+bool mt_cpu_is_intel(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_cpu_is("intel");
+#else
+    return false;
+#endif
+}

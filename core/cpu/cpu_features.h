@@ -17,4 +17,8 @@ typedef enum {
  * can run instructions of the feature. */
 bool mt_cpu_has(mt_cpu_feature feature);
 
+/* Whether the CPU is Intel's (CPUID vendor): where a choice rests on a measurement that differed
+ * between vendors (core/cpu/bf16_gemm_path.c). */
+bool mt_cpu_is_intel(void);
+
 #endif

@@ -344,6 +344,10 @@ bool mt_cpu_dnnl_native_bf16(void) {
     return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
 }
 
+bool mt_cpu_dnnl_amx(void) {
+    return dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_amx;
+}
+
 const char *mt_cpu_dnnl_isa_name(void) {
     switch (dnnl_get_effective_cpu_isa()) {
     case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";

@@ -24,6 +24,8 @@ size_t mt_cpu_dnnl_primitives(void);
  * without them and when ONEDNN_MAX_CPU_ISA caps oneDNN below them (it would emulate bf16, slower
  * than widening, or have no bf16 matmul at all). */
 bool mt_cpu_dnnl_native_bf16(void);
+/* Whether oneDNN's kernels here are its AMX ones (avx512_core_amx). */
+bool mt_cpu_dnnl_amx(void);
 
 /* The instruction set oneDNN's kernels use on this CPU (e.g. "avx512_core_bf16"), for messages. */
 const char *mt_cpu_dnnl_isa_name(void);
