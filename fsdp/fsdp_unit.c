@@ -708,15 +708,15 @@ mt_status mt_fsdp_scale_grads(mt_module *root, float c) {
         mt_fsdp_unit *u = units[i];
         /* Each scaling is one rounding of the values written so far: an earlier factor first. */
         st = mt_fsdp_grad_shard_ready(u);
-        if (st != MT_OK) break;
-        if (u->offload) { /* host tier: host memory on every backend */
+        bool cpu = mt_device_get_kind(u->dev) == MT_DEVICE_CPU;
+        if (st == MT_OK && u->offload) { /* host tier: host memory on every backend */
             st = mt_cpu_op_scale(u->grad_shard, c, u->S);
-        } else if (mt_device_get_kind(u->dev) == MT_DEVICE_CPU && c > 0.0f) {
+        } else if (st == MT_OK && cpu && c > 0.0f) {
             if (!u->grad_shard_zero) {
                 u->grad_scale = c;
                 u->grad_scale_pending = true;
             }
-        } else {
+        } else if (st == MT_OK) {
             st = mt_op_scale(u->dev, u->grad_shard, c, u->S);
         }
         if (st != MT_OK)

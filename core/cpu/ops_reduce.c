@@ -29,9 +29,10 @@ mt_sum_squares_chunk_fn mt_sum_squares_chunk_pick(void) {
 }
 
 /* Gradient clipping's norm: fixed chunks of MT_CPU_ELEM_GRAIN elements, each summed in lanes
- * (core/cpu/sum_squares_vec.h) on the pool, the partials added onto *acc in chunk order. The chunks depend on n alone,
- * so any thread count, and any TP rank, gets the same bits (docs/cpu-kernels.md); they are not
- * the bits of the one running double clipping used before the op was split. */
+ * (core/cpu/sum_squares_vec.h) on the pool, the partials added onto *acc in chunk order. The
+ * chunks depend on n alone, so any thread count, and any TP rank, gets the same bits
+ * (docs/cpu-kernels.md); they are not the bits of the one running double clipping used before
+ * the op was split. */
 mt_status mt_cpu_op_sum_squares(const float *x, size_t n, double *acc) {
     if (n == 0) return MT_OK;
     enum { STACK_CHUNKS = 256 };
