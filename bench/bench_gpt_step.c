@@ -277,23 +277,33 @@ static mt_status engine_model(bench *b) {
     mt_module *root = mt_gpt_root(b->gpt);
     mt_fsdp_shard_view *views = NULL;
     MT_TRY(mt_fsdp_collect_shards(root, &views, &b->n_units));
+    /* The same units in the same order (mt_fsdp_collect_shards lists mt_fsdp_units_below's). */
+    mt_fsdp_unit **units = NULL;
+    size_t n_units = 0;
+    mt_status st = mt_fsdp_units_below(root, &units, &n_units);
+    if (st != MT_OK || n_units != b->n_units) {
+        free(views);
+        free(units);
+        return st != MT_OK ? st
+                           : mt_error(MT_ERR_INTERNAL, PROG ": %zu shard views, %zu units",
+                                      b->n_units, n_units);
+    }
     b->unit_n = calloc(b->n_units + 1, sizeof *b->unit_n);
     b->unit_mapped = calloc(b->n_units + 1, sizeof *b->unit_mapped);
     if (!b->unit_n || !b->unit_mapped) {
         free(views);
+        free(units);
         return mt_error(MT_ERR_OUT_OF_MEMORY, PROG ": out of host memory for %zu unit sizes",
                         b->n_units);
     }
     for (size_t u = 0; u < b->n_units; u++) {
         b->unit_n[u] = views[u].n;
-        /* The blocks, then the root: the order of the views. */
-        mt_module *m = (int)u < b->o->layers ? mt_gpt_block(b->gpt, (int)u) : root;
-        mt_fsdp_unit *fu = mt_fsdp_unit_of(m);
-        b->unit_mapped[u] = fu && fu->view;
+        b->unit_mapped[u] = units[u]->view != NULL;
         b->shard_total += views[u].n;
         if (views[u].n > b->unit_max) b->unit_max = views[u].n;
     }
     free(views);
+    free(units);
     return MT_OK;
 }
 

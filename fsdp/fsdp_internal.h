@@ -133,12 +133,11 @@ struct mt_fsdp_unit {
      * overwrite) clears it; whatever reads the shard or adds to it first calls
      * mt_fsdp_grad_shard_ready. */
     bool grad_shard_lazy;
-    /* The gradient is grad_shard * grad_scale, one rounding per element, not yet written: a
-     * clip's factor on the CPU device (mt_fsdp_scale_grads), applied by the optimizer's step as
-     * it reads the shard (mt_fsdp_collect_shards_for_step) instead of a pass of its own. Never
-     * together with grad_shard_zero; whatever else reads the shard or adds to it first calls
-     * mt_fsdp_grad_shard_ready, which writes it. */
-    bool grad_scale_pending;
+    /* The gradient is grad_shard * grad_scale, one rounding per element, not yet written when
+     * grad_scale is not 1: a clip's factor on the CPU device (mt_fsdp_scale_grads), applied by
+     * the optimizer's step as it reads the shard (mt_fsdp_collect_shards_for_step) instead of a
+     * pass of its own. Never other than 1 while grad_shard_zero; whatever else reads the shard
+     * or adds to it first calls mt_fsdp_grad_shard_ready, which writes it. */
     float grad_scale;
     bool in_backward;
 
@@ -199,7 +198,7 @@ bool mt_fsdp_grads_alias(const mt_fsdp_unit *u);
 bool mt_fsdp_rs_into_shard(const mt_fsdp_unit *u);
 
 /* Writes the values a gradient shard stands for: the zeros of a lazily zeroed one
- * (grad_shard_lazy), a clip's deferred factor (grad_scale_pending); MT_OK at once when it holds
+ * (grad_shard_lazy), a clip's deferred factor (grad_scale); MT_OK at once when it holds
  * its values. */
 mt_status mt_fsdp_grad_shard_ready(mt_fsdp_unit *u);
 

@@ -50,7 +50,7 @@ mt_status mt_fsdp_collect_shards_for_step(mt_module *root, mt_fsdp_shard_view **
 
 /* Multiplies every gradient shard of root's units by c (gradient clipping), with the bits of
  * mt_op_scale on each. A resident shard on the CPU device is not written now: the factor is kept
- * on the unit (grad_scale_pending) and applied by the optimizer's step as it reads the shard,
+ * on the unit (grad_scale) and applied by the optimizer's step as it reads the shard,
  * saving a pass over the gradients; a shard of zeros is left alone (0 * c is 0). */
 mt_status mt_fsdp_scale_grads(mt_module *root, float c);
 

@@ -377,6 +377,7 @@ mt_status mt_fsdp_shard(mt_module *module, const mt_fsdp_options *options) {
                             module->name);
     u->module = module;
     u->dev = module->dev;
+    u->grad_scale = 1.0f;
     u->shard = shard;
     u->replicate = replicate;
     u->reshard_after_forward = options->reshard_after_forward;
@@ -609,7 +610,7 @@ static void fill_view(const mt_fsdp_unit *u, mt_fsdp_shard_view *v) {
     v->ranges = u->ranges;
     v->n_ranges = u->n_ranges;
     v->host = u->offload != MT_OFFLOAD_NONE;
-    v->grad_scale = 1.0f;
+    v->grad_scale = u->grad_scale; /* 1 once written (mt_fsdp_grad_shard_ready) */
 }
 
 mt_status mt_fsdp_unit_view(mt_fsdp_unit *u, const mt_fsdp_shard_view **view, size_t *index,
@@ -673,7 +674,7 @@ static mt_status collect_shards(mt_module *root, mt_fsdp_shard_view **views, siz
         }
         /* The optimizer and clipping read the gradient: a lazily zeroed one gets its zeros, a
          * deferred clipping factor is applied (unless the reader applies it). */
-        bool deferred = defer_scale && units[i]->grad_scale_pending;
+        bool deferred = defer_scale && units[i]->grad_scale != 1.0f;
         q = deferred ? MT_OK : mt_fsdp_grad_shard_ready(units[i]);
         if (q != MT_OK) {
             free(v);
@@ -682,7 +683,6 @@ static mt_status collect_shards(mt_module *root, mt_fsdp_shard_view **views, siz
                                  units[i]->module->name);
         }
         fill_view(units[i], &v[i]);
-        if (deferred) v[i].grad_scale = units[i]->grad_scale;
     }
     free(units);
     *views = v;
@@ -712,10 +712,7 @@ mt_status mt_fsdp_scale_grads(mt_module *root, float c) {
         if (st == MT_OK && u->offload) { /* host tier: host memory on every backend */
             st = mt_cpu_op_scale(u->grad_shard, c, u->S);
         } else if (st == MT_OK && cpu && c > 0.0f) {
-            if (!u->grad_shard_zero) {
-                u->grad_scale = c;
-                u->grad_scale_pending = true;
-            }
+            if (!u->grad_shard_zero) u->grad_scale = c;
         } else if (st == MT_OK) {
             st = mt_op_scale(u->dev, u->grad_shard, c, u->S);
         }
@@ -804,9 +801,9 @@ mt_status mt_fsdp_grad_shard_ready(mt_fsdp_unit *u) {
     if (u->grad_shard_lazy) {
         MT_TRY(mt_device_memset(u->dev, u->grad_shard, 0, u->S * sizeof(float), NULL));
         u->grad_shard_lazy = false;
-    } else if (u->grad_scale_pending) {
+    } else if (u->grad_scale != 1.0f) {
         MT_TRY(mt_op_scale(u->dev, u->grad_shard, u->grad_scale, u->S));
-        u->grad_scale_pending = false;
+        u->grad_scale = 1.0f;
     }
     return MT_OK;
 }
@@ -831,7 +828,7 @@ mt_status mt_zero_grad(mt_module *root) {
             st = mt_device_memset(u->dev, u->grad_shard, 0, u->S * sizeof(float), NULL);
         if (st == MT_OK) {
             u->grad_shard_zero = true;
-            u->grad_scale_pending = false;
+            u->grad_scale = 1.0f;
         }
     }
     free(units);
