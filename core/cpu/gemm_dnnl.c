@@ -275,25 +275,20 @@ typedef struct dnnl_job {
     prim_key full; /* the whole product's key; blocks change m or n */
     const uint16_t *a, *b;
     float *c;
+    mt_gemm_split split;
     dnnl_fail fails[MT_CPU_GEMM_MAX_BLOCKS]; /* per block (chunk index): no two threads share */
 } dnnl_job;
 
-/* Rows [begin, end) of C: the same rows of op(A) against all of op(B). */
-static void dnnl_rows(void *ctx, size_t chunk, size_t begin, size_t end) {
+/* Block `chunk` of C (core/cpu/gemm_split.h): its rows of op(A) against its columns of op(B). */
+static void dnnl_block(void *ctx, size_t chunk, size_t begin, size_t end) {
     dnnl_job *j = ctx;
+    size_t r0, r1, c0, c1;
+    mt_cpu_gemm_block(&j->split, j->full.m, j->full.n, chunk, &r0, &r1, &c0, &c1);
     prim_key key = j->full;
-    key.m = (int)(end - begin);
-    const uint16_t *a = j->full.ta ? j->a + begin : j->a + begin * (size_t)j->full.lda;
-    run_block(&key, a, j->b, j->c + begin * (size_t)j->full.ldc, &j->fails[chunk]);
-}
-
-/* Columns [begin, end) of C: all of op(A) against the same columns of op(B). */
-static void dnnl_cols(void *ctx, size_t chunk, size_t begin, size_t end) {
-    dnnl_job *j = ctx;
-    prim_key key = j->full;
-    key.n = (int)(end - begin);
-    const uint16_t *b = j->full.tb ? j->b + begin * (size_t)j->full.ldb : j->b + begin;
-    run_block(&key, j->a, b, j->c + begin, &j->fails[chunk]);
+    key.m = (int)(r1 - r0), key.n = (int)(c1 - c0);
+    const uint16_t *a = j->full.ta ? j->a + r0 : j->a + r0 * (size_t)j->full.lda;
+    const uint16_t *b = j->full.tb ? j->b + c0 * (size_t)j->full.ldb : j->b + c0;
+    run_block(&key, a, b, j->c + r0 * (size_t)j->full.ldc + c0, &j->fails[chunk]);
 }
 
 mt_status mt_cpu_dnnl_gemm_bf16(const char *op, bool trans_a, bool trans_b, int m, int n, int k,
@@ -312,10 +307,11 @@ mt_status mt_cpu_dnnl_gemm_bf16(const char *op, bool trans_a, bool trans_b, int 
     job->full.ta = trans_a, job->full.tb = trans_b;
     job->full.alpha = alpha, job->full.beta = beta;
     job->a = a, job->b = b, job->c = c;
-    mt_gemm_split sp = mt_cpu_gemm_split(m, n, k, MT_DNNL_MIN_BLOCK_MACS);
+    job->split = mt_cpu_gemm_split(m, n, k, MT_DNNL_MIN_BLOCK_MACS);
+    size_t blocks = job->split.row_blocks * job->split.col_blocks;
     mt_status st = MT_OK;
-    if (sp.per >= sp.dim) dnnl_rows(job, 0, 0, (size_t)m);
-    else st = mt_cpu_parallel(op, sp.dim, sp.per, sp.by_cols ? dnnl_cols : dnnl_rows, job);
+    if (blocks == 1) dnnl_block(job, 0, 0, 1);
+    else st = mt_cpu_parallel(op, blocks, 1, dnnl_block, job);
     for (size_t i = 0; st == MT_OK && i < MT_CPU_GEMM_MAX_BLOCKS; i++) {
         const dnnl_fail *f = &job->fails[i];
         if (f->status == dnnl_success) continue;

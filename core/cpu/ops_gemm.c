@@ -8,11 +8,12 @@
  *
  * Same bits on any thread count, by construction: the blocks are cut from the product's shape
  * alone, never from the thread count, so every pool makes the same sgemm calls on the same
- * operands; which thread runs a block does not matter. A block is a range of C's rows (each call
- * packs all of op(B) again) or of its columns (each call packs all of op(A) again), whichever
- * repacks the smaller operand; at most MT_CPU_GEMM_MAX_BLOCKS blocks, each of at least
- * MT_CPU_GEMM_MIN_BLOCK_MACS multiply-adds (core/cpu/gemm_split.h; the bf16 products on oneDNN,
- * core/cpu/gemm_dnnl.c, cut the same way with their own minimum). */
+ * operands; which thread runs a block does not matter. The blocks are a grid over C's rows and
+ * columns, each call packing its rows of op(A) and its columns of op(B) again, so the grid is
+ * kept coarse: spans of at least MT_CPU_GEMM_MIN_SPAN where the shape allows, at most
+ * MT_CPU_GEMM_MAX_BLOCKS blocks, each of at least MT_CPU_GEMM_MIN_BLOCK_MACS multiply-adds
+ * (core/cpu/gemm_split.h; the bf16 products on oneDNN, core/cpu/gemm_dnnl.c, cut the same way
+ * with their own minimum). */
 #include "core/cpu/ops_cpu.h"
 
 #include "core/cpu/gemm_split.h"
@@ -23,10 +24,6 @@
 /* A block is at least this many multiply-adds: some 20-40 us of sgemm on one core; a hand-off
  * to a worker is a few. */
 #define MT_CPU_GEMM_MIN_BLOCK_MACS ((double)(1 << 22))
-/* Block sizes are multiples of these (rows, columns): whole tiles of the sgemm kernels and whole
- * vectors, so that splitting costs no edge kernels in the middle of C. */
-#define MT_CPU_GEMM_ROW_ALIGN ((size_t)48)
-#define MT_CPU_GEMM_COL_ALIGN ((size_t)64)
 
 static int max1(int x) { return x > 1 ? x : 1; }
 
@@ -36,36 +33,22 @@ typedef struct gemm_job {
     float alpha, beta;
     const float *a, *b;
     float *c;
+    mt_gemm_split split;
 } gemm_job;
 
-/* Rows [begin, end) of C: the same rows of op(A) against all of op(B). */
-static void gemm_rows(void *ctx, size_t chunk, size_t begin, size_t end) {
+/* Block `chunk` of C (core/cpu/gemm_split.h): its rows of op(A) against its columns of op(B). */
+static void gemm_block(void *ctx, size_t chunk, size_t begin, size_t end) {
     const gemm_job *j = ctx;
-    /* op(A) row r is row r of A, or column r of A when transposed (lda = m then). */
-    const float *a = j->ta ? j->a + begin : j->a + begin * (size_t)j->lda;
+    size_t r0, r1, c0, c1;
+    mt_cpu_gemm_block(&j->split, j->m, j->n, chunk, &r0, &r1, &c0, &c1);
+    /* op(A) row r is row r of A, or column r of A when transposed (lda = m then); op(B) column c
+     * is column c of B, or row c of B when transposed (ldb = k then). */
+    const float *a = j->ta ? j->a + r0 : j->a + r0 * (size_t)j->lda;
+    const float *b = j->tb ? j->b + c0 * (size_t)j->ldb : j->b + c0;
     cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans,
-                j->tb ? CblasTrans : CblasNoTrans, (int)(end - begin), j->n, j->k, j->alpha, a,
-                max1(j->lda), j->b, max1(j->ldb), j->beta, j->c + begin * (size_t)j->n,
+                j->tb ? CblasTrans : CblasNoTrans, (int)(r1 - r0), (int)(c1 - c0), j->k, j->alpha,
+                a, max1(j->lda), b, max1(j->ldb), j->beta, j->c + r0 * (size_t)j->n + c0,
                 max1(j->n));
-}
-
-/* Columns [begin, end) of C: all of op(A) against the same columns of op(B). */
-static void gemm_cols(void *ctx, size_t chunk, size_t begin, size_t end) {
-    const gemm_job *j = ctx;
-    /* op(B) column c is column c of B, or row c of B when transposed (ldb = k then). */
-    const float *b = j->tb ? j->b + begin * (size_t)j->ldb : j->b + begin;
-    cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans,
-                j->tb ? CblasTrans : CblasNoTrans, j->m, (int)(end - begin), j->k, j->alpha,
-                j->a, max1(j->lda), b, max1(j->ldb), j->beta, j->c + begin, max1(j->n));
-}
-
-/* The block size along dim (rows or columns) from the shape alone: enough units for
- * min_macs multiply-adds, at most MT_CPU_GEMM_MAX_BLOCKS blocks, rounded up to align. */
-static size_t block_units(size_t dim, double macs_per_unit, double min_macs, size_t align) {
-    size_t per = (size_t)(min_macs / macs_per_unit) + 1;
-    size_t cap = (dim + MT_CPU_GEMM_MAX_BLOCKS - 1) / MT_CPU_GEMM_MAX_BLOCKS;
-    if (per < cap) per = cap;
-    return (per + align - 1) / align * align;
 }
 
 mt_status mt_cpu_op_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
@@ -82,23 +65,12 @@ mt_status mt_cpu_op_gemm(bool trans_a, bool trans_b, int m, int n, int k, float 
     mt_thread_pool *pool = NULL;
     MT_TRY(mt_thread_pool_get(&pool));
     gemm_job job = {trans_a, trans_b, m, n, k, trans_a ? m : k, trans_b ? k : n, alpha, beta,
-                    a, b, c};
-    mt_gemm_split sp = mt_cpu_gemm_split(m, n, k, MT_CPU_GEMM_MIN_BLOCK_MACS);
-    if (sp.per >= sp.dim) {
-        gemm_rows(&job, 0, 0, (size_t)m);
+                    a, b, c, mt_cpu_gemm_split(m, n, k, MT_CPU_GEMM_MIN_BLOCK_MACS)};
+    size_t blocks = job.split.row_blocks * job.split.col_blocks;
+    if (blocks == 1) {
+        gemm_block(&job, 0, 0, 1);
         return MT_OK;
     }
-    return mt_cpu_parallel("gemm", sp.dim, sp.per, sp.by_cols ? gemm_cols : gemm_rows, &job);
+    return mt_cpu_parallel("gemm", blocks, 1, gemm_block, &job);
 }
 
-mt_gemm_split mt_cpu_gemm_split(int m, int n, int k, double min_block_macs) {
-    /* Split the dimension whose blocks repack the smaller operand: rows repack op(B) (k x n),
-     * columns op(A) (m x k). */
-    mt_gemm_split sp;
-    sp.by_cols = (double)m < (double)n;
-    sp.dim = sp.by_cols ? (size_t)n : (size_t)m;
-    double macs_per_unit = sp.by_cols ? (double)m * k : (double)n * k;
-    sp.per = block_units(sp.dim, macs_per_unit, min_block_macs,
-                         sp.by_cols ? MT_CPU_GEMM_COL_ALIGN : MT_CPU_GEMM_ROW_ALIGN);
-    return sp;
-}

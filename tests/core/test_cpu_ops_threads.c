@@ -245,7 +245,7 @@ static uint16_t *bf16_operand(uint64_t *rng, size_t n, double scale, float **wid
 }
 
 /* bf16 products (core/cpu/ops_bf16.c; on oneDNN on AVX-512 CPUs unless MT_CPU_BF16_GEMM says),
- * every transpose: 400 x 300 (3 blocks of rows, the last ragged) and a wide 100 x 700 (2 blocks of
+ * every transpose: 400 x 300 (2 blocks of rows, the last ragged) and a wide 100 x 700 (2 blocks of
  * columns), k 512, and a linear's forward and backward (2 blocks of columns; operands rounded
  * over the pool), against single-threaded sgemm calls on the widened values: f32 sums of exact
  * products in another order, within 3e-5 relative. oneDNN must start no threads of its own: the
@@ -439,28 +439,36 @@ static void run_all(bool reference, record *rec) {
     else CHECK_OK(mt_cpu_add_column_sums(dy, R, C, d2));
     put(rec, "column_sums", d2, C, true);
 
-    /* products, every transpose: 200 x 180 (cut into 3 blocks of rows) and a wide 100 x 300
-     * (2 blocks of columns), against one single-threaded sgemm call; k 400 spans several of
-     * OpenBLAS's k blocks */
-    static const char *gemm_names[8] = {"gemm_nn", "gemm_nt", "gemm_tn", "gemm_tt",
-                                        "gemm_wide_nn", "gemm_wide_nt", "gemm_wide_tn",
-                                        "gemm_wide_tt"};
-    static const int gemm_shapes[2][3] = {{200, 180, 400}, {100, 300, 250}};
-    for (int t = 0; t < 8; t++) {
+    /* products, every transpose: 200 x 180 (cut into 2 blocks of rows, the last ragged), a wide
+     * 120 x 300 (2 blocks of columns) and a 1536 x 1536 grid (2 x 2 blocks), against one
+     * single-threaded sgemm call; k 400 spans several of OpenBLAS's k blocks */
+    static const char *gemm_names[12] = {"gemm_nn", "gemm_nt", "gemm_tn", "gemm_tt",
+                                         "gemm_wide_nn", "gemm_wide_nt", "gemm_wide_tn",
+                                         "gemm_wide_tt", "gemm_grid_nn", "gemm_grid_nt",
+                                         "gemm_grid_tn", "gemm_grid_tt"};
+    static const int gemm_shapes[3][3] = {{200, 180, 400}, {120, 300, 250}, {1536, 1536, 16}};
+    enum { GRID = 1536 * 1536 };
+    uint64_t grid_rng = 0x6772696475ull; /* the grid's C, the same in every run */
+    float *grid_c0 = test_lcg_floats(&grid_rng, GRID, 1.0), *grid_c = malloc(GRID * sizeof(float));
+    CHECK(grid_c0 && grid_c);
+    for (int t = 0; t < 12; t++) {
         bool ta = t % 4 >= 2, tb = t % 2 == 1;
         int gm = gemm_shapes[t / 4][0], gn = gemm_shapes[t / 4][1], gk = gemm_shapes[t / 4][2];
-        memcpy(out, big, (size_t)gm * gn * sizeof(float));
+        float *c = t < 8 ? out : grid_c;
+        memcpy(c, t < 8 ? big : grid_c0, (size_t)gm * gn * sizeof(float));
         if (reference) {
             openblas_set_num_threads(1);
             cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
                         tb ? CblasTrans : CblasNoTrans, gm, gn, gk, 0.75f, acc_el, ta ? gm : gk,
-                        big_dy, tb ? gk : gn, 0.5f, out, gn);
+                        big_dy, tb ? gk : gn, 0.5f, c, gn);
         } else
-            CHECK_OK(mt_op_gemm(dev, ta, tb, gm, gn, gk, 0.75f, acc_el, big_dy, 0.5f, out));
-        /* k = 250..400 terms: a sum in another order moves by up to ~k * 6e-8 relative */
-        put(rec, gemm_names[t], out, (size_t)gm * gn, false);
+            CHECK_OK(mt_op_gemm(dev, ta, tb, gm, gn, gk, 0.75f, acc_el, big_dy, 0.5f, c));
+        /* k = 16..400 terms: a sum in another order moves by up to ~k * 6e-8 relative */
+        put(rec, gemm_names[t], c, (size_t)gm * gn, false);
         rec->s[rec->count - 1].tol = 3e-5;
     }
+    free(grid_c0);
+    free(grid_c);
 
     bf16_products(reference, dev, rec, &rng);
 

@@ -30,14 +30,14 @@ typedef struct shape {
     bool ta, tb;
 } shape;
 
-/* One block each (ops_gemm.c's block_units gives a block of at least the whole dimension), and
+/* One block each (under twice the f32 products' minimum block work, core/cpu/gemm_split.c), and
  * above OpenBLAS's threshold for threading: the first split by rows, the others by columns
  * (m < n) or rows with a transposed operand. */
 static const shape small_shapes[] = {{96, 96, 96, false, false},
                                      {47, 200, 333, true, false},
                                      {130, 50, 257, false, true}};
 enum { N_SMALL = sizeof small_shapes / sizeof *small_shapes };
-/* Several row blocks (96 rows each) on any pool. */
+/* Two row blocks (288 and 224 rows) on any pool. */
 static const shape large_shape = {512, 256, 256, false, false};
 static const int pool_sizes[] = {1, 2, 3, 7};
 enum { N_POOLS = sizeof pool_sizes / sizeof *pool_sizes };
