@@ -298,10 +298,20 @@ mt_status mt_op_gelu_forward(mt_device *dev, const float *in, float *out, size_t
                               CUDA_IMPL(mt_cuda_op_gelu_forward));
 }
 
+static mt_status cpu_gelu_backward_add(const float *in, const float *d_out, float *d_in,
+                                       size_t n) {
+    return mt_cpu_op_gelu_backward(in, d_out, d_in, n, false);
+}
+
+static mt_status cpu_gelu_backward_overwrite(const float *in, const float *d_out, float *d_in,
+                                             size_t n) {
+    return mt_cpu_op_gelu_backward(in, d_out, d_in, n, true);
+}
+
 mt_status mt_op_gelu_backward(mt_device *dev, const float *in, const float *d_out, float *d_in,
                               size_t n) {
     return activation_backward(dev, "gelu_backward", in, "the input", d_out, d_in, n,
-                               mt_cpu_op_gelu_backward, CUDA_IMPL(mt_cuda_op_gelu_backward));
+                               cpu_gelu_backward_add, CUDA_IMPL(mt_cuda_op_gelu_backward));
 }
 
 mt_status mt_op_mse_forward(mt_device *dev, const float *pred, const float *target, size_t n,
@@ -517,10 +527,12 @@ mt_status mt_op_attention_forward(mt_device *dev, const float *qkv, int batch, i
                    mt_cuda_op_attention_forward(dev, qkv, batch, seq, heads, head_dim, out, att));
 }
 
-mt_status mt_op_attention_backward(mt_device *dev, const float *d_out, const float *qkv,
-                                   const float *att, int batch, int seq, int heads, int head_dim,
-                                   float *d_qkv) {
-    static const char *op = "attention_backward";
+static mt_status zero_flagged(mt_device *dev, const char *op, unsigned overwrite, unsigned flag,
+                              float *p, size_t n);
+
+static mt_status attention_backward(mt_device *dev, const char *op, const float *d_out,
+                                    const float *qkv, const float *att, int batch, int seq,
+                                    int heads, int head_dim, float *d_qkv, unsigned overwrite) {
     MT_TRY(check_device(dev, op));
     MT_TRY(check_attention(op, batch, seq, heads, head_dim));
     size_t nb = (size_t)batch, t_n = (size_t)seq, nh = (size_t)heads, hd = (size_t)head_dim;
@@ -530,10 +542,19 @@ mt_status mt_op_attention_backward(mt_device *dev, const float *d_out, const flo
     MT_TRY(check_ptr(att, nb * nh * t_n * t_n, op, "the attention probabilities"));
     MT_TRY(check_ptr(d_qkv, rows * 3 * width, op, "the qkv gradient"));
     if (on_cpu(dev))
-        return mt_cpu_op_attention_backward(d_out, qkv, att, batch, seq, heads, head_dim, d_qkv);
+        return mt_cpu_op_attention_backward(d_out, qkv, att, batch, seq, heads, head_dim, d_qkv,
+                                            (overwrite & MT_OVERWRITE_D_IN) != 0);
+    MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_IN, d_qkv, rows * 3 * width));
     return CUDA_OP(dev, op,
                    mt_cuda_op_attention_backward(dev, d_out, qkv, att, batch, seq, heads,
                                                  head_dim, d_qkv));
+}
+
+mt_status mt_op_attention_backward(mt_device *dev, const float *d_out, const float *qkv,
+                                   const float *att, int batch, int seq, int heads, int head_dim,
+                                   float *d_qkv) {
+    return attention_backward(dev, "attention_backward", d_out, qkv, att, batch, seq, heads,
+                              head_dim, d_qkv, 0u);
 }
 
 mt_status mt_op_xent_local_max(mt_device *dev, const float *logits, size_t n, int vocab_local,
@@ -670,4 +691,27 @@ mt_status mt_op_position_backward_into(mt_device *dev, const float *d_out, int b
         return mt_op_position_backward(dev, d_out, batch, seq, channels, d_wpe);
     }
     return mt_cpu_op_position_backward(d_out, batch, seq, channels, d_wpe, overwrite != 0);
+}
+
+mt_status mt_op_gelu_backward_into(mt_device *dev, const float *in, const float *d_out,
+                                   float *d_in, size_t n, unsigned overwrite) {
+    static const char *op = "gelu_backward_into";
+    MT_TRY(check_overwrite(op, overwrite, MT_OVERWRITE_D_IN));
+    if (!overwrite) return mt_op_gelu_backward(dev, in, d_out, d_in, n);
+    if (on_cpu(dev))
+        return activation_backward(dev, op, in, "the input", d_out, d_in, n,
+                                   cpu_gelu_backward_overwrite, NULL);
+    MT_TRY(check_elementwise(dev, op, n, in, "the input", d_out, "the output gradient", d_in,
+                             "the input gradient"));
+    MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_IN, d_in, n));
+    return mt_op_gelu_backward(dev, in, d_out, d_in, n);
+}
+
+mt_status mt_op_attention_backward_into(mt_device *dev, const float *d_out, const float *qkv,
+                                        const float *att, int batch, int seq, int heads,
+                                        int head_dim, float *d_qkv, unsigned overwrite) {
+    static const char *op = "attention_backward_into";
+    MT_TRY(check_overwrite(op, overwrite, MT_OVERWRITE_D_IN));
+    return attention_backward(dev, op, d_out, qkv, att, batch, seq, heads, head_dim, d_qkv,
+                              overwrite);
 }

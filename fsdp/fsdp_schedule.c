@@ -16,6 +16,7 @@
 #include "fsdp/fsdp_offload.h"
 
 #include "core/clock.h"
+#include "core/debug_poison.h"
 #include "core/env.h"
 #include "core/error.h"
 
@@ -335,26 +336,6 @@ bool mt_fsdp_grads_alias(const mt_fsdp_unit *u) {
            u->requires_sync;
 }
 
-/* MT_DEBUG_POISON_GRADS=1: the unwritten gradients start as NaN instead of whatever the allocation
- * held (often zeros, from fresh pages), so that an op that should overwrite a gradient but leaves
- * an element unwritten, or adds into it, turns the result into NaN where a run would otherwise
- * pass by luck. For tests (tests/tp/tp.cmake runs the dp x tp comparisons with it); CPU only. */
-static bool g_poison;
-static pthread_once_t g_poison_once = PTHREAD_ONCE_INIT;
-
-/* Read once per process; a value other than 0 or 1 is said once and ignored. */
-static void poison_read(void) {
-    long long on = 0;
-    if (mt_env_int("MT_DEBUG_POISON_GRADS", 0, 1, 0, "NaN in unwritten gradients", &on) != MT_OK)
-        mt_log(MT_LOG_WARN, "%s; not poisoning", mt_last_error());
-    g_poison = on == 1;
-}
-
-static bool poison_unwritten(void) {
-    pthread_once(&g_poison_once, poison_read);
-    return g_poison;
-}
-
 /* The buffer the backward writes: the gradient shard itself where mt_fsdp_grads_alias allows
  * (at one rank the reduce-scatter would be a copy and the accumulation 0 + g, after a memset of
  * the whole unit: three passes over it for the same bits), else a full buffer that is not
@@ -375,7 +356,7 @@ static mt_status grad_buffer(mt_fsdp_unit *u) {
              * instead; at one rank the shard is the whole unit, with no padding to zero. */
             u->grad_shard_lazy = false;
             for (size_t i = 0; i < u->n_params; i++) u->params[i]->grad_unwritten = true;
-            if (poison_unwritten())
+            if (mt_debug_poison_grads())
                 for (size_t i = 0; i < u->total; i++) u->full_grad[i] = NAN;
         }
         return MT_OK;
@@ -391,7 +372,7 @@ static mt_status grad_buffer(mt_fsdp_unit *u) {
     }
     for (size_t i = 0; st == MT_OK && !whole && i < u->n_params; i++)
         u->params[i]->grad_unwritten = true;
-    if (st == MT_OK && !whole && poison_unwritten())
+    if (st == MT_OK && !whole && mt_debug_poison_grads())
         for (size_t i = 0; i < u->total; i++) u->full_grad[i] = NAN;
     if (st != MT_OK) {
         mt_device_free(u->dev, u->full_grad);

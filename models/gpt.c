@@ -247,14 +247,16 @@ static mt_status ln_grads_end(const mt_gpt *g, float **gr, const bool *fresh, co
     return MT_OK;
 }
 
-/* A LayerNorm's backward: d_in accumulates (the residual stream's gradient); its gamma and beta
- * gradients go to into[0], into[1] (ln_grads_begin), overwritten when they are the parameters'
- * own gradients and hold nothing yet (ow), else added. */
+/* A LayerNorm's backward: d_in accumulates (the residual stream's gradient), or is overwritten
+ * where this is its first writer (MT_OVERWRITE_D_IN in ow); its gamma and beta gradients go to
+ * into[0], into[1] (ln_grads_begin), overwritten when they are the parameters' own gradients and
+ * hold nothing yet (ow), else added. */
 static mt_status ln_backward(const mt_gpt *g, const float *d_out, const float *in,
                              const float *gamma, const float *mean, const float *rstd, size_t rows,
                              float *d_in, float *const *into, unsigned ow) {
     return mt_op_layernorm_backward_into(g->dev, d_out, in, gamma, mean, rstd, rows, g->C, d_in,
-                                         into[0], into[1], g->sp ? 0u : ow);
+                                         into[0], into[1],
+                                         g->sp ? ow & MT_OVERWRITE_D_IN : ow);
 }
 
 /* ---- a block --------------------------------------------------------------------------------- */
@@ -341,7 +343,8 @@ typedef struct block_grads {
 static const int block_ln_params[4] = {P_LN2_W, P_LN2_B, P_LN1_W, P_LN1_B};
 
 /* gr: the block's gradients; fresh: which hold nothing yet (each is overwritten by its first op,
- * grad_ow). */
+ * grad_ow). The activation gradients in d are not zeroed: the op that writes each first
+ * overwrites it (MT_OVERWRITE_D_IN), the ones after add. */
 static mt_status block_backward_run(mt_gpt *g, gpt_pass *pass, int l, const void *const *w,
                                     const mt_dtype *wt, float **gr, const bool *fresh,
                                     block_grads *d) {
@@ -352,29 +355,32 @@ static mt_status block_backward_run(mt_gpt *g, gpt_pass *pass, int l, const void
     int n = (int)pass->n, C = g->C, cl = g->c_local, fl = g->f_local;
     size_t N = pass->n, R = pass->rows;
     float *lg[4]; /* where the LayerNorm gradients go: block_ln_params' order */
-    MT_TRY(mt_model_act_alloc(dev, N * (size_t)fl, true, &d->d_fc_gelu));
-    MT_TRY(mt_model_act_alloc(dev, N * (size_t)fl, true, &d->d_fc));
-    MT_TRY(mt_model_act_alloc(dev, R * (size_t)C, true, &d->d_ln2));
-    MT_TRY(mt_model_act_alloc(dev, N * (size_t)cl, true, &d->d_atty));
-    MT_TRY(mt_model_act_alloc(dev, N * 3 * (size_t)cl, true, &d->d_qkv));
-    MT_TRY(mt_model_act_alloc(dev, R * (size_t)C, true, &d->d_ln1));
+    const unsigned first = MT_OVERWRITE_D_IN; /* the op below writes d_in first */
+    MT_TRY(mt_model_act_alloc(dev, N * (size_t)fl, false, &d->d_fc_gelu));
+    MT_TRY(mt_model_act_alloc(dev, N * (size_t)fl, false, &d->d_fc));
+    MT_TRY(mt_model_act_alloc(dev, R * (size_t)C, false, &d->d_ln2));
+    MT_TRY(mt_model_act_alloc(dev, N * (size_t)cl, false, &d->d_atty));
+    MT_TRY(mt_model_act_alloc(dev, N * 3 * (size_t)cl, false, &d->d_qkv));
+    MT_TRY(mt_model_act_alloc(dev, R * (size_t)C, false, &d->d_ln1));
     MT_TRY(ln_grads_begin(g, gr, block_ln_params, 4, &d->d_ln_params, lg));
     /* MLP branch; the residual passes d_res through unchanged, the LayerNorm adds to it. */
     MT_TRY(row_backward(g, d_res, a->fc_gelu, w[P_PROJ_W], wt[P_PROJ_W], d->d_fc_gelu,
-                        gr[P_PROJ_W], gr[P_PROJ_B], n, fl, C, grad_ow(fresh, P_PROJ_W, P_PROJ_B)));
-    MT_TRY(mt_op_gelu_backward(dev, a->fc, d->d_fc_gelu, d->d_fc, N * (size_t)fl));
+                        gr[P_PROJ_W], gr[P_PROJ_B], n, fl, C,
+                        first | grad_ow(fresh, P_PROJ_W, P_PROJ_B)));
+    MT_TRY(mt_op_gelu_backward_into(dev, a->fc, d->d_fc_gelu, d->d_fc, N * (size_t)fl, first));
     MT_TRY(column_backward(g, d->d_fc, a->ln2, a->ln2_full, w[P_FC_W], wt[P_FC_W], d->d_ln2,
-                           gr[P_FC_W], gr[P_FC_B], n, C, fl, grad_ow(fresh, P_FC_W, P_FC_B)));
+                           gr[P_FC_W], gr[P_FC_B], n, C, fl,
+                           first | grad_ow(fresh, P_FC_W, P_FC_B)));
     MT_TRY(ln_backward(g, d->d_ln2, a->res_mid, w[P_LN2_W], a->ln2_mean, a->ln2_rstd, R, d_res,
                        lg, grad_ow(fresh, P_LN2_W, P_LN2_B)));
     /* Attention branch. */
     MT_TRY(row_backward(g, d_res, a->atty, w[P_ATTN_W], wt[P_ATTN_W], d->d_atty, gr[P_ATTN_W],
-                        gr[P_ATTN_B], n, cl, C, grad_ow(fresh, P_ATTN_W, P_ATTN_B)));
-    MT_TRY(mt_op_attention_backward(dev, d->d_atty, a->qkv, a->att, pass->batch, g->cfg.seq,
-                                    g->heads_local, g->head_dim, d->d_qkv));
+                        gr[P_ATTN_B], n, cl, C, first | grad_ow(fresh, P_ATTN_W, P_ATTN_B)));
+    MT_TRY(mt_op_attention_backward_into(dev, d->d_atty, a->qkv, a->att, pass->batch,
+                                         g->cfg.seq, g->heads_local, g->head_dim, d->d_qkv, first));
     MT_TRY(column_backward(g, d->d_qkv, a->ln1, a->ln1_full, w[P_QKV_W], wt[P_QKV_W], d->d_ln1,
                            gr[P_QKV_W], gr[P_QKV_B], n, C, 3 * cl,
-                           grad_ow(fresh, P_QKV_W, P_QKV_B)));
+                           first | grad_ow(fresh, P_QKV_W, P_QKV_B)));
     MT_TRY(ln_backward(g, d->d_ln1, x, w[P_LN1_W], a->ln1_mean, a->ln1_rstd, R, d_res, lg + 2,
                        grad_ow(fresh, P_LN1_W, P_LN1_B)));
     return ln_grads_end(g, gr, fresh, block_ln_params, 4, d->d_ln_params);
@@ -482,20 +488,21 @@ static mt_status head_backward(mt_gpt *g, gpt_pass *pass, float **gr, const bool
     size_t n = pass->n, r = pass->rows, C = (size_t)g->C;
     const float *x = pass->acts[g->cfg.layers - 1].res_out;
     mt_status st = read_params(g->dev, ps, 2, matmul, w, wt, scratch);
-    if (st == MT_OK) st = mt_model_act_alloc(g->dev, r * C, true, &d_lnf);
+    /* d_lnf and d_res are written first by the head's product and ln_f's backward: not zeroed. */
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, r * C, false, &d_lnf);
     if (st == MT_OK)
         st = column_backward(g, pass->d_logits, pass->lnf, pass->lnf_full, w[1], wt[1], d_lnf,
                              gr[R_WTE], NULL, (int)n, g->C, g->vocab_real,
-                             grad_ow(fresh, R_WTE, -1));
+                             MT_OVERWRITE_D_IN | grad_ow(fresh, R_WTE, -1));
     size_t pad_rows = (size_t)(g->vocab_local - g->vocab_real);
     if (st == MT_OK && fresh[R_WTE] && pad_rows > 0)
         st = mt_device_memset(g->dev, gr[R_WTE] + (size_t)g->vocab_real * C, 0,
                               pad_rows * C * sizeof(float), NULL);
-    if (st == MT_OK) st = mt_model_act_alloc(g->dev, r * C, true, &pass->d_res);
+    if (st == MT_OK) st = mt_model_act_alloc(g->dev, r * C, false, &pass->d_res);
     if (st == MT_OK) st = ln_grads_begin(g, gr, root_ln_params, 2, &d_ln_params, lg);
     if (st == MT_OK)
         st = ln_backward(g, d_lnf, x, w[0], pass->lnf_mean, pass->lnf_rstd, r, pass->d_res, lg,
-                         grad_ow(fresh, R_LNF_W, R_LNF_B));
+                         MT_OVERWRITE_D_IN | grad_ow(fresh, R_LNF_W, R_LNF_B));
     if (st == MT_OK) st = ln_grads_end(g, gr, fresh, root_ln_params, 2, d_ln_params);
     mt_device_free(g->dev, d_ln_params);
     mt_device_free(g->dev, d_lnf);

@@ -331,9 +331,10 @@ static void post_backward(sim *m, sim_unit *u) {
 /* SP (tp/tp_sequence.c): the floats one call takes from the tp context's kept scratch: its
  * gathered operand or partial sum (operand: N x C, every SP operand has C channels) and, for a
  * column linear's backward (part_fin: its input features, 0 otherwise), the input gradient's
- * N x fin part and this rank's rows of its sum. */
+ * N x fin part (gpt.c overwrites every column linear's input gradient, so its rows of the sum
+ * are reduce-scattered into it, taking no scratch). */
 static size_t sp_take_elems(const sim *m, bool operand, size_t part_fin) {
-    return (operand ? m->s.N * m->s.C : 0) + m->s.N * part_fin + m->s.rows * part_fin;
+    return (operand ? m->s.N * m->s.C : 0) + m->s.N * part_fin;
 }
 
 /* The kept scratch is as large as the largest call's (it grows to it in the first step and stays
@@ -360,19 +361,17 @@ static void linear_forward(sim *m, size_t rows, size_t fin, size_t fout, bool sp
     act_transient_bytes(m, scratch, 2);
 }
 
-/* A linear backward: a column linear over tp > 1 sums its input gradient in a zeroed N x fin
- * part (mt_tp_column_linear_backward), which SP extends by this rank's N / tp rows of the
- * reduce-scattered sum (column_backward_full); bf16 rounds the output gradient and the input and
- * widens the weight. SP: the linear's replicated operand (the column input unless kept
- * gathered, the row output gradient) is gathered into a temporary N x C first. */
+/* A linear backward: gpt.c overwrites every linear's input gradient, so a column linear over
+ * tp > 1 sums it over tp in place (mt_tp_column_linear_backward: no scratch), or with SP in an
+ * N x fin part reduce-scattered into it (column_backward_full); bf16 rounds the output gradient
+ * and the input and widens the weight. SP: the linear's replicated operand (the column input
+ * unless kept gathered, the row output gradient) is gathered into a temporary N x C first. */
 static void linear_backward(sim *m, size_t rows, size_t fin, size_t fout, bool column,
                             bool sp_temp) {
-    /* Without SP the column part is tp_linear.c's own, for this call only. */
-    size_t part = column && m->s.tp > 1 && !m->sp ? act_bytes(rows * fin) : 0;
     if (m->sp) sp_take(m, sp_take_elems(m, sp_temp, column ? fin : 0));
-    size_t scratch[4] = {part, bf16_op_bytes(m, rows * fout, false),
-                         bf16_op_bytes(m, rows * fin, false), bf16_op_bytes(m, fout * fin, true)};
-    act_transient_bytes(m, scratch, 4);
+    size_t scratch[3] = {bf16_op_bytes(m, rows * fout, false), bf16_op_bytes(m, rows * fin, false),
+                         bf16_op_bytes(m, fout * fin, true)};
+    act_transient_bytes(m, scratch, 3);
 }
 
 /* SP kept gathered (gpt.c, column_forward): a column linear's forward gathers its input into an

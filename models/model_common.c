@@ -1,14 +1,17 @@
 /* Helpers shared by the reference models (models/model_common.h). */
 #include "models/model_common.h"
 
+#include "core/debug_poison.h"
 #include "core/error.h"
 #include "module/module_internal.h"
 
 mt_status mt_model_act_alloc(mt_device *dev, size_t elems, bool zero, float **out) {
     size_t bytes = (elems ? elems : 1) * sizeof(float);
     MT_TRY(mt_device_alloc(dev, bytes, MT_MEM_ACTIVATIONS, (void **)out));
-    if (zero) {
-        mt_status st = mt_device_memset(dev, *out, 0, bytes, NULL);
+    /* Unzeroed memory is NaN under MT_DEBUG_POISON_GRADS (all bits set): what reads an element
+     * before writing it shows. */
+    if (zero || mt_debug_poison_grads()) {
+        mt_status st = mt_device_memset(dev, *out, zero ? 0 : 0xff, bytes, NULL);
         if (st != MT_OK) {
             mt_device_free(dev, *out);
             *out = NULL;

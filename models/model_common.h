@@ -13,7 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A device buffer of elems floats (activations category), zeroed when zero; at least one
+/* A device buffer of elems floats (activations category), zeroed when zero (else left as the
+ * allocation had it, or NaN under MT_DEBUG_POISON_GRADS=1: core/debug_poison.h); at least one
  * element, so that an empty buffer is still a valid pointer. */
 mt_status mt_model_act_alloc(mt_device *dev, size_t elems, bool zero, float **out);
 

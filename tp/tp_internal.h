@@ -30,9 +30,9 @@ struct mt_tp_scratch {
  * destination). */
 mt_status mt_tp_scratch_take(const mt_tp_ctx *tp, size_t elems, size_t overwritten,
                              float **out);
-/* The overwrite flags of a tp linear's backward (tp.h): MT_OVERWRITE_D_W and MT_OVERWRITE_D_BIAS
- * only (the input gradient always accumulates: a column-parallel one is a sum over tp). With no
- * rows (n == 0) the flagged gradients are set to 0 here, the gradient of nothing. */
+/* The overwrite flags of a tp linear's backward (tp.h): any of MT_OVERWRITE_D_IN, _D_W and
+ * _D_BIAS, nothing else. With no rows (n == 0) the flagged parameter gradients are set to 0 here,
+ * the gradient of nothing (the input gradient then has no rows). */
 mt_status mt_tp_backward_overwrite(const mt_tp_ctx *tp, const char *what, unsigned overwrite,
                                    int n, float *d_w, size_t w_elems, float *d_b, size_t b_elems);
 

@@ -113,9 +113,9 @@ static mt_status check_sizes(const char *what, int n, int in, int out) {
 
 mt_status mt_tp_backward_overwrite(const mt_tp_ctx *tp, const char *what, unsigned overwrite,
                                    int n, float *d_w, size_t w_elems, float *d_b, size_t b_elems) {
-    if (overwrite & ~(MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS))
-        return mt_error(MT_ERR_INVALID_ARG, "%s: overwrite flags 0x%x: only MT_OVERWRITE_D_W and "
-                        "MT_OVERWRITE_D_BIAS (the input gradient accumulates)", what, overwrite);
+    if (overwrite & ~(MT_OVERWRITE_D_IN | MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS))
+        return mt_error(MT_ERR_INVALID_ARG, "%s: overwrite flags 0x%x: only MT_OVERWRITE_D_IN, "
+                        "MT_OVERWRITE_D_W and MT_OVERWRITE_D_BIAS (ops.h)", what, overwrite);
     if (n != 0) return MT_OK;
     if ((overwrite & MT_OVERWRITE_D_W) && d_w)
         MT_TRY(mt_device_memset(tp->dev, d_w, 0, w_elems * sizeof(float), NULL));
@@ -150,9 +150,15 @@ mt_status mt_tp_column_linear_backward(const mt_tp_ctx *tp, const float *d_out_l
     if (!d_in || tp->size == 1)
         return mt_op_linear_backward_into(tp->dev, d_out_local, in, w_local, w_dtype, d_in, d_w,
                                           d_b, n, in_features, out_features_local, overwrite);
-    /* Each rank holds only its output features' part of the input gradient: sum it over tp in a
-     * scratch buffer, then accumulate, so that d_in keeps its += meaning. */
+    /* Each rank holds only its output features' part of the input gradient: summed over tp in
+     * d_in itself when d_in is overwritten, else in a scratch buffer, then accumulated, so that
+     * d_in keeps its += meaning. */
     size_t count = (size_t)n * (size_t)in_features;
+    if (overwrite & MT_OVERWRITE_D_IN) {
+        MT_TRY(mt_op_linear_backward_into(tp->dev, d_out_local, in, w_local, w_dtype, d_in, d_w,
+                                          d_b, n, in_features, out_features_local, overwrite));
+        return mt_tp_all_reduce(tp, d_in, count, MT_REDUCE_SUM, what);
+    }
     float *part = NULL;
     MT_TRY(mt_tp_scratch(tp, count, sizeof(float), (void **)&part));
     mt_status st = mt_op_linear_backward_into(tp->dev, d_out_local, in, w_local, w_dtype, part,

@@ -126,10 +126,13 @@ mt_status mt_tp_column_linear_forward_sp_gathered(const mt_tp_ctx *tp, const flo
 }
 
 /* The floats of scratch column_backward_full's part needs: the input gradient's n x in_features
- * and this rank's rows of its sum (none without an input gradient). */
-static size_t part_elems(const mt_tp_ctx *tp, const float *d_in_shard, int n, int in_features) {
+ * and, unless the sum is reduce-scattered straight into an overwritten d_in_shard, this rank's
+ * rows of it (none without an input gradient). */
+static size_t part_elems(const mt_tp_ctx *tp, const float *d_in_shard, int n, int in_features,
+                         unsigned overwrite) {
     size_t count = (size_t)n * (size_t)in_features;
-    return d_in_shard ? count + count / (size_t)tp->size : 0;
+    if (!d_in_shard) return 0;
+    return count + (overwrite & MT_OVERWRITE_D_IN ? 0 : count / (size_t)tp->size);
 }
 
 /* The column-parallel backward from the gathered input full (n x in_features), however it was
@@ -145,11 +148,13 @@ static mt_status column_backward_full(const mt_tp_ctx *tp, const float *d_out_lo
                                               d_in_shard ? part : NULL, d_w, d_b, n, in_features,
                                               out_features_local, overwrite);
     /* Each rank holds its output features' part of every row's input gradient: summed over tp,
-     * each rank keeps its rows, then accumulates, so that d_in_shard keeps its += meaning. */
+     * each rank keeps its rows, then accumulates, so that d_in_shard keeps its += meaning; an
+     * overwritten d_in_shard takes its rows of the sum directly. */
     if (st == MT_OK && d_in_shard) {
-        float *mine = part + count;
+        bool into = (overwrite & MT_OVERWRITE_D_IN) != 0;
+        float *mine = into ? d_in_shard : part + count;
         st = mt_tp_sequence_reduce_scatter(tp, part, mine, n, in_features);
-        if (st == MT_OK) st = mt_op_add(tp->dev, d_in_shard, mine, d_in_shard, shard);
+        if (st == MT_OK && !into) st = mt_op_add(tp->dev, d_in_shard, mine, d_in_shard, shard);
     }
     return st;
 }
@@ -170,7 +175,7 @@ mt_status mt_tp_column_linear_backward_sp(const mt_tp_ctx *tp, const float *d_ou
      * behind it in the same scratch. */
     size_t count = (size_t)n * (size_t)in_features;
     MT_TRY(gather_scratch(tp, in_shard, n, in_features,
-                          part_elems(tp, d_in_shard, n, in_features), &full));
+                          part_elems(tp, d_in_shard, n, in_features, overwrite), &full));
     mt_status st = column_backward_full(tp, d_out_local, full, w_local, w_dtype, d_in_shard, d_w,
                                         d_b, n, in_features, out_features_local, full + count,
                                         overwrite);
@@ -195,7 +200,7 @@ mt_status mt_tp_column_linear_backward_sp_gathered(const mt_tp_ctx *tp,
     if (!in_full)
         return mt_error(MT_ERR_INVALID_ARG, "%s: in_full (the input gathered in forward) must "
                         "not be NULL", what);
-    size_t elems = part_elems(tp, d_in_shard, n, in_features);
+    size_t elems = part_elems(tp, d_in_shard, n, in_features, overwrite);
     float *part = NULL;
     if (elems) MT_TRY(mt_tp_scratch_take(tp, elems, 0, &part));
     mt_status st = column_backward_full(tp, d_out_local, in_full, w_local, w_dtype, d_in_shard,

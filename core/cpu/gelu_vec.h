@@ -96,13 +96,16 @@ void MT_GELU_FN(mt_gelu_forward)(const float *in, float *out, size_t n) {
     memcpy(out + i, &x, (n - i) * sizeof(float));
 }
 
-void MT_GELU_FN(mt_gelu_backward)(const float *in, const float *d_out, float *d_in, size_t n) {
+/* overwrite: d_in starts from 0 (it is not read), so the result is 0 + gelu'(x) dy, the bits of
+ * adding into zeros. */
+void MT_GELU_FN(mt_gelu_backward)(const float *in, const float *d_out, float *d_in, size_t n,
+                                  bool overwrite) {
     size_t i = 0;
     for (; i + MT_GELU_WIDTH <= n; i += MT_GELU_WIDTH) {
-        gv_f x, dy, dx;
+        gv_f x, dy, dx = {0};
         memcpy(&x, in + i, sizeof x);
         memcpy(&dy, d_out + i, sizeof dy);
-        memcpy(&dx, d_in + i, sizeof dx);
+        if (!overwrite) memcpy(&dx, d_in + i, sizeof dx);
         dx += gv_gelu_grad(x) * dy;
         memcpy(d_in + i, &dx, sizeof dx);
     }
@@ -111,7 +114,7 @@ void MT_GELU_FN(mt_gelu_backward)(const float *in, const float *d_out, float *d_
     gv_f x = {0}, dy = {0}, dx = {0};
     memcpy(&x, in + i, rest);
     memcpy(&dy, d_out + i, rest);
-    memcpy(&dx, d_in + i, rest);
+    if (!overwrite) memcpy(&dx, d_in + i, rest);
     dx += gv_gelu_grad(x) * dy;
     memcpy(d_in + i, &dx, rest);
 }

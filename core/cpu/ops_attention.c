@@ -28,6 +28,7 @@ typedef struct attn_job {
     float *out, *att, *d_qkv;
     size_t t_n, nh, hd, width;
     float scale;
+    float beta; /* backward: 1 adds into d_qkv, 0 overwrites it (each element has one product) */
     mt_exp_shift_fn exp_shift;
     float *scratch; /* backward: one T x T block per chunk of pairs (attn_backward_chunks) */
 } attn_job;
@@ -102,7 +103,8 @@ static void softmax_backward_row(const float *restrict a, float *restrict d, siz
  * scores' gradient (zeros past the diagonal); dQ += scale s K; dK += scale s^T Q. Each product
  * runs per block of ATTN_BLOCK rows (dY V^T, dQ) or columns (dV, dK) of s, over the part of s
  * that block's causal entries lie in: rows [i0, i1) need columns [0, i1), columns [j0, j1) rows
- * [j0, T). */
+ * [j0, T). Each element of the pair's dQ, dK and dV is written by exactly one of these products,
+ * so overwriting d_qkv is beta 0 in them (OpenBLAS then does not read C), no pass of zeros. */
 static void attn_backward_pair(const attn_job *j, size_t pair, float *s) {
     size_t b = pair / j->nh, h = pair % j->nh;
     size_t t_n = j->t_n, hd = j->hd, width = j->width;
@@ -119,7 +121,7 @@ static void attn_backward_pair(const attn_job *j, size_t pair, float *s) {
     for (size_t j0 = 0; j0 < t_n; j0 += ATTN_BLOCK) {
         int n = (int)(t_n - j0 < ATTN_BLOCK ? t_n - j0 : ATTN_BLOCK), rows = (int)(t_n - j0);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HD, rows, 1.0f,
-                    s + j0 * t_n + j0, T, dy + j0 * width, (int)width, 1.0f, dv + j0 * ld,
+                    s + j0 * t_n + j0, T, dy + j0 * width, (int)width, j->beta, dv + j0 * ld,
                     (int)ld);
     }
     /* beta 0: OpenBLAS stores C without reading it; the columns past i1 keep att's copy until
@@ -133,12 +135,12 @@ static void attn_backward_pair(const attn_job *j, size_t pair, float *s) {
     for (size_t i0 = 0; i0 < t_n; i0 += ATTN_BLOCK) {
         size_t i1 = t_n - i0 < ATTN_BLOCK ? t_n : i0 + ATTN_BLOCK;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(i1 - i0), HD, (int)i1,
-                    j->scale, s + i0 * t_n, T, k, (int)ld, 1.0f, dq + i0 * ld, (int)ld);
+                    j->scale, s + i0 * t_n, T, k, (int)ld, j->beta, dq + i0 * ld, (int)ld);
     }
     for (size_t j0 = 0; j0 < t_n; j0 += ATTN_BLOCK) {
         int n = (int)(t_n - j0 < ATTN_BLOCK ? t_n - j0 : ATTN_BLOCK), rows = (int)(t_n - j0);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HD, rows, j->scale,
-                    s + j0 * t_n + j0, T, q + j0 * ld, (int)ld, 1.0f, dk + j0 * ld, (int)ld);
+                    s + j0 * t_n + j0, T, q + j0 * ld, (int)ld, j->beta, dk + j0 * ld, (int)ld);
     }
 }
 
@@ -170,11 +172,13 @@ mt_status mt_cpu_op_attention_forward(const float *qkv, int batch, int seq, int 
 }
 
 mt_status mt_cpu_op_attention_backward(const float *d_out, const float *qkv, const float *att,
-                                       int batch, int seq, int heads, int head_dim, float *d_qkv) {
+                                       int batch, int seq, int heads, int head_dim, float *d_qkv,
+                                       bool overwrite) {
     size_t nh = (size_t)heads, hd = (size_t)head_dim;
     attn_job job = {.qkv = qkv, .att_in = att, .d_out = d_out, .d_qkv = d_qkv,
                     .t_n = (size_t)seq, .nh = nh, .hd = hd, .width = nh * hd,
-                    .scale = (float)(1.0 / sqrt((double)head_dim))};
+                    .scale = (float)(1.0 / sqrt((double)head_dim)),
+                    .beta = overwrite ? 0.0f : 1.0f};
     size_t pairs = (size_t)batch * nh;
     if (attn_empty(&job, pairs)) return MT_OK;
     size_t grain = (pairs + ATTN_BACKWARD_MAX_CHUNKS - 1) / ATTN_BACKWARD_MAX_CHUNKS;

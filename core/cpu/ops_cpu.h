@@ -79,7 +79,9 @@ mt_status mt_cpu_op_layernorm_backward(const float *d_out, const float *in, cons
                                        int channels, float *d_in, float *d_gamma, float *d_beta,
                                        unsigned overwrite);
 mt_status mt_cpu_op_gelu_forward(const float *in, float *out, size_t n);
-mt_status mt_cpu_op_gelu_backward(const float *in, const float *d_out, float *d_in, size_t n);
+/* overwrite: d_in = 0 + gelu'(in) d_out, d_in not read (mt_op_gelu_backward_into). */
+mt_status mt_cpu_op_gelu_backward(const float *in, const float *d_out, float *d_in, size_t n,
+                                  bool overwrite);
 mt_status mt_cpu_op_add(const float *a, const float *b, float *out, size_t n);
 /* core/cpu/ops_elementwise.c */
 mt_status mt_cpu_op_tanh_forward(const float *in, float *out, size_t n);
@@ -94,8 +96,10 @@ mt_status mt_cpu_op_mul_backward(const float *a, const float *b, const float *d_
                                  float *d_b, size_t n);
 mt_status mt_cpu_op_attention_forward(const float *qkv, int batch, int seq, int heads,
                                       int head_dim, float *out, float *att);
+/* overwrite: d_qkv is written, not added into (mt_op_attention_backward_into). */
 mt_status mt_cpu_op_attention_backward(const float *d_out, const float *qkv, const float *att,
-                                       int batch, int seq, int heads, int head_dim, float *d_qkv);
+                                       int batch, int seq, int heads, int head_dim, float *d_qkv,
+                                       bool overwrite);
 mt_status mt_cpu_op_xent_local_max(const float *logits, size_t n, int vocab_local,
                                    float *row_max);
 mt_status mt_cpu_op_xent_local_sums(const float *logits, const int *targets, size_t n,

@@ -7,11 +7,12 @@
 #include "core/cpu/parallel.h"
 
 typedef void (*gelu_fwd_fn)(const float *, float *, size_t);
-typedef void (*gelu_bwd_fn)(const float *, const float *, float *, size_t);
+typedef void (*gelu_bwd_fn)(const float *, const float *, float *, size_t, bool);
 
 typedef struct elem_job {
     const float *a, *b;
     float *out;
+    bool overwrite; /* GELU backward: out starts from 0 */
     gelu_fwd_fn fwd;
     gelu_bwd_fn bwd;
 } elem_job;
@@ -53,11 +54,12 @@ mt_status mt_cpu_op_gelu_forward(const float *in, float *out, size_t n) {
 
 static void gelu_backward_chunk(void *ctx, size_t chunk, size_t begin, size_t end) {
     const elem_job *j = ctx;
-    j->bwd(j->a + begin, j->b + begin, j->out + begin, end - begin);
+    j->bwd(j->a + begin, j->b + begin, j->out + begin, end - begin, j->overwrite);
 }
 
-mt_status mt_cpu_op_gelu_backward(const float *in, const float *d_out, float *d_in, size_t n) {
-    elem_job job = {.a = in, .b = d_out, .out = d_in};
+mt_status mt_cpu_op_gelu_backward(const float *in, const float *d_out, float *d_in, size_t n,
+                                  bool overwrite) {
+    elem_job job = {.a = in, .b = d_out, .out = d_in, .overwrite = overwrite};
     gelu_pick(&job);
     return mt_cpu_parallel("gelu_backward", n, MT_CPU_ELEM_GRAIN, gelu_backward_chunk, &job);
 }

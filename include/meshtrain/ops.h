@@ -109,6 +109,14 @@ MT_API mt_status mt_op_layernorm_backward_into(mt_device *dev, const float *d_ou
 MT_API mt_status mt_op_position_backward_into(mt_device *dev, const float *d_out, int batch,
                                               int seq, int channels, float *d_wpe,
                                               unsigned overwrite);
+/* mt_op_gelu_backward with overwrite (MT_OVERWRITE_D_IN: d_in). */
+MT_API mt_status mt_op_gelu_backward_into(mt_device *dev, const float *in, const float *d_out,
+                                          float *d_in, size_t n, unsigned overwrite);
+/* mt_op_attention_backward with overwrite (MT_OVERWRITE_D_IN: d_qkv, the whole of it). */
+MT_API mt_status mt_op_attention_backward_into(mt_device *dev, const float *d_out,
+                                               const float *qkv, const float *att, int batch,
+                                               int seq, int heads, int head_dim, float *d_qkv,
+                                               unsigned overwrite);
 
 /* ---- reductions for gradient clipping ----------------------------------------------------------- */
 

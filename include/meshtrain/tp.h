@@ -57,10 +57,10 @@ MT_API void mt_tp_context_release(mt_tp_ctx *tp);
 /* Bytes of device scratch the context keeps now (0 without a kept scratch). */
 MT_API size_t mt_tp_context_scratch_bytes(const mt_tp_ctx *tp);
 
-/* Every linear backward below takes overwrite: 0, or MT_OVERWRITE_D_W and/or MT_OVERWRITE_D_BIAS
- * (ops.h): d_w / d_b are then overwritten instead of accumulated into (a gradient buffer nobody
- * zeroed, module.h's mt_param_grad_write), with the bits of accumulating into zeros. The input
- * gradient always accumulates.
+/* Every linear backward below takes overwrite: 0, or any of MT_OVERWRITE_D_IN, MT_OVERWRITE_D_W
+ * and MT_OVERWRITE_D_BIAS (ops.h): d_in / d_w / d_b are then overwritten instead of accumulated
+ * into (a gradient buffer nobody zeroed, module.h's mt_param_grad_write; an activation gradient
+ * this op writes first), with the values of accumulating into zeros.
  *
  * The weight is w_dtype (MT_F32 or MT_BF16); everything else, the gradients included, is f32.
  * With MT_BF16 the matrix products take bf16 inputs and accumulate in f32, as

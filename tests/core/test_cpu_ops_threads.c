@@ -580,23 +580,35 @@ static void test_gelu_widths(void) {
     x[0] = 0.0f, x[1] = -0.0f, x[2] = 1e-30f, x[3] = INFINITY, x[4] = 1e30f, x[5] = -1e30f;
     x[6] = NAN, x[7] = 0.0624f, x[8] = -0.0626f, x[9] = 44.0f;
     typedef void (*fwd)(const float *, float *, size_t);
-    typedef void (*bwd)(const float *, const float *, float *, size_t);
+    typedef void (*bwd)(const float *, const float *, float *, size_t, bool);
     struct { const char *name; fwd f; bwd b; } widths[] = {
         {"avx2", mt_gelu_forward_avx2, mt_gelu_backward_avx2},
         {"avx512", mt_gelu_forward_avx512, mt_gelu_backward_avx512}};
+    float zeros_in[N], dzero[N];
     for (size_t len = N - 13; len <= N; len++) {
         mt_gelu_forward_generic(x, want, len);
-        for (size_t i = 0; i < len; i++) dwant[i] = 0.25f;
-        mt_gelu_backward_generic(x, dy, dwant, len);
+        for (size_t i = 0; i < len; i++) dwant[i] = 0.25f, dzero[i] = 0.0f;
+        mt_gelu_backward_generic(x, dy, dwant, len, false);
+        mt_gelu_backward_generic(x, dy, dzero, len, false);
         CHECK(isnan(want[6]) && want[3] == INFINITY && want[0] == 0.0f);
+        /* overwrite: d_in unread (NaN in it stays out), the bits of adding into zeros */
+        for (size_t i = 0; i < len; i++) zeros_in[i] = NAN;
+        mt_gelu_backward_generic(x, dy, zeros_in, len, true);
+        CHECK_MSG(memcmp(zeros_in, dzero, len * sizeof(float)) == 0,
+                  "gelu backward overwriting differs from adding into zeros at length %zu", len);
         for (size_t w = 0; w < 2; w++) {
             if (!width_runs(w)) continue;
             widths[w].f(x, got, len);
             for (size_t i = 0; i < len; i++) dgot[i] = 0.25f;
-            widths[w].b(x, dy, dgot, len);
+            widths[w].b(x, dy, dgot, len, false);
             CHECK_MSG(memcmp(got, want, len * sizeof(float)) == 0 &&
                           memcmp(dgot, dwant, len * sizeof(float)) == 0,
                       "gelu %s differs from the generic width at length %zu", widths[w].name, len);
+            for (size_t i = 0; i < len; i++) dgot[i] = NAN;
+            widths[w].b(x, dy, dgot, len, true);
+            CHECK_MSG(memcmp(dgot, dzero, len * sizeof(float)) == 0,
+                      "gelu %s overwriting differs from adding into zeros at length %zu",
+                      widths[w].name, len);
         }
     }
     free(x);

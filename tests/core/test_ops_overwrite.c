@@ -1,7 +1,8 @@
 /* The backward ops' overwrite forms (ops.h, MT_OVERWRITE_*): mt_op_linear_backward_into (f32
  * and bf16 weights, a product small enough for one sgemm call and one the CPU device splits into
- * blocks; thin products of one row or column; an empty batch), mt_op_layernorm_backward_into and
- * mt_op_position_backward_into (also over no rows), for every combination
+ * blocks; thin products of one row or column; an empty batch), mt_op_layernorm_backward_into,
+ * mt_op_position_backward_into (also over no rows), mt_op_gelu_backward_into and
+ * mt_op_attention_backward_into (sequences longer than one of its product blocks), for every combination
  * of flags: each flagged output, prefilled with NaN, must come out with the bits of the plain op
  * adding into zeros; each unflagged one, prefilled with random values, with the bits of the plain
  * op adding into the same values. One column of the output gradient is -0 throughout, so that
@@ -178,6 +179,57 @@ static void test_position(mt_device *dev, int B) {
     free(d_out);
 }
 
+/* GELU backward over n elements, some of the output gradient -0 (0 + -0 is +0). */
+static void test_gelu(mt_device *dev, size_t n) {
+    float *x = rnd_vec(n), *d_out = rnd_vec(n);
+    for (size_t i = 0; i < n; i += 7) d_out[i] = -0.0f;
+    for (unsigned flags = 0; flags <= MT_OVERWRITE_D_IN; flags += MT_OVERWRITE_D_IN) {
+        out_buf din;
+        out_prepare(&din, n, flags != 0);
+        CHECK_OK(mt_op_gelu_backward(dev, x, d_out, din.want, n));
+        CHECK_OK(mt_op_gelu_backward_into(dev, x, d_out, din.got, n, flags));
+        out_check("gelu d_in", &din, flags);
+        out_free(&din);
+    }
+    float one = 0.0f;
+    mt_status st = mt_op_gelu_backward_into(dev, x, d_out, &one, n ? 1 : 0, MT_OVERWRITE_D_W);
+    CHECK_MSG(st == MT_ERR_INVALID_ARG, "gelu backward took MT_OVERWRITE_D_W (status %d)",
+              (int)st);
+    free(x);
+    free(d_out);
+}
+
+/* Attention backward: B sequences of T positions (T over the CPU's 64-row product blocks), NH
+ * heads of HD; one head's output gradient column -0 throughout. */
+static void test_attention(mt_device *dev, int B, int T) {
+    enum { NH = 3, HD = 8, W = NH * HD };
+    size_t rows = (size_t)B * T, nqkv = rows * 3 * W, natt = (size_t)B * NH * T * T;
+    float *qkv = rnd_vec(nqkv), *d_out = rnd_vec(rows * W);
+    float *y = malloc((rows ? rows : 1) * W * sizeof *y), *att = malloc((natt ? natt : 1) *
+                                                                          sizeof *att);
+    if (rows) negative_zero_column(d_out, rows, W, HD + 2);
+    CHECK_OK(mt_op_attention_forward(dev, qkv, B, T, NH, HD, y, att));
+    for (unsigned flags = 0; flags <= MT_OVERWRITE_D_IN; flags += MT_OVERWRITE_D_IN) {
+        out_buf dqkv;
+        out_prepare(&dqkv, nqkv, flags != 0);
+        CHECK_OK(mt_op_attention_backward(dev, d_out, qkv, att, B, T, NH, HD, dqkv.want));
+        CHECK_OK(mt_op_attention_backward_into(dev, d_out, qkv, att, B, T, NH, HD, dqkv.got,
+                                               flags));
+        char what[64];
+        snprintf(what, sizeof what, "attention d_qkv, %d x %d", B, T);
+        out_check(what, &dqkv, flags);
+        out_free(&dqkv);
+    }
+    mt_status st = mt_op_attention_backward_into(dev, d_out, qkv, att, B, T, NH, HD, qkv,
+                                                 MT_OVERWRITE_D_BIAS);
+    CHECK_MSG(st == MT_ERR_INVALID_ARG, "attention backward took MT_OVERWRITE_D_BIAS (status %d)",
+              (int)st);
+    free(qkv);
+    free(d_out);
+    free(y);
+    free(att);
+}
+
 int main(void) {
     mt_bf16_gemm_path path = MT_BF16_GEMM_F32;
     CHECK_OK(mt_cpu_bf16_gemm_path(&path, false));
@@ -194,8 +246,8 @@ int main(void) {
     test_linear(dev, 9, 13, 11, MT_F32);
     test_linear(dev, 256, 256, 192, MT_F32); /* the products split into blocks on the pool */
     test_linear(dev, 9, 13, 11, MT_BF16);
-    test_linear(dev, 256, 512, 160, MT_BF16); /* split into blocks on oneDNN too */
-    test_linear(dev, 256, 512, 384, MT_BF16); /* at least 2^24 multiply-adds per block */
+    test_linear(dev, 256, 512, 160, MT_BF16); /* one block per product on oneDNN */
+    test_linear(dev, 256, 512, 384, MT_BF16); /* 2 blocks of at least 2^24 multiply-adds */
     /* Thin products (a row or a column of C) and no rows at all: the flagged gradients of an
      * empty batch are zeros (sgemm is not called with an inner size of 0). */
     test_linear(dev, 1, 7, 1, MT_F32);
@@ -206,6 +258,10 @@ int main(void) {
     test_layernorm(dev, 0);
     test_position(dev, 3);
     test_position(dev, 0);
+    test_gelu(dev, 70000); /* several of the pool's chunks and a ragged vector tail */
+    test_gelu(dev, 0);
+    test_attention(dev, 2, 70);
+    test_attention(dev, 3, 9);
     mt_device_close(dev);
     return check_report("test_ops_overwrite");
 }

@@ -382,12 +382,12 @@ static int run(ctx *c, int vocab, const char *out, const char *ref) {
     mt_mem_stats ms;
     mt_device_mem_stats(mt_runtime_device(c->rt), &ms);
     /* All that stays is sequence parallelism's scratch, kept by the model's tp context at the
-     * largest call's size: the column backward's part and this rank's rows of its sum, behind
-     * the re-gathered input unless it was kept gathered (tp/tp_sequence.c). */
-    size_t n = (size_t)per * SEQ, rows = n / (size_t)c->tp_size, kept = 0;
+     * largest call's size: the column backward's part (its rows of the sum go straight into the
+     * input gradient, which the model overwrites), behind the re-gathered input unless it was
+     * kept gathered (tp/tp_sequence.c). */
+    size_t n = (size_t)per * SEQ, kept = 0;
     if (sequence_parallel && c->tp_size > 1)
-        kept = ((sequence_parallel == MT_GPT_SP_REGATHER ? n : 0) + n + rows) * D_MODEL *
-               sizeof(float);
+        kept = ((sequence_parallel == MT_GPT_SP_REGATHER ? n : 0) + n) * D_MODEL * sizeof(float);
     CHECK_MSG(ms.current[MT_MEM_ACTIVATIONS] == kept, "%zu activation bytes still allocated "
               "after the step (%zu kept sequence-parallel scratch expected)",
               ms.current[MT_MEM_ACTIVATIONS], kept);

@@ -1,13 +1,14 @@
 /* The tp linear backwards with no rows (n == 0; tp/tp_linear.c's mt_tp_backward_overwrite), in
  * one process on a tp context of size 1 filled in by hand (no mesh, no group):
  *   every backward that takes overwrite (column, row, and the sequence-parallel column,
- *   column kept gathered and row), f32 and bf16 weights, every combination of MT_OVERWRITE_D_W
- *   and MT_OVERWRITE_D_BIAS: d_w and d_b, filled with a sentinel, come out +0 where flagged (a
- *   rank with no rows is still their first writer: its gradient is that of nothing) and keep the
- *   sentinel where not; the input gradient is never touched;
+ *   column kept gathered and row), f32 and bf16 weights, every combination of MT_OVERWRITE_D_IN,
+ *   MT_OVERWRITE_D_W and MT_OVERWRITE_D_BIAS: d_w and d_b, filled with a sentinel, come out +0
+ *   where flagged (a rank with no rows is still their first writer: its gradient is that of
+ *   nothing) and keep the sentinel where not; the input gradient (no rows) is never touched,
+ *   flagged or not;
  *   a flagged d_b that is NULL is skipped, d_w still zeroed;
- *   MT_OVERWRITE_D_IN (alone or with the others) and unknown bits are MT_ERR_INVALID_ARG naming
- *   the layer and the flags, with nothing written. */
+ *   unknown bits (alone or with the known flags) are MT_ERR_INVALID_ARG naming the layer and the
+ *   flags, with nothing written. */
 #include "check.h"
 
 #include <meshtrain/device.h>
@@ -134,8 +135,8 @@ static void test_layer(const mt_tp_ctx *tp, const bufs *b, size_t l) {
     static const mt_dtype dtypes[2] = {MT_F32, MT_BF16};
     for (int d = 0; d < 2; d++) {
         mt_dtype wt = dtypes[d];
-        for (unsigned flags = 0; flags <= (MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS);
-             flags += MT_OVERWRITE_D_W) {
+        for (unsigned flags = 0;
+             flags <= (MT_OVERWRITE_D_IN | MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS); flags++) {
             reset(b);
             CHECK_OK(LAYERS[l].fn(tp, b, b->d_b, wt, flags));
             expect(name, b, true, flags, wt, "");
@@ -145,15 +146,15 @@ static void test_layer(const mt_tp_ctx *tp, const bufs *b, size_t l) {
         CHECK_OK(LAYERS[l].fn(tp, b, NULL, wt, MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS));
         expect(name, b, false, MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS, wt, ", d_b NULL");
     }
-    static const unsigned refused[] = {MT_OVERWRITE_D_IN, MT_OVERWRITE_D_IN | MT_OVERWRITE_D_W,
-                                       MT_OVERWRITE_D_IN | MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS,
-                                       8u, MT_OVERWRITE_D_W | 16u};
+    static const unsigned refused[] = {8u, MT_OVERWRITE_D_W | 16u,
+                                       MT_OVERWRITE_D_IN | MT_OVERWRITE_D_W | MT_OVERWRITE_D_BIAS |
+                                           32u};
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         char said[160];
         snprintf(said, sizeof said, "%s: overwrite flags 0x%x", LAYERS[l].what, refused[i]);
         reset(b);
         CHECK_ERR(LAYERS[l].fn(tp, b, b->d_b, MT_F32, refused[i]), MT_ERR_INVALID_ARG, said,
-                  "the input gradient accumulates");
+                  "only MT_OVERWRITE_D_IN, MT_OVERWRITE_D_W and MT_OVERWRITE_D_BIAS");
         expect(name, b, true, 0, MT_F32, ", refused");
     }
 }
