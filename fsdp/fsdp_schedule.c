@@ -17,14 +17,12 @@
 
 #include "core/clock.h"
 #include "core/debug_poison.h"
-#include "core/env.h"
 #include "core/error.h"
 
 #include <meshtrain/log.h>
 #include <meshtrain/ops.h>
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -355,7 +355,7 @@ static mt_status block_backward_run(mt_gpt *g, gpt_pass *pass, int l, const void
     int n = (int)pass->n, C = g->C, cl = g->c_local, fl = g->f_local;
     size_t N = pass->n, R = pass->rows;
     float *lg[4]; /* where the LayerNorm gradients go: block_ln_params' order */
-    const unsigned first = MT_OVERWRITE_D_IN; /* the op below writes d_in first */
+    const unsigned first = MT_OVERWRITE_D_IN; /* each op below is its d_in's first writer */
     MT_TRY(mt_model_act_alloc(dev, N * (size_t)fl, false, &d->d_fc_gelu));
     MT_TRY(mt_model_act_alloc(dev, N * (size_t)fl, false, &d->d_fc));
     MT_TRY(mt_model_act_alloc(dev, R * (size_t)C, false, &d->d_ln2));

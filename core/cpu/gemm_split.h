@@ -15,8 +15,8 @@
  * row_blocks x col_blocks packs op(A) col_blocks times and op(B) row_blocks times. A block's rows
  * and columns are at least this many where the shape allows (dimensions of at least twice this
  * are halved): the repacked floats then stay under 1/768 of the block's multiply-adds per
- * operand. At 8 blocks of 384 columns, the GPT's 256 x 768 x 3072 products spent 7-8% more
- * time than at 4 of 768 (docs/benchmarks.md, "Fewer, wider product blocks"). */
+ * operand. At 8 blocks of 384 columns, the GPT's 256 x 768 x 3072 products spent 6-11% more
+ * time than at 4 of 768 (1 and 2 threads; docs/benchmarks.md, "Fewer, wider product blocks"). */
 #define MT_CPU_GEMM_MIN_SPAN ((size_t)768)
 
 typedef struct mt_gemm_split {
