@@ -225,6 +225,25 @@ typedef mt_status (*cpu_map_grad_fn)(const float *saved, const float *d_out, flo
 typedef mt_status (*cuda_map_fn)(mt_device *dev, const float *in, float *out, size_t n);
 typedef mt_status (*cuda_map_grad_fn)(mt_device *dev, const float *saved, const float *d_out,
                                       float *d_in, size_t n);
+
+/* ---- backward ops that overwrite: shared checks ----------------------------------------------- */
+
+static mt_status check_overwrite(const char *op, unsigned overwrite, unsigned allowed) {
+    if (!(overwrite & ~allowed)) return MT_OK;
+    return mt_error(MT_ERR_INVALID_ARG, "%s: overwrite flags 0x%x name outputs it does not have "
+                    "(allowed: 0x%x, MT_OVERWRITE_* in ops.h)", op, overwrite, allowed);
+}
+
+/* Where a backend only adds (CUDA): the flagged outputs are zeroed first, which gives the bits
+ * the CPU's overwrite gives (it starts from 0 inside the op), at one more pass. */
+static mt_status zero_flagged(mt_device *dev, const char *op, unsigned overwrite, unsigned flag,
+                              float *p, size_t n) {
+    if (!(overwrite & flag) || !p || n == 0) return MT_OK;
+    mt_status st = mt_device_memset(dev, p, 0, n * sizeof(float), NULL);
+    if (st != MT_OK) return mt_error_wrap(st, "%s: zeroing an output it overwrites", op);
+    return MT_OK;
+}
+
 #ifdef MT_HAVE_CUDA
 #define CUDA_IMPL(f) (f)
 #else
@@ -527,9 +546,6 @@ mt_status mt_op_attention_forward(mt_device *dev, const float *qkv, int batch, i
                    mt_cuda_op_attention_forward(dev, qkv, batch, seq, heads, head_dim, out, att));
 }
 
-static mt_status zero_flagged(mt_device *dev, const char *op, unsigned overwrite, unsigned flag,
-                              float *p, size_t n);
-
 static mt_status attention_backward(mt_device *dev, const char *op, const float *d_out,
                                     const float *qkv, const float *att, int batch, int seq,
                                     int heads, int head_dim, float *d_qkv, unsigned overwrite) {
@@ -617,22 +633,6 @@ mt_status mt_op_xent_loss_backward(mt_device *dev, const float *logits, const in
 
 /* ---- backward ops that overwrite ------------------------------------------------------------- */
 
-static mt_status check_overwrite(const char *op, unsigned overwrite, unsigned allowed) {
-    if (!(overwrite & ~allowed)) return MT_OK;
-    return mt_error(MT_ERR_INVALID_ARG, "%s: overwrite flags 0x%x name outputs it does not have "
-                    "(allowed: 0x%x, MT_OVERWRITE_* in ops.h)", op, overwrite, allowed);
-}
-
-/* Where a backend only adds (CUDA): the flagged outputs are zeroed first, which gives the bits
- * the CPU's overwrite gives (it starts from 0 inside the op), at one more pass. */
-static mt_status zero_flagged(mt_device *dev, const char *op, unsigned overwrite, unsigned flag,
-                              float *p, size_t n) {
-    if (!(overwrite & flag) || !p || n == 0) return MT_OK;
-    mt_status st = mt_device_memset(dev, p, 0, n * sizeof(float), NULL);
-    if (st != MT_OK) return mt_error_wrap(st, "%s: zeroing an output it overwrites", op);
-    return MT_OK;
-}
-
 mt_status mt_op_linear_backward_into(mt_device *dev, const float *d_out, const float *in,
                                      const void *w, mt_dtype w_dtype, float *d_in, float *d_w,
                                      float *d_bias, int batch, int in_features, int out_features,
@@ -697,14 +697,14 @@ mt_status mt_op_gelu_backward_into(mt_device *dev, const float *in, const float 
                                    float *d_in, size_t n, unsigned overwrite) {
     static const char *op = "gelu_backward_into";
     MT_TRY(check_overwrite(op, overwrite, MT_OVERWRITE_D_IN));
-    if (!overwrite) return mt_op_gelu_backward(dev, in, d_out, d_in, n);
-    if (on_cpu(dev))
-        return activation_backward(dev, op, in, "the input", d_out, d_in, n,
-                                   cpu_gelu_backward_overwrite, NULL);
-    MT_TRY(check_elementwise(dev, op, n, in, "the input", d_out, "the output gradient", d_in,
-                             "the input gradient"));
-    MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_IN, d_in, n));
-    return mt_op_gelu_backward(dev, in, d_out, d_in, n);
+    if (overwrite && !on_cpu(dev)) {
+        MT_TRY(check_elementwise(dev, op, n, in, "the input", d_out, "the output gradient", d_in,
+                                 "the input gradient"));
+        MT_TRY(zero_flagged(dev, op, overwrite, MT_OVERWRITE_D_IN, d_in, n));
+    }
+    return activation_backward(dev, op, in, "the input", d_out, d_in, n,
+                               overwrite ? cpu_gelu_backward_overwrite : cpu_gelu_backward_add,
+                               CUDA_IMPL(mt_cuda_op_gelu_backward));
 }
 
 mt_status mt_op_attention_backward_into(mt_device *dev, const float *d_out, const float *qkv,
