@@ -1,4 +1,4 @@
-/* bf16 products on oneDNN's matmul primitive (core/cpu/gemm_dnnl.h).
+/* bf16 and f32 products on oneDNN's matmul primitive (core/cpu/gemm_dnnl.h).
  *
  * Threads: the rank's pool runs the blocks of C (cut by core/cpu/gemm_split.h from the shape
  * alone, as the f32 products are), and each block is one oneDNN call on the calling thread with
@@ -10,14 +10,16 @@
  * back after, leaving the caller's own OpenMP use as it was.
  *
  * Primitives: creating one costs a millisecond or more, so they are made once per (block shape,
- * transposes, leading dimensions, alpha, beta) and kept for the process in a small table under a
+ * transposes, leading dimensions, operand type, alpha, beta) and kept for the process in a small table under a
  * lock; steady state creates none. A primitive may run on several threads at once when each
  * brings its own scratchpad (oneDNN's user scratchpad mode) and stream: both are per thread
  * here, kept in thread-specific storage and freed when the thread exits. The memory objects
  * that wrap the caller's pointers are made per call (they allocate nothing of the data's size).
  *
  * beta is a sum post-op (dst = beta dst + alpha A B), alpha an output scale; without beta the
- * primitive overwrites C, as BLAS does. Transposes are strides of the memory descriptors. */
+ * primitive overwrites C, as BLAS does. Transposes are strides of the memory descriptors. The
+ * floating-point mode is set strict on every primitive, so that a default that a user's
+ * ONEDNN_DEFAULT_FPMATH_MODE names (bf16, say) never rounds the f32 products' operands down. */
 #include "core/cpu/gemm_dnnl.h"
 
 #include "core/cpu/gemm_split.h"
@@ -56,10 +58,11 @@ builds on OpenMP or sequential, not this one's threading runtime"
 typedef struct prim_key {
     int m, n, k, lda, ldb, ldc;
     int ta, tb;
+    int ab_type; /* dnnl_data_type_t of A and B (bf16 or f32); C is f32 */
     float alpha, beta;
 } prim_key;
 /* No padding, whose bytes a struct copy need not keep. */
-_Static_assert(sizeof(prim_key) == 8 * sizeof(int) + 2 * sizeof(float), "prim_key is padded");
+_Static_assert(sizeof(prim_key) == 9 * sizeof(int) + 2 * sizeof(float), "prim_key is padded");
 
 typedef struct prim_entry {
     prim_key key;
@@ -153,13 +156,16 @@ static prim_entry *entry_create(const prim_key *key, dnnl_fail *fail) {
     dnnl_dims_t b_str = {key->tb ? 1 : key->ldb, key->tb ? key->ldb : 1};
     dnnl_dims_t c_str = {key->ldc, 1};
     dnnl_matmul_desc_t desc;
-    DNNL_TRY(dnnl_memory_desc_init_by_strides(&e->a_md, 2, a_dims, dnnl_bf16, a_str), "A's layout");
-    DNNL_TRY(dnnl_memory_desc_init_by_strides(&e->b_md, 2, b_dims, dnnl_bf16, b_str), "B's layout");
+    dnnl_data_type_t ab = (dnnl_data_type_t)key->ab_type;
+    DNNL_TRY(dnnl_memory_desc_init_by_strides(&e->a_md, 2, a_dims, ab, a_str), "A's layout");
+    DNNL_TRY(dnnl_memory_desc_init_by_strides(&e->b_md, 2, b_dims, ab, b_str), "B's layout");
     DNNL_TRY(dnnl_memory_desc_init_by_strides(&e->c_md, 2, c_dims, dnnl_f32, c_str), "C's layout");
     DNNL_TRY(dnnl_matmul_desc_init(&desc, &e->a_md, &e->b_md, NULL, &e->c_md), "the matmul");
     DNNL_TRY(dnnl_primitive_attr_create(&attr), "the attributes");
     DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user),
              "the user scratchpad mode");
+    DNNL_TRY(dnnl_primitive_attr_set_fpmath_mode(attr, dnnl_fpmath_mode_strict),
+             "the strict floating-point mode");
     if (key->alpha != 1.0f)
         DNNL_TRY(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key->alpha), "alpha");
     if (key->beta != 0.0f) {
@@ -232,7 +238,7 @@ static thread_state *thread_state_get(dnnl_fail *fail) {
 }
 
 /* One block: C (key's m x n at c) = alpha op(A) op(B) + beta C, on this thread. */
-static void run_block(const prim_key *key, const uint16_t *a, const uint16_t *b, float *c,
+static void run_block(const prim_key *key, const void *a, const void *b, float *c,
                       dnnl_fail *fail) {
     int prev = one_thread_begin();
     bool owned = false;
@@ -273,7 +279,8 @@ out:
 
 typedef struct dnnl_job {
     prim_key full; /* the whole product's key; blocks change m or n */
-    const uint16_t *a, *b;
+    const char *a, *b; /* bytes: elem_size per element */
+    size_t elem_size;
     float *c;
     mt_gemm_split split;
     dnnl_fail fails[MT_CPU_GEMM_MAX_BLOCKS]; /* per block (chunk index): no two threads share */
@@ -286,28 +293,33 @@ static void dnnl_block(void *ctx, size_t chunk, size_t begin, size_t end) {
     mt_cpu_gemm_block(&j->split, j->full.m, j->full.n, chunk, &r0, &r1, &c0, &c1);
     prim_key key = j->full;
     key.m = (int)(r1 - r0), key.n = (int)(c1 - c0);
-    const uint16_t *a = j->full.ta ? j->a + r0 : j->a + r0 * (size_t)j->full.lda;
-    const uint16_t *b = j->full.tb ? j->b + c0 * (size_t)j->full.ldb : j->b + c0;
+    size_t es = j->elem_size;
+    const char *a = j->full.ta ? j->a + r0 * es : j->a + r0 * (size_t)j->full.lda * es;
+    const char *b = j->full.tb ? j->b + c0 * (size_t)j->full.ldb * es : j->b + c0 * es;
     run_block(&key, a, b, j->c + r0 * (size_t)j->full.ldc + c0, &j->fails[chunk]);
 }
 
-mt_status mt_cpu_dnnl_gemm_bf16(const char *op, bool trans_a, bool trans_b, int m, int n, int k,
-                                float alpha, const uint16_t *a, const uint16_t *b, float beta,
-                                float *c) {
+/* C = alpha op(A) op(B) + beta C with A and B of oneDNN type ab (elem_size bytes each). */
+static mt_status dnnl_matmul_blocks(const char *op, const char *type_name, dnnl_data_type_t ab,
+                           size_t elem_size, bool trans_a, bool trans_b, int m, int n, int k,
+                           float alpha, const void *a, const void *b, float beta, float *c,
+                           double min_block_macs) {
     pthread_once(&g_once, init_once);
     if (g_init_status != dnnl_success)
-        return mt_error(MT_ERR_UNSUPPORTED, "%s (bf16, oneDNN): %s failed: %s", op, g_init_what,
-                        dnnl_status2str(g_init_status));
+        return mt_error(MT_ERR_UNSUPPORTED, "%s (%s, oneDNN): %s failed: %s", op, type_name,
+                        g_init_what, dnnl_status2str(g_init_status));
     dnnl_job *job = calloc(1, sizeof *job);
     if (!job)
-        return mt_error(MT_ERR_OUT_OF_MEMORY, "%s (bf16, oneDNN): no memory for the job", op);
+        return mt_error(MT_ERR_OUT_OF_MEMORY, "%s (%s, oneDNN): no memory for the job", op,
+                        type_name);
     memset(&job->full, 0, sizeof job->full);
     job->full.m = m, job->full.n = n, job->full.k = k;
     job->full.lda = trans_a ? m : k, job->full.ldb = trans_b ? k : n, job->full.ldc = n;
     job->full.ta = trans_a, job->full.tb = trans_b;
+    job->full.ab_type = (int)ab;
     job->full.alpha = alpha, job->full.beta = beta;
-    job->a = a, job->b = b, job->c = c;
-    job->split = mt_cpu_gemm_split(m, n, k, MT_DNNL_MIN_BLOCK_MACS);
+    job->a = a, job->b = b, job->elem_size = elem_size, job->c = c;
+    job->split = mt_cpu_gemm_split(m, n, k, min_block_macs);
     size_t blocks = job->split.row_blocks * job->split.col_blocks;
     mt_status st = MT_OK;
     if (blocks == 1) dnnl_block(job, 0, 0, 1);
@@ -319,13 +331,27 @@ mt_status mt_cpu_dnnl_gemm_bf16(const char *op, bool trans_a, bool trans_b, int 
                          : f->status == dnnl_unimplemented ? MT_ERR_UNSUPPORTED
                                                            : MT_ERR_INTERNAL;
         st = mt_error(code,
-                      "%s (bf16, oneDNN): %s for the %dx%dx%d product (%s%s, block %zu) failed: "
+                      "%s (%s, oneDNN): %s for the %dx%dx%d product (%s%s, block %zu) failed: "
                       "%s",
-                      op, f->what, m, n, k, trans_a ? "A^T" : "A", trans_b ? " B^T" : " B", i,
-                      dnnl_status2str(f->status));
+                      op, type_name, f->what, m, n, k, trans_a ? "A^T" : "A",
+                      trans_b ? " B^T" : " B", i, dnnl_status2str(f->status));
     }
     free(job);
     return st;
+}
+
+mt_status mt_cpu_dnnl_gemm_bf16(const char *op, bool trans_a, bool trans_b, int m, int n, int k,
+                                float alpha, const uint16_t *a, const uint16_t *b, float beta,
+                                float *c) {
+    return dnnl_matmul_blocks(op, "bf16", dnnl_bf16, sizeof *a, trans_a, trans_b, m, n, k, alpha, a, b,
+                     beta, c, MT_DNNL_MIN_BLOCK_MACS);
+}
+
+mt_status mt_cpu_dnnl_gemm_f32(const char *op, bool trans_a, bool trans_b, int m, int n, int k,
+                               float alpha, const float *a, const float *b, float beta, float *c,
+                               double min_block_macs) {
+    return dnnl_matmul_blocks(op, "f32", dnnl_f32, sizeof *a, trans_a, trans_b, m, n, k, alpha, a, b,
+                     beta, c, min_block_macs);
 }
 
 size_t mt_cpu_dnnl_primitives(void) {
@@ -338,6 +364,16 @@ size_t mt_cpu_dnnl_primitives(void) {
 bool mt_cpu_dnnl_native_bf16(void) {
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
+}
+
+bool mt_cpu_dnnl_avx512(void) {
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_avx512_core:
+    case dnnl_cpu_isa_avx512_core_vnni:
+    case dnnl_cpu_isa_avx512_core_bf16:
+    case dnnl_cpu_isa_avx512_core_amx: return true;
+    default: return false;
+    }
 }
 
 bool mt_cpu_dnnl_amx(void) {

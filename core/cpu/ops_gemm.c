@@ -1,6 +1,8 @@
 /* f32 matrix products on the CPU device (mt_op_gemm and the linears' products): OpenBLAS's
  * sgemm, called by the rank's pool on blocks of C, with OpenBLAS itself on one thread
- * (core/thread_pool.c sets it so). Why: OpenBLAS's pthreads build keeps its own workers, which
+ * (core/thread_pool.c sets it so), or, where core/cpu/f32_gemm_path.h chooses it, oneDNN's f32
+ * matmul on the same blocks (core/cpu/gemm_dnnl.c; products under
+ * MT_F32_GEMM_ONEDNN_MIN_MACS stay on OpenBLAS). Why OpenBLAS at one thread: OpenBLAS's pthreads build keeps its own workers, which
  * spin-wait after every call beside the pool's threads, so a rank ran up to twice as many busy
  * threads as cores (docs/benchmarks.md, "CPU ops, round 2"); and OpenBLAS's own split of a
  * product over its threads changes the bits with the thread count (tests/core/
@@ -16,6 +18,8 @@
  * with their own minimum). */
 #include "core/cpu/ops_cpu.h"
 
+#include "core/cpu/f32_gemm_path.h"
+#include "core/cpu/gemm_dnnl.h"
 #include "core/cpu/gemm_split.h"
 #include "core/cpu/parallel.h"
 
@@ -60,6 +64,12 @@ mt_status mt_cpu_op_gemm(bool trans_a, bool trans_b, int m, int n, int k, float 
         for (size_t i = 0; i < total; i++) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
         return MT_OK;
     }
+    mt_f32_gemm_path path;
+    MT_TRY(mt_cpu_f32_gemm_path(&path, true));
+    if (path == MT_F32_GEMM_ONEDNN &&
+        (double)m * (double)n * (double)k >= MT_F32_GEMM_ONEDNN_MIN_MACS)
+        return mt_cpu_dnnl_gemm_f32("gemm", trans_a, trans_b, m, n, k, alpha, a, b, beta, c,
+                                    MT_CPU_GEMM_MIN_BLOCK_MACS);
     /* The pool first, even for one block: creating it sets OpenBLAS to one thread, without
      * which a one-block product would run on OpenBLAS's own threads and their bits. */
     mt_thread_pool *pool = NULL;

@@ -39,8 +39,22 @@ mt_add_unit_test(test_env_clock SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_env_clock
 # bf16 products on oneDNN included, which must start no OpenMP threads.
 mt_add_unit_test(test_cpu_ops_threads SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_ops_threads.c
                  TIMEOUT 60 LABELS core gpt)
+# And on each f32 product path (core/cpu/f32_gemm_path.h) whatever the CPU would choose: OpenBLAS,
+# and oneDNN's f32 matmul (which every x86-64 CPU runs, at some instruction-set level).
+foreach(path openblas onednn)
+  add_test(NAME test_cpu_ops_threads_${path} COMMAND test_cpu_ops_threads)
+  math(EXPR t "60 * ${MT_TEST_TIMEOUT_FACTOR}")
+  set_tests_properties(test_cpu_ops_threads_${path} PROPERTIES TIMEOUT ${t}
+                       LABELS "unit;core;gpt" ENVIRONMENT "MT_CPU_F32_GEMM=${path}")
+endforeach()
+# A value that names no f32 path fails the first f32 product with a message that says which.
+add_test(NAME test_cpu_ops_threads_bad_path COMMAND test_cpu_ops_threads)
+set_tests_properties(test_cpu_ops_threads_bad_path PROPERTIES TIMEOUT 60 LABELS "unit;core"
+                     ENVIRONMENT "MT_CPU_F32_GEMM=mkl"
+                     PASS_REGULAR_EXPRESSION "MT_CPU_F32_GEMM='mkl': expected onednn, openblas or auto")
 # A one-block product issued before the rank's pool exists (a fresh process's first, OpenBLAS
 # at 4 threads) gives one single-threaded sgemm's bits, as after the pool, on pools of 1, 2, 3
 # and 7 threads (core/cpu/ops_gemm.c creates the pool first, which puts OpenBLAS on 1 thread).
+# A test of the OpenBLAS path, whichever path the CPU would choose.
 mt_add_unit_test(test_gemm_pool_first SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_pool_first.c
-                 TIMEOUT 60 LABELS core)
+                 TIMEOUT 60 LABELS core ENV MT_CPU_F32_GEMM=openblas)

@@ -7,7 +7,8 @@
  * tanh must stay within 3e-6 * (1 + |reference|) of libm's tanhf formula (docs/cpu-kernels.md).
  * The GELU kernels of every vector width this CPU runs give the same bits, specials included, and
  * so do the sum-of-squares kernels.
- * Matrix products (blocks of C cut by shape on the pool, OpenBLAS on 1 thread each) must stay
+ * Matrix products (blocks of C cut by shape on the pool, each on one thread of OpenBLAS or of
+ * oneDNN's f32 matmul, as core/cpu/f32_gemm_path.h and MT_CPU_F32_GEMM choose) must stay
  * within 3e-5 relative of one single-threaded sgemm call (the blocks' tiles may round otherwise),
  * and the sum of squares must give the bits of its fixed chunked order. The cross-entropy's
  * vectorised row maximum must give the loop's bits on rows of NaNs, signed zeros and
