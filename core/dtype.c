@@ -1,6 +1,7 @@
 /* Element types and f32 <-> bf16 conversion. bf16 is the upper half of a binary32, so widening is
  * a shift and narrowing is a rounding of the lower 16 bits. */
 #include "core/bf16_inline.h"
+#include "core/cpu/cast_kernels.h"
 #include "core/error.h"
 
 #include <meshtrain/dtype.h>
@@ -45,10 +46,11 @@ mt_bf16 mt_f32_to_bf16(float value) { return mt_bf16_round(value); }
 
 float mt_bf16_to_f32(mt_bf16 value) { return mt_bf16_widen(value); }
 
+/* The arrays: the widest build of the same rules this CPU runs (core/cpu/cast_vec.h). */
 void mt_f32_to_bf16_array(const float *src, mt_bf16 *dst, size_t count) {
-    for (size_t i = 0; i < count; i++) dst[i] = mt_bf16_round(src[i]);
+    mt_cast_narrow_pick()(src, dst, count);
 }
 
 void mt_bf16_to_f32_array(const mt_bf16 *src, float *dst, size_t count) {
-    for (size_t i = 0; i < count; i++) dst[i] = mt_bf16_widen(src[i]);
+    mt_cast_widen_pick()(src, dst, count);
 }

@@ -7,6 +7,7 @@ bool mt_cpu_has(mt_cpu_feature feature) {
 #if defined(__x86_64__) || defined(__i386__)
     case MT_CPU_AVX2: return __builtin_cpu_supports("avx2");
     case MT_CPU_AVX512F: return __builtin_cpu_supports("avx512f");
+    case MT_CPU_AVX512BW: return __builtin_cpu_supports("avx512bw");
     case MT_CPU_AVX512_BF16: return __builtin_cpu_supports("avx512bf16");
     case MT_CPU_AMX_BF16: return __builtin_cpu_supports("amx-bf16");
 #endif

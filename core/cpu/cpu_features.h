@@ -8,6 +8,7 @@
 typedef enum {
     MT_CPU_AVX2,
     MT_CPU_AVX512F,
+    MT_CPU_AVX512BW,    /* byte and word lanes in AVX-512 registers (vpmovdw's narrowing) */
     MT_CPU_AVX512_BF16, /* bf16 dot products in AVX-512 registers (vdpbf16ps) */
     MT_CPU_AMX_BF16,    /* bf16 tile products (Sapphire Rapids and later) */
     MT_CPU_FEATURE_COUNT

@@ -1,12 +1,18 @@
-/* dtype names and f32 <-> bf16 conversion on the edge cases of round-to-nearest-even. */
+/* dtype names and f32 <-> bf16 conversion on the edge cases of round-to-nearest-even; every
+ * build of the array conversions this CPU runs (core/cpu/cast_vec.h) against the scalar rule. */
 #include "check.h"
 #include "numeric.h"
+
+#include "core/cpu/cast_kernels.h"
+#include "core/cpu/cpu_features.h"
 
 #include <meshtrain/dtype.h>
 
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool bf16_is_nan(mt_bf16 b) { return (b & 0x7f80u) == 0x7f80u && (b & 0x007fu) != 0; }
@@ -147,6 +153,54 @@ static void test_arrays(void) {
     mt_f32_to_bf16_array(src, narrow, 0); /* zero elements: nothing to do, nothing to crash */
 }
 
+/* Each build of the array conversions this CPU runs gives the scalar rule's bits: every upper
+ * half with the lower halves around a tie (so every NaN payload, infinity, denormal and carry),
+ * then every bf16 widened, on lengths that leave every vector tail. */
+static void test_array_builds(void) {
+    static const uint32_t lows[] = {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu};
+    enum { NLOW = sizeof lows / sizeof *lows, N = 65536 * NLOW };
+    const struct {
+        const char *name;
+        bool runs;
+        mt_cast_narrow_fn narrow;
+        mt_cast_widen_fn widen;
+    } builds[] = {
+        {"generic", true, mt_cast_f32_to_bf16_generic, mt_cast_bf16_to_f32_generic},
+        {"avx2", mt_cpu_has(MT_CPU_AVX2), mt_cast_f32_to_bf16_avx2, mt_cast_bf16_to_f32_avx2},
+        {"avx512", mt_cpu_has(MT_CPU_AVX512F) && mt_cpu_has(MT_CPU_AVX512BW),
+         mt_cast_f32_to_bf16_avx512, mt_cast_bf16_to_f32_avx512},
+    };
+    float *src = malloc(N * sizeof *src), *wide = malloc(65536 * sizeof *wide);
+    mt_bf16 *narrow = malloc(N * sizeof *narrow), *all = malloc(65536 * sizeof *all);
+    CHECK(src && wide && narrow && all);
+    if (!src || !wide || !narrow || !all) goto out;
+    for (uint32_t hi = 0; hi < 65536; hi++) {
+        all[hi] = (mt_bf16)hi;
+        for (int l = 0; l < NLOW; l++) src[hi * NLOW + l] = test_f32_from_bits(hi << 16 | lows[l]);
+    }
+    for (size_t b = 0; b < sizeof builds / sizeof *builds; b++) {
+        if (!builds[b].runs) continue;
+        int bad = 0;
+        /* Whole, then short lengths from odd offsets: every tail a vector loop leaves. */
+        builds[b].narrow(src, narrow, N);
+        for (size_t i = 0; i < N; i++) bad += narrow[i] != mt_f32_to_bf16(src[i]);
+        for (size_t len = 1; len <= 40; len++) {
+            size_t at = 1000 * len + len;
+            memset(narrow + at, 0xab, (len + 1) * sizeof *narrow);
+            builds[b].narrow(src + at, narrow + at, len);
+            for (size_t i = 0; i < len; i++) bad += narrow[at + i] != mt_f32_to_bf16(src[at + i]);
+            bad += narrow[at + len] != 0xababu; /* nothing written past the end */
+        }
+        builds[b].widen(all, wide, 65536);
+        for (uint32_t hi = 0; hi < 65536; hi++) bad += test_f32_bits(wide[hi]) != hi << 16;
+        CHECK_MSG(bad == 0, "the %s build of the bf16 casts differs from the scalar rule in %d "
+                  "elements", builds[b].name, bad);
+        printf("bf16 casts: %s build checked\n", builds[b].name);
+    }
+out:
+    free(src), free(wide), free(narrow), free(all);
+}
+
 int main(void) {
     test_names();
     test_special_values();
@@ -155,5 +209,6 @@ int main(void) {
     test_ties();
     test_round_trip_all();
     test_arrays();
+    test_array_builds();
     return check_report("test_dtype");
 }
