@@ -111,10 +111,52 @@ static void test_many(void) {
     mt_reduce_many(MT_F32, MT_REDUCE_SUM, 0, in, z, 0); /* count 0 touches nothing */
 }
 
+/* Final outputs of 256 KiB and more take the streaming stores (comm/reduce.c): the same values
+ * as the plain loops, from a destination that starts off a 16-byte boundary, in place on an
+ * input, with a tail that is not a whole vector, and nothing written outside the output. */
+static void test_streamed_outputs(void) {
+    enum { N = 70001, PAD = 8 };
+    static float a[N + PAD], b[N + PAD], c[N + PAD], d[N + 2 * PAD];
+    for (int i = 0; i < N + PAD; i++) {
+        a[i] = (float)(i % 11) * 0.25f;
+        b[i] = (float)(i % 13) - 6.0f;
+        c[i] = (float)(i % 3) * 1.5f;
+    }
+    for (int i = 0; i < N + 2 * PAD; i++) d[i] = -99.0f;
+    float *out = d + 1; /* 4 bytes past whatever alignment d has */
+    mt_reduce_pair(MT_F32, MT_REDUCE_SUM, true, 2, out, a + 1, b + 1, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += out[i] != a[i + 1] + b[i + 1];
+    bad += d[0] != -99.0f;
+    for (int i = N + 1; i < N + 2 * PAD; i++) bad += d[i] != -99.0f;
+    CHECK_MSG(bad == 0, "%d wrong elements in a streamed f32 sum", bad);
+    mt_reduce_pair(MT_F32, MT_REDUCE_AVG, true, 3, out, a + 1, b + 1, N);
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += out[i] != (a[i + 1] + b[i + 1]) / 3.0f;
+    CHECK_MSG(bad == 0, "%d wrong elements in a streamed f32 avg", bad);
+    /* In place on its first input. */
+    static float acc[N];
+    for (int i = 0; i < N; i++) acc[i] = a[i];
+    mt_reduce_pair(MT_F32, MT_REDUCE_SUM, true, 2, acc, acc, b, N);
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += acc[i] != a[i] + b[i];
+    CHECK_MSG(bad == 0, "%d wrong elements in a streamed in-place sum", bad);
+    /* Many inputs, in place on the second, off alignment. */
+    for (int i = 0; i < N + PAD; i++) b[i] = (float)(i % 13) - 6.0f;
+    const void *in[3] = {a + 3, b + 3, c + 3};
+    mt_reduce_many(MT_F32, MT_REDUCE_SUM, 3, in, b + 3, N);
+    bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += b[i + 3] != (a[i + 3] + ((float)((i + 3) % 13) - 6.0f)) + c[i + 3];
+    for (int i = N + 3; i < N + PAD; i++) bad += b[i] != (float)(i % 13) - 6.0f;
+    CHECK_MSG(bad == 0, "%d wrong elements in a streamed sum of 3 inputs", bad);
+}
+
 int main(void) {
     test_f32_pair();
     test_bf16_pair();
     test_bf16_rounding_matches_dtype();
     test_many();
+    test_streamed_outputs();
     return check_report("test_reduce");
 }
