@@ -58,7 +58,8 @@ static void tell(void) {
         fprintf(stderr, "meshtrain: bf16 products: oneDNN %s (%s)\n", mt_cpu_dnnl_isa_name(),
                 g_why);
     else
-        fprintf(stderr, "meshtrain: bf16 products: widened to f32, the f32 products' path (%s)\n", g_why);
+        fprintf(stderr, "meshtrain: bf16 products: widened to f32, the f32 products' path (%s)\n",
+                g_why);
 }
 
 mt_status mt_cpu_bf16_gemm_path(mt_bf16_gemm_path *path, bool announce) {

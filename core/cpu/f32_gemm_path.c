@@ -1,7 +1,7 @@
 /* The CPU's f32 product path (core/cpu/f32_gemm_path.h): decided once per process. Why these
  * rules (docs/benchmarks.md, "f32 products on oneDNN"): on an Intel Xeon with AVX-512 and AMX
  * (oneDNN's avx512_core brgemm kernels for f32), the GPT's training step took 0.89 of its
- * OpenBLAS time at one rank of 2 threads and 0.81-0.82 at 2 and 4 ranks of one thread, although
+ * OpenBLAS time at one rank of 2 threads and 0.81-0.83 at 2 and 4 ranks of one thread, although
  * the same products alone, their operands hot in the caches, ran within a few percent of
  * OpenBLAS's (some faster, the d_in products 25% slower): in the step the operands come from
  * memory, and OpenBLAS packs both of them (and zeroes C before it adds into it) where oneDNN's
@@ -9,8 +9,8 @@
  * before. */
 #include "core/cpu/f32_gemm_path.h"
 
-#include "core/cpu/gemm_dnnl.h"
 #include "core/cpu/cpu_features.h"
+#include "core/cpu/gemm_dnnl.h"
 #include "core/error.h"
 
 #include <pthread.h>

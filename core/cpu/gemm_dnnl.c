@@ -10,10 +10,10 @@
  * back after, leaving the caller's own OpenMP use as it was.
  *
  * Primitives: creating one costs a millisecond or more, so they are made once per (block shape,
- * transposes, leading dimensions, operand type, alpha, beta) and kept for the process in a small table under a
- * lock; steady state creates none. A primitive may run on several threads at once when each
- * brings its own scratchpad (oneDNN's user scratchpad mode) and stream: both are per thread
- * here, kept in thread-specific storage and freed when the thread exits. The memory objects
+ * transposes, leading dimensions, operand type, alpha, beta) and kept for the process in a small
+ * table under a lock; steady state creates none. A primitive may run on several threads at once
+ * when each brings its own scratchpad (oneDNN's user scratchpad mode) and stream: both are per
+ * thread here, kept in thread-specific storage and freed when the thread exits. The memory objects
  * that wrap the caller's pointers are made per call (they allocate nothing of the data's size).
  *
  * beta is a sum post-op (dst = beta dst + alpha A B), alpha an output scale; without beta the
@@ -301,9 +301,9 @@ static void dnnl_block(void *ctx, size_t chunk, size_t begin, size_t end) {
 
 /* C = alpha op(A) op(B) + beta C with A and B of oneDNN type ab (elem_size bytes each). */
 static mt_status dnnl_matmul_blocks(const char *op, const char *type_name, dnnl_data_type_t ab,
-                           size_t elem_size, bool trans_a, bool trans_b, int m, int n, int k,
-                           float alpha, const void *a, const void *b, float beta, float *c,
-                           double min_block_macs) {
+                                    size_t elem_size, bool trans_a, bool trans_b, int m, int n,
+                                    int k, float alpha, const void *a, const void *b, float beta,
+                                    float *c, double min_block_macs) {
     pthread_once(&g_once, init_once);
     if (g_init_status != dnnl_success)
         return mt_error(MT_ERR_UNSUPPORTED, "%s (%s, oneDNN): %s failed: %s", op, type_name,
@@ -343,15 +343,15 @@ static mt_status dnnl_matmul_blocks(const char *op, const char *type_name, dnnl_
 mt_status mt_cpu_dnnl_gemm_bf16(const char *op, bool trans_a, bool trans_b, int m, int n, int k,
                                 float alpha, const uint16_t *a, const uint16_t *b, float beta,
                                 float *c) {
-    return dnnl_matmul_blocks(op, "bf16", dnnl_bf16, sizeof *a, trans_a, trans_b, m, n, k, alpha, a, b,
-                     beta, c, MT_DNNL_MIN_BLOCK_MACS);
+    return dnnl_matmul_blocks(op, "bf16", dnnl_bf16, sizeof *a, trans_a, trans_b, m, n, k, alpha,
+                              a, b, beta, c, MT_DNNL_MIN_BLOCK_MACS);
 }
 
 mt_status mt_cpu_dnnl_gemm_f32(const char *op, bool trans_a, bool trans_b, int m, int n, int k,
                                float alpha, const float *a, const float *b, float beta, float *c,
                                double min_block_macs) {
-    return dnnl_matmul_blocks(op, "f32", dnnl_f32, sizeof *a, trans_a, trans_b, m, n, k, alpha, a, b,
-                     beta, c, min_block_macs);
+    return dnnl_matmul_blocks(op, "f32", dnnl_f32, sizeof *a, trans_a, trans_b, m, n, k, alpha, a,
+                              b, beta, c, min_block_macs);
 }
 
 size_t mt_cpu_dnnl_primitives(void) {

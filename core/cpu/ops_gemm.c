@@ -1,11 +1,11 @@
 /* f32 matrix products on the CPU device (mt_op_gemm and the linears' products): OpenBLAS's
  * sgemm, called by the rank's pool on blocks of C, with OpenBLAS itself on one thread
  * (core/thread_pool.c sets it so), or, where core/cpu/f32_gemm_path.h chooses it, oneDNN's f32
- * matmul on the same blocks (core/cpu/gemm_dnnl.c; products under
- * MT_F32_GEMM_ONEDNN_MIN_MACS stay on OpenBLAS). Why OpenBLAS at one thread: OpenBLAS's pthreads build keeps its own workers, which
- * spin-wait after every call beside the pool's threads, so a rank ran up to twice as many busy
- * threads as cores (docs/benchmarks.md, "CPU ops, round 2"); and OpenBLAS's own split of a
- * product over its threads changes the bits with the thread count (tests/core/
+ * matmul on the same blocks (core/cpu/gemm_dnnl.c; products under MT_F32_GEMM_ONEDNN_MIN_MACS
+ * stay on OpenBLAS). Why OpenBLAS at one thread: OpenBLAS's pthreads build keeps its own
+ * workers, which spin-wait after every call beside the pool's threads, so a rank ran up to twice
+ * as many busy threads as cores (docs/benchmarks.md, "CPU ops, round 2"); and OpenBLAS's own
+ * split of a product over its threads changes the bits with the thread count (tests/core/
  * test_cpu_ops_threads.c saw it with OpenBLAS 0.3.21 on 2, 3 and 7 threads).
  *
  * Same bits on any thread count, by construction: the blocks are cut from the product's shape

@@ -4,9 +4,9 @@
  * so the same bits whatever the split, and the accuracy the tp equivalence tests rely on. The
  * lanes are independent dependency chains that the compiler vectorises; one chain in channel
  * order, as before, bounded a row by the latency of its additions (docs/cpu-kernels.md,
- * "LayerNorm"). d_gamma and d_beta sum
- * over rows, so the backward runs twice over the rows: once split by rows for d_in, once split
- * by columns for the parameter gradients, each chunk adding every row in order. */
+ * "LayerNorm"). d_gamma and d_beta sum over rows, so the backward runs twice over the rows: once
+ * split by rows for d_in, once split by columns for the parameter gradients, each chunk adding
+ * every row in order. */
 #include "core/cpu/ops_cpu.h"
 #include "core/cpu/parallel.h"
 
