@@ -3,9 +3,9 @@
  * (oneDNN's avx512_core brgemm kernels for f32), the GPT's training step took 0.89 of its
  * OpenBLAS time at one rank of 2 threads and 0.81-0.83 at 2 and 4 ranks of one thread, although
  * the same products alone, their operands hot in the caches, ran within a few percent of
- * OpenBLAS's (some faster, the d_in products 25% slower): in the step the operands come from
- * memory, and OpenBLAS packs both of them (and zeroes C before it adds into it) where oneDNN's
- * kernels read A in place. Elsewhere (AMD, or AVX2 only) nothing was measured: OpenBLAS, as
+ * OpenBLAS's (some faster, the d_in products 25% slower). The likely reading, not measured apart:
+ * in the step the operands come from memory, where OpenBLAS packs both of them (and zeroes C
+ * before it adds into it) and oneDNN's kernels read A in place. Elsewhere (AMD, or AVX2 only) nothing was measured: OpenBLAS, as
  * before. */
 #include "core/cpu/f32_gemm_path.h"
 
