@@ -5,8 +5,8 @@
  * the same products alone, their operands hot in the caches, ran within a few percent of
  * OpenBLAS's (some faster, the d_in products 25% slower). The likely reading, not measured apart:
  * in the step the operands come from memory, where OpenBLAS packs both of them (and zeroes C
- * before it adds into it) and oneDNN's kernels read A in place. Elsewhere (AMD, or AVX2 only) nothing was measured: OpenBLAS, as
- * before. */
+ * before it adds into it) and oneDNN's kernels read A in place. Elsewhere (AMD, or AVX2 only)
+ * nothing was measured: OpenBLAS, as before. */
 #include "core/cpu/f32_gemm_path.h"
 
 #include "core/cpu/cpu_features.h"
