@@ -16,6 +16,7 @@
 #include "comm/schedule.h"
 #include "comm/work.h"
 
+#include "core/cpu/sum_squares.h"
 #include "core/error.h"
 #include "core/host_alloc.h"
 
@@ -127,10 +128,10 @@ static mt_status build_all_gather(mt_work *w) {
 
 /* Ring reduce-scatter over blocks [off(i), off(i+1)) of `in` (elements), leaving the reduced
  * block r in out_block. bufA receives a chunk, bufB holds the partial sum sent on the next step;
- * both hold one block. */
+ * both hold one block. squares: the last step's reductions take the work's sums of squares. */
 static void ring_reduce_scatter(mt_sched *s, mt_work *w, ring *g, const char *in,
                                 size_t (*off)(const mt_work *, int), char *out_block,
-                                char *bufA, char *bufB, size_t nch) {
+                                char *bufA, char *bufB, size_t nch, bool squares) {
     int *red = malloc(nch * sizeof *red);
     if (!red) {
         s->oom = true;
@@ -161,6 +162,7 @@ static void ring_reduce_scatter(mt_sched *s, mt_work *w, ring *g, const char *in
                 red[k] = mt_sched_reduce(s, last, dst, in + (rb0 + c0) * g->esize,
                                          bufA + c0 * g->esize, n, recv_i, last ? -1 : send_i,
                                          prev_red);
+                if (last && squares) mt_sched_squares(s, red[k], c0);
             }
         }
     }
@@ -169,6 +171,26 @@ static void ring_reduce_scatter(mt_sched *s, mt_work *w, ring *g, const char *in
 
 static size_t rs_off(const mt_work *w, int i) { return (size_t)i * w->count; }
 static size_t ar_off(const mt_work *w, int i) { return block_off(w->count, w->group->size, i); }
+
+/* Whether the final reductions of a reduce-scatter's output, `chunk` elements each (nch of them,
+ * from element 0), can take the sums of squares its caller asked for (comm/coll_squares.h) as
+ * they write it: each must start on a chunk of the sums (MT_SQ_CHUNK). Where they cannot,
+ * finish_rs adds a pass over the output for them. */
+static bool squares_inline(const mt_work *w, size_t chunk, size_t nch) {
+    return w->squares.partial && (nch <= 1 || chunk % MT_SQ_CHUNK == 0);
+}
+
+/* Ends a reduce-scatter's schedule: sums of squares asked for and not taken by the reductions
+ * (taken false) come from one more task that reads the output once every other task is done;
+ * either way the caller is told it has them. */
+static mt_status finish_rs(mt_sched *s, bool taken) {
+    mt_work *w = s->w;
+    if (w->squares.partial && w->squares_done) {
+        if (!taken) mt_sched_squares_pass(s);
+        *w->squares_done = true;
+    }
+    return mt_sched_finish(s);
+}
 
 static mt_status build_direct_reduce(mt_work *w, ring *g, size_t block_count, bool scatter) {
     /* Every member's block (scatter) or whole buffer goes to every other member. */
@@ -192,15 +214,18 @@ static mt_status build_direct_reduce(mt_work *w, ring *g, size_t block_count, bo
     for (int j = 0; j < g->n; j++)
         inputs[j] = j == g->r ? (const void *)(scatter ? in + (size_t)j * bytes : in)
                               : (const void *)(buf + (size_t)j * bytes);
-    mt_sched_reduce_many(&s, w->recv, (const void *const *)inputs, g->n, block_count);
-    return mt_sched_finish(&s);
+    int reduce = mt_sched_reduce_many(&s, w->recv, (const void *const *)inputs, g->n,
+                                      block_count);
+    if (!scatter) return mt_sched_finish(&s);
+    mt_sched_squares(&s, reduce, 0);
+    return finish_rs(&s, true);
 }
 
 static mt_status build_single(mt_work *w, size_t bytes) {
     mt_sched s;
-    mt_sched_init(&s, w, 1);
+    mt_sched_init(&s, w, 2);
     if (bytes) mt_sched_copy(&s, w->recv, w->send, bytes, false);
-    return mt_sched_finish(&s);
+    return w->kind == MT_OP_REDUCE_SCATTER ? finish_rs(&s, false) : mt_sched_finish(&s);
 }
 
 /* Whether a large reduce-scatter of w goes through build_local_reduce_scatter: 3 or more
@@ -233,7 +258,11 @@ static mt_status build_local_reduce_scatter(mt_work *w, ring *g) {
     size_t chunk = g->chunk, half = count / peers, room = 2 * count / peers;
     if (half >= 1 && chunk > half) chunk = half;
     if (chunk > room) chunk = room;
+    /* Whole chunks of the sums of squares, so that the reductions can take them
+     * (squares_inline); every member cuts alike, asked for them or not. */
+    if (chunk > MT_SQ_CHUNK) chunk -= chunk % MT_SQ_CHUNK;
     size_t nch = chunks_of(count, chunk);
+    bool squares = squares_inline(w, chunk, nch);
     size_t slots = 2 * count / (peers * chunk);
     if (slots > (size_t)w->tr->window) slots = (size_t)w->tr->window;
     if (slots > nch) slots = nch;
@@ -261,13 +290,15 @@ static mt_status build_local_reduce_scatter(mt_work *w, ring *g) {
                                    len * esize, reuse, -1);
             if (i == 1) first_recv = rv;
         }
-        if (first_recv >= 0)
+        if (first_recv >= 0) {
             reduced[k % slots] = mt_sched_reduce_peers(&s, out + c0 * esize,
                                                        in + ((size_t)g->r * count + c0) * esize,
                                                        len, first_recv, 2);
+            if (squares) mt_sched_squares(&s, reduced[k % slots], c0);
+        }
     }
     free(reduced);
-    return mt_sched_finish(&s);
+    return finish_rs(&s, squares);
 }
 
 static mt_status build_reduce_scatter(mt_work *w) {
@@ -284,8 +315,9 @@ static mt_status build_reduce_scatter(mt_work *w) {
                                    2 * bytes);
     mt_sched s;
     mt_sched_init(&s, w, 3 * (g.n - 1) * (int)nch);
-    ring_reduce_scatter(&s, w, &g, w->send, rs_off, w->recv, buf, buf + bytes, nch);
-    return mt_sched_finish(&s);
+    bool squares = squares_inline(w, g.chunk, nch);
+    ring_reduce_scatter(&s, w, &g, w->send, rs_off, w->recv, buf, buf + bytes, nch, squares);
+    return finish_rs(&s, squares);
 }
 
 static mt_status build_all_reduce(mt_work *w) {
@@ -304,7 +336,7 @@ static mt_status build_all_reduce(mt_work *w) {
     mt_sched s;
     mt_sched_init(&s, w, 5 * (g.n - 1) * (int)nch + 1);
     ring_reduce_scatter(&s, w, &g, w->send, ar_off, out + ar_off(w, g.r) * g.esize, buf,
-                        buf + maxblock * g.esize, nch);
+                        buf + maxblock * g.esize, nch, false);
     /* The gather phase writes blocks the scatter phase may still read when send == recv: it
      * starts after the whole scatter phase (a join task). */
     int join = mt_sched_copy(&s, NULL, NULL, 0, true);

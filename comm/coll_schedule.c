@@ -12,6 +12,7 @@
 #include "comm/work.h"
 
 #include "core/copy_stream.h"
+#include "core/cpu/sum_squares.h"
 #include "core/error.h"
 
 #include <stdlib.h>
@@ -167,6 +168,23 @@ int mt_sched_copy(mt_sched *s, void *dst, const void *src, size_t bytes, bool af
     return i;
 }
 
+void mt_sched_squares(mt_sched *s, int task, size_t out_at) {
+    mt_work *w = s->w;
+    if (task < 0 || s->oom || !w->squares.partial || out_at >= w->squares.count) return;
+    mt_task *t = &w->tasks[task];
+    t->sq.partial = w->squares.partial + out_at / MT_SQ_CHUNK;
+    t->sq.count = w->squares.count - out_at;
+}
+
+int mt_sched_squares_pass(mt_sched *s) {
+    int i;
+    mt_task *t = add(s, &i);
+    if (!t) return -1;
+    t->kind = MT_TASK_SQUARES;
+    t->after_all = 1;
+    return i;
+}
+
 mt_status mt_sched_finish(mt_sched *s) {
     if (s->oom)
         return mt_error(MT_ERR_OUT_OF_MEMORY, "%s on group '%s': no memory for its schedule",
@@ -198,7 +216,8 @@ static void reduce_peers(mt_work *w, mt_task *t) {
         const mt_task *u = &w->tasks[t->first_recv + (back - 1) * t->recv_stride];
         inputs[j] = u->shm.src ? u->shm.src : u->dst;
     }
-    mt_reduce_many(w->dtype, w->rop, n, inputs, t->dst, t->count);
+    if (t->sq.partial) mt_reduce_many_squares(w->rop, n, inputs, t->dst, t->count, &t->sq);
+    else mt_reduce_many(w->dtype, w->rop, n, inputs, t->dst, t->count);
     for (int k = 0; k < n - 1; k++) {
         mt_task *u = &w->tasks[t->first_recv + k * t->recv_stride];
         if (u->shm.src) mt_shm_release(w->tr, u);
@@ -220,16 +239,26 @@ static void run_inline(mt_work *w, mt_task *t, int index) {
     switch (t->kind) {
     case MT_TASK_REDUCE: {
         mt_task *fed = fed_by_peer(w, index);
-        mt_reduce_pair(w->dtype, w->rop, t->mode == MT_REDUCE_MODE_FINAL, w->group->size, t->dst,
-                       t->src, fed ? fed->shm.src : t->src2, t->count);
+        const void *b = fed ? fed->shm.src : t->src2;
+        if (t->sq.partial)
+            mt_reduce_pair_squares(w->rop, w->group->size, t->dst, t->src, b, t->count, &t->sq);
+        else
+            mt_reduce_pair(w->dtype, w->rop, t->mode == MT_REDUCE_MODE_FINAL, w->group->size,
+                           t->dst, t->src, b, t->count);
         if (fed) mt_shm_release(w->tr, fed);
         break;
     }
     case MT_TASK_REDUCE_MANY:
-        mt_reduce_many(w->dtype, w->rop, t->peer, t->srcs, t->dst, t->count);
+        if (t->sq.partial)
+            mt_reduce_many_squares(w->rop, t->peer, t->srcs, t->dst, t->count, &t->sq);
+        else
+            mt_reduce_many(w->dtype, w->rop, t->peer, t->srcs, t->dst, t->count);
         break;
     case MT_TASK_REDUCE_PEERS:
         reduce_peers(w, t);
+        break;
+    case MT_TASK_SQUARES:
+        if (w->squares.partial) mt_reduce_squares_of(w->recv, &w->squares);
         break;
     case MT_TASK_COPY: {
         const char *d = t->dst, *src = t->src;

@@ -1,8 +1,11 @@
-/* Reduction kernels. The bf16 rule comes inline from core/bf16_inline.h so that the hot loops
- * vectorize; CMakeLists.txt builds this file at -O3 (at -O2 GCC 12 vectorizes only loops whose
- * trip count is a known multiple of the vector width; these loops carry the whole cost of
- * reduce_scatter and all_reduce: about 20% of their bandwidth at 64 MiB, docs/benchmarks.md). */
+/* Reduction kernels. The f32 sums and averages are written with SSE2 (sum_block); the bf16 rule
+ * comes inline from core/bf16_inline.h so that the other loops vectorize; CMakeLists.txt builds
+ * this file at -O3 (at -O2 GCC 12 vectorizes only loops whose trip count is a known multiple of
+ * the vector width; these loops carry the whole cost of reduce_scatter and all_reduce: about 20%
+ * of their bandwidth at 64 MiB, docs/benchmarks.md). A final f32 output can also give the sums
+ * of squares of what it wrote (mt_reduce_squares, for gradient clipping). */
 #include "core/bf16_inline.h"
+#include "core/cpu/sum_squares.h"
 #include "comm/reduce.h"
 
 #include <stdint.h>
@@ -27,33 +30,123 @@ static inline float combine(mt_reduce_op op, float x, float y) {
     return x + y;
 }
 
+/* Blocks of the f32 sums: the sums of squares take a block's values from a buffer in cache. */
+#define MANY_BLOCK 1024
+_Static_assert(MT_SQ_CHUNK % MANY_BLOCK == 0 && MANY_BLOCK % MT_SQ_LANES == 0,
+               "a block of the reductions lies within one chunk of the sums of squares");
+
+/* The sums of squares of one output as its blocks are written (mt_reduce_squares): the blocks
+ * come in order, so each chunk's lanes see its elements in order, as the chunk kernel does. */
+typedef struct squares_run {
+    const mt_reduce_squares *sq; /* NULL: none asked */
+    mt_sum_squares_lanes_fn lanes;
+    double lane[MT_SQ_LANES];
+} squares_run;
+
+static void squares_begin(squares_run *r, const mt_reduce_squares *sq) {
+    r->sq = sq && sq->count ? sq : NULL;
+    if (!r->sq) return;
+    r->lanes = mt_sum_squares_lanes_pick();
+    memset(r->lane, 0, sizeof r->lane);
+}
+
+/* v holds output elements [at, at + n), at a multiple of MANY_BLOCK and n at most MANY_BLOCK. */
+static void squares_feed(squares_run *r, const float *v, size_t at, size_t n) {
+    if (!r->sq || at >= r->sq->count) return;
+    if (n > r->sq->count - at) n = r->sq->count - at;
+    r->lanes(r->lane, v, n);
+    size_t end = at + n;
+    if (end % MT_SQ_CHUNK == 0 || end == r->sq->count) {
+        r->sq->partial[(end - 1) / MT_SQ_CHUNK] = mt_sum_squares_fold(r->lane);
+        memset(r->lane, 0, sizeof r->lane);
+    }
+}
+
+/* dst[i] = (in[0][at + i] + in[1][at + i] + ..., added in that order) / scale (no division when
+ * scale is 1) for i < n, and the same into copy when given. With SSE2, sixteen at a time: one
+ * cache line of every input per step, so that the prefetchers follow all k streams at once
+ * (summing a block of one input after another, as this did before, ran at 0.6x the speed at 4
+ * inputs: docs/benchmarks.md, "One pass over every input"). stream: non-temporal stores (dst
+ * 16-byte aligned). dst may be an input's own elements: each step reads before it writes. */
+static void sum_block(const float *const *in, int k, size_t at, float scale, float *dst,
+                      float *copy, size_t n, bool stream) {
+    size_t i = 0;
+#if defined(__SSE2__)
+    __m128 sv = _mm_set1_ps(scale);
+    for (; i + 16 <= n; i += 16) {
+        const float *x = in[0] + at + i;
+        __m128 v0 = _mm_loadu_ps(x), v1 = _mm_loadu_ps(x + 4), v2 = _mm_loadu_ps(x + 8),
+               v3 = _mm_loadu_ps(x + 12);
+        for (int j = 1; j < k; j++) {
+            x = in[j] + at + i;
+            v0 = _mm_add_ps(v0, _mm_loadu_ps(x));
+            v1 = _mm_add_ps(v1, _mm_loadu_ps(x + 4));
+            v2 = _mm_add_ps(v2, _mm_loadu_ps(x + 8));
+            v3 = _mm_add_ps(v3, _mm_loadu_ps(x + 12));
+        }
+        if (scale != 1.0f) {
+            v0 = _mm_div_ps(v0, sv);
+            v1 = _mm_div_ps(v1, sv);
+            v2 = _mm_div_ps(v2, sv);
+            v3 = _mm_div_ps(v3, sv);
+        }
+        if (stream) {
+            _mm_stream_ps(dst + i, v0);
+            _mm_stream_ps(dst + i + 4, v1);
+            _mm_stream_ps(dst + i + 8, v2);
+            _mm_stream_ps(dst + i + 12, v3);
+        } else {
+            _mm_storeu_ps(dst + i, v0);
+            _mm_storeu_ps(dst + i + 4, v1);
+            _mm_storeu_ps(dst + i + 8, v2);
+            _mm_storeu_ps(dst + i + 12, v3);
+        }
+        if (copy) {
+            _mm_storeu_ps(copy + i, v0);
+            _mm_storeu_ps(copy + i + 4, v1);
+            _mm_storeu_ps(copy + i + 8, v2);
+            _mm_storeu_ps(copy + i + 12, v3);
+        }
+    }
+#else
+    (void)stream;
+#endif
+    for (; i < n; i++) {
+        float v = in[0][at + i];
+        for (int j = 1; j < k; j++) v += in[j][at + i];
+        if (scale != 1.0f) v /= scale;
+        dst[i] = v;
+        if (copy) copy[i] = v;
+    }
+}
+
+/* The f32 sum (sum_block) of k inputs into dst, block by block, taking sq's sums of squares;
+ * non-temporal stores where stream and dst allow. */
+static void sum_f32(const float *const *in, int k, float scale, float *dst, size_t count,
+                    bool stream, const mt_reduce_squares *sq) {
+    float block[MANY_BLOCK];
+    squares_run squares;
+    squares_begin(&squares, sq);
+    stream = stream && ((uintptr_t)dst & 15) == 0;
+    for (size_t at = 0; at < count; at += MANY_BLOCK) {
+        size_t n = count - at < MANY_BLOCK ? count - at : MANY_BLOCK;
+        sum_block(in, k, at, scale, dst + at, squares.sq ? block : NULL, n, stream);
+        squares_feed(&squares, block, at, n);
+    }
+#if defined(__SSE2__)
+    /* Streaming stores are weakly ordered: visible before the peers are told. */
+    if (stream) _mm_sfence();
+#endif
+}
+
 static void pair_f32(mt_reduce_op op, float scale, bool final, float *dst, const float *a,
                      const float *b, size_t n) {
     if (op == MT_REDUCE_MAX) {
         for (size_t i = 0; i < n; i++) dst[i] = combine(op, a[i], b[i]);
         return;
     }
-    size_t i = 0;
-#if defined(__SSE2__)
-    if (final && stream_output(n * sizeof *dst)) {
-        /* The same additions and division per element as the loops below, four at a time. */
-        for (; i < n && ((uintptr_t)(dst + i) & 15); i++)
-            dst[i] = scale != 1.0f ? (a[i] + b[i]) / scale : a[i] + b[i];
-        __m128 sv = _mm_set1_ps(scale);
-        for (; i + 4 <= n; i += 4) {
-            __m128 v = _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i));
-            if (scale != 1.0f) v = _mm_div_ps(v, sv);
-            _mm_stream_ps(dst + i, v);
-        }
-        /* Streaming stores are weakly ordered: visible before the peers are told. */
-        _mm_sfence();
-    }
-#endif
-    if (scale != 1.0f) {
-        for (; i < n; i++) dst[i] = (a[i] + b[i]) / scale;
-    } else {
-        for (; i < n; i++) dst[i] = a[i] + b[i];
-    }
+    sum_f32((const float *[]){a, b}, 2, scale, dst, n, final && stream_output(n * sizeof *dst),
+            NULL);
 }
 
 static void pair_bf16(mt_reduce_op op, float scale, uint16_t *dst, const uint16_t *a,
@@ -79,25 +172,23 @@ void mt_reduce_pair(mt_dtype dtype, mt_reduce_op op, bool final, int group_size,
         pair_bf16(op, scale, dst, a, b, count);
 }
 
-/* n floats from a block to dst with non-temporal stores where the CPU has them (the caller
- * fences once after the last block). */
-static void stream_block(float *dst, const float *src, size_t n) {
-    size_t i = 0;
-#if defined(__SSE2__)
-    for (; i < n && ((uintptr_t)(dst + i) & 15); i++) dst[i] = src[i];
-    for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
-#endif
-    for (; i < n; i++) dst[i] = src[i];
+void mt_reduce_squares_of(const float *x, const mt_reduce_squares *sq) {
+    mt_sum_squares_chunk_fn chunk_sum = mt_sum_squares_chunk_pick();
+    for (size_t at = 0; at < sq->count; at += MT_SQ_CHUNK)
+        sq->partial[at / MT_SQ_CHUNK] =
+            chunk_sum(x + at, sq->count - at < MT_SQ_CHUNK ? sq->count - at : MT_SQ_CHUNK);
 }
-
-/* Blocked so that the f32 accumulator stays in cache and dst may alias an input. */
-#define MANY_BLOCK 1024
 
 void mt_reduce_many(mt_dtype dtype, mt_reduce_op op, int ninputs, const void *const *inputs,
                     void *dst, size_t count) {
-    float acc[MANY_BLOCK];
     float scale = op == MT_REDUCE_AVG ? (float)ninputs : 1.0f;
-    bool stream = dtype == MT_F32 && stream_output(count * sizeof(float));
+    if (dtype == MT_F32 && op != MT_REDUCE_MAX) {
+        sum_f32((const float *const *)inputs, ninputs, scale, dst, count,
+                stream_output(count * sizeof(float)), NULL);
+        return;
+    }
+    /* bf16, and max: blocked so that the f32 accumulator stays in cache. */
+    float acc[MANY_BLOCK];
     for (size_t base = 0; base < count; base += MANY_BLOCK) {
         size_t n = count - base < MANY_BLOCK ? count - base : MANY_BLOCK;
         for (int j = 0; j < ninputs; j++) {
@@ -115,12 +206,21 @@ void mt_reduce_many(mt_dtype dtype, mt_reduce_op op, int ninputs, const void *co
         }
         if (scale != 1.0f)
             for (size_t i = 0; i < n; i++) acc[i] /= scale;
-        if (dtype == MT_F32 && stream) stream_block((float *)dst + base, acc, n);
-        else if (dtype == MT_F32) memcpy((float *)dst + base, acc, n * sizeof *acc);
+        if (dtype == MT_F32) memcpy((float *)dst + base, acc, n * sizeof *acc);
         else for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[base + i] = mt_bf16_round(acc[i]);
     }
-#if defined(__SSE2__)
-    /* Streaming stores are weakly ordered: visible before the peers are told. */
-    if (stream) _mm_sfence();
-#endif
+}
+
+void mt_reduce_many_squares(mt_reduce_op op, int ninputs, const void *const *inputs, float *dst,
+                            size_t count, const mt_reduce_squares *sq) {
+    float scale = op == MT_REDUCE_AVG ? (float)ninputs : 1.0f;
+    sum_f32((const float *const *)inputs, ninputs, scale, dst, count,
+            stream_output(count * sizeof(float)), sq);
+}
+
+void mt_reduce_pair_squares(mt_reduce_op op, int group_size, float *dst, const float *a,
+                            const float *b, size_t count, const mt_reduce_squares *sq) {
+    float scale = op == MT_REDUCE_AVG ? (float)group_size : 1.0f;
+    sum_f32((const float *[]){a, b}, 2, scale, dst, count,
+            stream_output(count * sizeof(float)), sq);
 }

@@ -24,4 +24,22 @@ void mt_reduce_pair(mt_dtype dtype, mt_reduce_op op, bool final, int group_size,
 void mt_reduce_many(mt_dtype dtype, mt_reduce_op op, int ninputs, const void *const *inputs,
                     void *dst, size_t count);
 
+/* The sums of squares of a final f32 output, taken as it is written: of its first `count`
+ * elements, in chunks of MT_SQ_CHUNK from its start, partial[c] = chunk c's sum with the bits of
+ * core/cpu/sum_squares.h's chunk kernel over the values written. Gradient clipping adds these
+ * instead of reading the reduce-scatter's output again (fsdp/clip.c). */
+typedef struct mt_reduce_squares {
+    double *partial;
+    size_t count;
+} mt_reduce_squares;
+
+/* mt_reduce_pair (final) and mt_reduce_many on f32, also filling sq (NULL: as those). */
+void mt_reduce_pair_squares(mt_reduce_op op, int group_size, float *dst, const float *a,
+                            const float *b, size_t count, const mt_reduce_squares *sq);
+/* The same sums of x[0..sq->count) read after it was written (where the reductions could not
+ * take them). */
+void mt_reduce_squares_of(const float *x, const mt_reduce_squares *sq);
+void mt_reduce_many_squares(mt_reduce_op op, int ninputs, const void *const *inputs, float *dst,
+                            size_t count, const mt_reduce_squares *sq);
+
 #endif

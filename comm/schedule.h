@@ -25,7 +25,8 @@ typedef enum mt_task_kind {
     MT_TASK_REDUCE_PEERS, /* dst = reduction, in group-rank order, of src (this rank's input)
                              and what the RECVs first_recv, first_recv + recv_stride, ... (one
                              per other member) received, read where it lies (shared memory) */
-    MT_TASK_COPY         /* bytes from src to dst; 0 bytes = a join point */
+    MT_TASK_COPY,        /* bytes from src to dst; 0 bytes = a join point */
+    MT_TASK_SQUARES      /* after every other task: the work's sums of squares of its output */
 } mt_task_kind;
 
 /* How a REDUCE task combines its inputs; see comm/reduce.h. */
@@ -54,6 +55,7 @@ typedef struct mt_task {
     const void *src2; /* REDUCE: second input (received data) */
     const void *const *srcs; /* REDUCE_MANY inputs (peer = how many) */
     int first_recv, recv_stride; /* REDUCE_PEERS: its RECV tasks, from group rank r-1, r-2, ... */
+    mt_reduce_squares sq; /* final f32 reduction: the sums of squares of what it writes */
     /* RECV: who reads what it received. consumer is the REDUCE task that alone reads dst (-1:
      * none), feeds_reduce is set when a REDUCE reads dst next (keep the copy in cache). */
     int consumer;
@@ -102,6 +104,11 @@ int mt_sched_reduce_many(mt_sched *s, void *dst, const void *const *srcs, int ns
 int mt_sched_reduce_peers(mt_sched *s, void *dst, const void *own, size_t count, int first_recv,
                           int recv_stride);
 int mt_sched_copy(mt_sched *s, void *dst, const void *src, size_t bytes, bool after_all);
+/* The reduction `task` writes the work's output from element out_at on (a multiple of
+ * MT_SQ_CHUNK): it also takes that part's sums of squares (the work's squares, if asked). */
+void mt_sched_squares(mt_sched *s, int task, size_t out_at);
+/* The work's sums of squares (if asked) from its output, once every earlier task is done. */
+int mt_sched_squares_pass(mt_sched *s);
 mt_status mt_sched_finish(mt_sched *s);
 
 /* coll_schedule.c: posts/executes whatever tasks are ready (progress thread); returns true when

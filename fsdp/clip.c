@@ -12,23 +12,57 @@
  * on the CPU device, where the factor waits for the optimizer's step to apply it as it reads the
  * gradients (fsdp/fsdp_shards.h), so that clipping costs no pass of its own over them. An
  * offloaded unit's gradient shard is in the host tier (view.host): the CPU kernels of those ops
- * run on it directly. */
+ * run on it directly. A shard whose reduce-scatter took its sums of squares (view.grad_sq,
+ * comm/coll_squares.h) is not read at all: its partial sums are added as mt_op_sum_squares would
+ * add the same ones, so the norm has the same bits either way. */
 #include "core/cpu/ops_cpu.h"
+#include "core/cpu/sum_squares.h"
+#include "core/env.h"
 #include "core/error.h"
+#include "fsdp/fsdp_internal.h"
 #include "fsdp/fsdp_shards.h"
 
 #include <meshtrain/comm.h>
 #include <meshtrain/fsdp.h>
 #include <meshtrain/ops.h>
 
+#include <meshtrain/log.h>
+
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+static bool g_fused = true;
+static pthread_once_t g_fused_once = PTHREAD_ONCE_INIT;
+
+static void fused_read(void) {
+    long long on = 1;
+    if (mt_env_int("MT_FSDP_FUSED_SQUARES", 0, 1, 1,
+                   "1: reduce-scatters take the sums of squares of clipping", &on) != MT_OK)
+        mt_log(MT_LOG_WARN, "%s; keeping them on", mt_last_error());
+    g_fused = on != 0;
+}
+
+bool mt_fsdp_fused_squares(void) {
+    pthread_once(&g_fused_once, fused_read);
+    return g_fused;
+}
+
+/* Whether every element of the view is counted on this rank: then the whole shard [0, n) is
+ * summed at once (its padding holds zeros, which add nothing), in the chunks the reduce-scatter's
+ * sums of squares use; else range by range, leaving out what tp rank 0 counts. */
+static bool counts_whole_shard(const mt_fsdp_shard_view *view, int tp_rank) {
+    if (tp_rank == 0) return true;
+    for (size_t r = 0; r < view->n_ranges; r++)
+        if (view->ranges[r].tp_replicated) return false;
+    return true;
+}
+
 /* This rank's sum of squares into *out (host memory). The accumulator is scratch of the step,
- * charged to activations and freed before returning. On the CPU device the op adds element by
- * element into one running double in the order of the ranges, so the result has the bits of the
- * plain host loop this replaced. */
+ * charged to activations and freed before returning. The ops add onto one running double in
+ * view order; a shard counted whole is one op over all of it, in the chunks its reduce-scatter's
+ * sums of squares have, so that those sums stand for it bit for bit. */
 static mt_status local_sum_of_squares(mt_device *dev, const mt_fsdp_shard_view *views, size_t n,
                                       int tp_rank, double *out) {
     double *acc = NULL;
@@ -50,10 +84,26 @@ static mt_status local_sum_of_squares(mt_device *dev, const mt_fsdp_shard_view *
                      : mt_device_copy(dev, acc, &host_sum, sizeof host_sum, MT_COPY_HOST_TO_DEVICE,
                                       NULL);
             on_host = view->host;
+            if (st != MT_OK) break;
+        }
+        if (counts_whole_shard(view, tp_rank)) {
+            if (view->grad_sq) {
+                /* Only on the CPU device (fsdp_schedule.c), where acc is host memory. */
+                double *sum = view->host ? &host_sum : acc;
+                *sum = mt_sum_squares_add_partials(*sum, view->grad_sq,
+                                                   (view->n + MT_SQ_CHUNK - 1) / MT_SQ_CHUNK);
+            } else if (view->n > 0) {
+                st = view->host ? mt_cpu_op_sum_squares(view->grad, view->n, &host_sum)
+                                : mt_op_sum_squares(dev, view->grad, view->n, acc);
+            }
+            if (st != MT_OK)
+                mt_error_wrap(st, "clip_grad_norm: sum of squares of unit '%s'",
+                              view->unit_name);
+            continue;
         }
         for (size_t r = 0; r < view->n_ranges && st == MT_OK; r++) {
             const mt_fsdp_range *range = &view->ranges[r];
-            if (range->tp_replicated && tp_rank > 0) continue;
+            if (range->tp_replicated) continue;
             size_t end = range->end < view->n ? range->end : view->n;
             if (range->begin >= end) continue;
             st = view->host

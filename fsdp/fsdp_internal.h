@@ -46,6 +46,7 @@ typedef struct mt_fsdp_debug {
                             gather is mapped (mt_fsdp_options.mapped_gather, u->view) */
     long quiesces; /* offloaded unit: waits for its parameter copy asked from outside its own
                       gather (mt_fsdp_offload_quiesce: optimizer views, landings, loads) */
+    long fused_squares; /* reduce-scatters that landed with their sums of squares (grad_sq) */
     /* Seconds the calling thread spent blocked waiting for this unit's all-gathers and
      * reduce-scatters (and HSDP's all-reduce): the communication a step exposes, as
      * mt-bench-gpt-step subtracts it from the step. */
@@ -139,6 +140,14 @@ struct mt_fsdp_unit {
      * pass of its own. Never other than 1 while grad_shard_zero; whatever else reads the shard
      * or adds to it first calls mt_fsdp_grad_shard_ready, which writes it. */
     float grad_scale;
+    /* The sums of squares of grad_shard, one per MT_SQ_CHUNK elements (core/cpu/sum_squares.h),
+     * taken by the reduce-scatter that wrote it (comm/coll_squares.h): gradient clipping adds
+     * them instead of reading the shard (fsdp/clip.c). grad_sq_valid only from the landing of
+     * such a reduce-scatter (finish_rs) until anything else writes the shard or changes what it
+     * stands for (grad_shard_ready, scale_grads, zero_grad, the next reduce-scatter); grad_sq_done
+     * is the work's answer (whether its schedule took them). */
+    double *grad_sq;
+    bool grad_sq_valid, grad_sq_done;
     bool in_backward;
 
     /* Reduce-scatter in flight. */
@@ -196,6 +205,11 @@ bool mt_fsdp_grads_alias(const mt_fsdp_unit *u);
  * replicate group beyond itself, f32 reduction, not offloaded, and the shard all zeros (0 + g
  * is g: the same bits). models/gpt_memory.c replays it. */
 bool mt_fsdp_rs_into_shard(const mt_fsdp_unit *u);
+
+/* MT_FSDP_FUSED_SQUARES (default 1; 0 turns it off, to compare): whether a reduce-scatter into a
+ * CPU gradient shard takes the sums of squares that gradient clipping needs (grad_sq). Read
+ * once (fsdp/clip.c). */
+bool mt_fsdp_fused_squares(void);
 
 /* Writes the values a gradient shard stands for: the zeros of a lazily zeroed one
  * (grad_shard_lazy), a clip's deferred factor (grad_scale); MT_OK at once when it holds

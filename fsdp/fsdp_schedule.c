@@ -15,7 +15,9 @@
 #include "fsdp/fsdp_internal.h"
 #include "fsdp/fsdp_offload.h"
 
+#include "comm/coll_squares.h"
 #include "core/clock.h"
+#include "core/cpu/sum_squares.h"
 #include "core/debug_poison.h"
 #include "core/error.h"
 
@@ -220,6 +222,7 @@ bool mt_fsdp_rs_into_shard(const mt_fsdp_unit *u) {
 
 /* After a reduce-scatter into the shard failed: what it wrote goes, the shard was all zeros. */
 static void rs_in_shard_undo(mt_fsdp_unit *u) {
+    u->grad_sq_valid = false;
     if (mt_device_memset(u->dev, u->grad_shard, 0, u->S * sizeof(float), NULL) == MT_OK) {
         u->grad_shard_zero = true;
         u->grad_shard_lazy = false;
@@ -263,6 +266,10 @@ static mt_status finish_rs(mt_fsdp_unit *p) {
             mt_error_wrap(st, "adding the reduced gradient shard of %s",
                           mt_fsdp_unit_desc(p, desc, sizeof desc));
     }
+    if (st == MT_OK && p->rs_in_shard && p->grad_sq_done) {
+        p->grad_sq_valid = true;
+        p->debug.fused_squares++;
+    }
     mt_device_free(p->dev, p->rs_send);
     if (!p->rs_in_shard) mt_device_free(p->dev, p->rs_recv);
     else if (st != MT_OK) rs_in_shard_undo(p);
@@ -282,12 +289,26 @@ static mt_status finish_pending_rs(mt_fsdp_root *r) {
     return finish_rs(p);
 }
 
+/* Whether u's reduce-scatter should take the sums of squares of the shard it writes, for
+ * gradient clipping (grad_sq): into the zeroed shard of CPU memory (the host backend's kernels
+ * read and write it), unless MT_FSDP_FUSED_SQUARES=0. Without room for them (a few hundred
+ * bytes) clipping reads the shard as before. */
+static bool wants_squares(mt_fsdp_unit *u) {
+    if (!u->rs_in_shard || mt_device_get_kind(u->dev) != MT_DEVICE_CPU ||
+        !mt_fsdp_fused_squares())
+        return false;
+    size_t chunks = (u->S + MT_SQ_CHUNK - 1) / MT_SQ_CHUNK;
+    if (!u->grad_sq) u->grad_sq = malloc(chunks * sizeof *u->grad_sq);
+    return u->grad_sq != NULL;
+}
+
 static mt_status issue_rs(mt_fsdp_root *r, mt_fsdp_unit *u) {
     char desc[256];
     size_t es = mt_dtype_size(u->reduce_dtype);
     /* Into a shard of zeros the reduced gradient lands where it is added: 0 + g is g, without a
      * staging buffer and a pass to add it. */
     u->rs_in_shard = mt_fsdp_rs_into_shard(u);
+    u->grad_sq_valid = u->grad_sq_done = false;
     mt_status st = MT_OK;
     if (u->rs_in_shard) {
         /* The reduce-scatter writes all S elements: a lazily zeroed shard needs no zeros. */
@@ -304,7 +325,11 @@ static mt_status issue_rs(mt_fsdp_root *r, mt_fsdp_unit *u) {
             st = mt_op_cast(u->dev, u->full_grad, MT_F32, u->rs_send, MT_BF16, u->padded);
         send = u->rs_send;
     }
-    if (st == MT_OK && u->S > 0)
+    if (st == MT_OK && u->S > 0 && wants_squares(u))
+        st = mt_reduce_scatter_squares(u->shard, send, u->rs_recv, u->S, MT_REDUCE_AVG,
+                                       &(mt_reduce_squares){u->grad_sq, u->S}, &u->grad_sq_done,
+                                       &u->rs_work);
+    else if (st == MT_OK && u->S > 0)
         st = mt_reduce_scatter(u->shard, send, u->rs_recv, u->S, u->reduce_dtype, MT_REDUCE_AVG,
                                &u->rs_work);
     if (st != MT_OK) {
@@ -346,6 +371,7 @@ bool mt_fsdp_grads_alias(const mt_fsdp_unit *u) {
  * launch. */
 static mt_status grad_buffer(mt_fsdp_unit *u) {
     if (mt_fsdp_grads_alias(u)) {
+        u->grad_sq_valid = false;
         u->full_grad = u->grad_shard;
         u->grad_aliased = true;
         u->grad_shard_zero = false;

@@ -32,6 +32,11 @@ typedef struct mt_fsdp_shard_view {
     /* The gradient is grad[i] * grad_scale: 1, except in mt_fsdp_collect_shards_for_step's
      * views of a shard whose clipping factor was deferred (mt_fsdp_scale_grads). */
     float grad_scale;
+    /* The sums of squares of grad[0..n), one per MT_SQ_CHUNK elements from 0, as
+     * mt_op_sum_squares over the whole shard computes them (core/cpu/sum_squares.h), when the
+     * reduce-scatter that wrote the shard took them and nothing changed it since (CPU device);
+     * else NULL. As of the collection. */
+    const double *grad_sq;
 } mt_fsdp_shard_view;
 
 /* The shards of root's unit and of every unit below it, in a fixed order (depth-first, the

@@ -198,9 +198,12 @@ static void free_buffers(mt_fsdp_unit *u) {
     mt_device_free(u->dev, u->master);
     mt_device_free(u->dev, u->shard_lp);
     mt_device_free(u->dev, u->grad_shard);
+    free(u->grad_sq);
     u->master = NULL;
     u->shard_lp = NULL;
     u->grad_shard = NULL;
+    u->grad_sq = NULL;
+    u->grad_sq_valid = false;
 }
 
 static mt_fsdp_root *root_new(mt_fsdp_unit *u) {
@@ -611,6 +614,7 @@ static void fill_view(const mt_fsdp_unit *u, mt_fsdp_shard_view *v) {
     v->n_ranges = u->n_ranges;
     v->host = u->offload != MT_OFFLOAD_NONE;
     v->grad_scale = u->grad_scale; /* 1 once written (mt_fsdp_grad_shard_ready) */
+    v->grad_sq = u->grad_sq_valid ? u->grad_sq : NULL;
 }
 
 mt_status mt_fsdp_unit_view(mt_fsdp_unit *u, const mt_fsdp_shard_view **view, size_t *index,
@@ -706,6 +710,7 @@ mt_status mt_fsdp_scale_grads(mt_module *root, float c) {
     mt_status st = MT_OK;
     for (size_t i = 0; i < count && st == MT_OK; i++) {
         mt_fsdp_unit *u = units[i];
+        u->grad_sq_valid = false; /* of the values before the factor */
         /* Each scaling is one rounding of the values written so far: an earlier factor first. */
         st = mt_fsdp_grad_shard_ready(u);
         bool cpu = mt_device_get_kind(u->dev) == MT_DEVICE_CPU;
@@ -798,6 +803,7 @@ bool mt_fsdp_grad_landed_installed(mt_module *root) {
 }
 
 mt_status mt_fsdp_grad_shard_ready(mt_fsdp_unit *u) {
+    if (u->grad_shard_lazy || u->grad_scale != 1.0f) u->grad_sq_valid = false;
     if (u->grad_shard_lazy) {
         MT_TRY(mt_device_memset(u->dev, u->grad_shard, 0, u->S * sizeof(float), NULL));
         u->grad_shard_lazy = false;
@@ -816,6 +822,7 @@ mt_status mt_zero_grad(mt_module *root) {
     mt_status st = count ? mt_fsdp_offload_grads_landed(units[0]) : MT_OK;
     for (size_t i = 0; i < count && st == MT_OK; i++) {
         mt_fsdp_unit *u = units[i];
+        u->grad_sq_valid = false;
         if (u->offload) /* host tier: host memory on every backend */
             memset(u->grad_shard, 0, u->S * sizeof(float));
         else if (mt_device_get_kind(u->dev) == MT_DEVICE_CPU)

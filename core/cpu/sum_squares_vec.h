@@ -13,8 +13,8 @@
 #define MT_SQ_CAT2(a, b) a##_##b
 #define MT_SQ_CAT(a, b) MT_SQ_CAT2(a, b)
 
-double MT_SQ_CAT(mt_sum_squares_chunk, MT_SQ_NAME)(const float *x, size_t n) {
-    double lane[MT_SQ_LANES] = {0};
+void MT_SQ_CAT(mt_sum_squares_lanes, MT_SQ_NAME)(double lane[MT_SQ_LANES], const float *x,
+                                                size_t n) {
     size_t i = 0;
     for (; i + MT_SQ_LANES <= n; i += MT_SQ_LANES)
         for (size_t l = 0; l < MT_SQ_LANES; l++) {
@@ -25,7 +25,10 @@ double MT_SQ_CAT(mt_sum_squares_chunk, MT_SQ_NAME)(const float *x, size_t n) {
         double g = x[i];
         lane[l] += g * g;
     }
-    for (size_t w = MT_SQ_LANES / 2; w > 0; w /= 2)
-        for (size_t l = 0; l < w; l++) lane[l] += lane[l + w];
-    return lane[0];
+}
+
+double MT_SQ_CAT(mt_sum_squares_chunk, MT_SQ_NAME)(const float *x, size_t n) {
+    double lane[MT_SQ_LANES] = {0};
+    MT_SQ_CAT(mt_sum_squares_lanes, MT_SQ_NAME)(lane, x, n);
+    return mt_sum_squares_fold(lane);
 }

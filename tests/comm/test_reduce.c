@@ -1,8 +1,10 @@
 /* The reduction kernels of the host collectives: f32/bf16 sum and max, avg scaling in the final
- * step only, one bf16 rounding per hop, and agreement with core/dtype.c's conversion. */
+ * step only, one bf16 rounding per hop, agreement with core/dtype.c's conversion, and the sums of
+ * squares taken as the outputs are written. */
 #include "check.h"
 
 #include "comm/reduce.h"
+#include "core/cpu/sum_squares.h"
 
 #include <math.h>
 #include <meshtrain/dtype.h>
@@ -111,12 +113,14 @@ static void test_many(void) {
     mt_reduce_many(MT_F32, MT_REDUCE_SUM, 0, in, z, 0); /* count 0 touches nothing */
 }
 
-/* Final outputs of 256 KiB and more take the streaming stores (comm/reduce.c): the same values
- * as the plain loops, from a destination that starts off a 16-byte boundary, in place on an
- * input, with a tail that is not a whole vector, and nothing written outside the output. */
+/* Final outputs of 256 KiB and more take the streaming stores where the destination is 16-byte
+ * aligned (comm/reduce.c): the same values as the plain loops, aligned and from a destination
+ * that starts off a 16-byte boundary (ordinary stores), in place on an input, with a tail that
+ * is not a whole vector, and nothing written outside the output. */
 static void test_streamed_outputs(void) {
     enum { N = 70001, PAD = 8 };
-    static float a[N + PAD], b[N + PAD], c[N + PAD], d[N + 2 * PAD];
+    static float a[N + PAD], b[N + PAD], c[N + PAD];
+    static _Alignas(64) float d[N + 2 * PAD];
     for (int i = 0; i < N + PAD; i++) {
         a[i] = (float)(i % 11) * 0.25f;
         b[i] = (float)(i % 13) - 6.0f;
@@ -130,6 +134,11 @@ static void test_streamed_outputs(void) {
     bad += d[0] != -99.0f;
     for (int i = N + 1; i < N + 2 * PAD; i++) bad += d[i] != -99.0f;
     CHECK_MSG(bad == 0, "%d wrong elements in a streamed f32 sum", bad);
+    mt_reduce_pair(MT_F32, MT_REDUCE_SUM, true, 2, d + 4, a, b, N); /* aligned: streamed */
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += d[i + 4] != a[i] + b[i];
+    for (int i = N + 4; i < N + 2 * PAD; i++) bad += d[i] != -99.0f;
+    CHECK_MSG(bad == 0, "%d wrong elements in an aligned streamed f32 sum", bad);
     mt_reduce_pair(MT_F32, MT_REDUCE_AVG, true, 3, out, a + 1, b + 1, N);
     bad = 0;
     for (int i = 0; i < N; i++) bad += out[i] != (a[i + 1] + b[i + 1]) / 3.0f;
@@ -152,11 +161,69 @@ static void test_streamed_outputs(void) {
     CHECK_MSG(bad == 0, "%d wrong elements in a streamed sum of 3 inputs", bad);
 }
 
+/* The sums of squares the reduce-scatter takes as it writes (mt_reduce_*_squares): every output
+ * element the bits of the plain sum in input order (then divided), every chunk's partial the
+ * bits of the chunk kernel over the output, partials past sq.count untouched; over several
+ * chunks with a tail that is neither a whole vector nor a whole block, values whose squares span
+ * the doubles' exponents (a change of order shows), 2 to 5 inputs, aligned, off alignment and in
+ * place; and mt_reduce_squares_of's pass the same partials. */
+static void test_squares(void) {
+    enum { N = 3 * MT_SQ_CHUNK + 1000 + 7, CH = (N + MT_SQ_CHUNK - 1) / MT_SQ_CHUNK, K = 5 };
+    static _Alignas(64) float in[K][N + 16], out[N + 16], want[N], saved[N + 16];
+    uint32_t rng = 12345u;
+    for (int j = 0; j < K; j++)
+        for (int i = 0; i < N + 16; i++) {
+            rng = rng * 1664525u + 1013904223u;
+            float v = (float)(rng >> 8) / 16777216.0f - 0.5f;
+            in[j][i] = i % 3 == 0 ? v * 1e15f : i % 5 == 1 ? v * 1e-15f : v;
+        }
+    mt_sum_squares_chunk_fn chunk = mt_sum_squares_chunk_pick();
+    for (int k = 2; k <= K; k++)
+        for (int shape = 0; shape < 3; shape++) { /* aligned, off by one float, in place */
+            size_t off = shape == 1 ? 1 : 0, count = shape == 2 ? N - 5000 : N;
+            const void *inputs[K];
+            for (int j = 0; j < k; j++) inputs[j] = in[j] + off;
+            for (size_t i = 0; i < N; i++) {
+                float v = in[0][i + off];
+                for (int j = 1; j < k; j++) v += in[j][i + off];
+                want[i] = k == 2 ? v / 3.0f : v / (float)k;
+            }
+            double partial[CH + 1];
+            for (int c = 0; c <= CH; c++) partial[c] = -1.0;
+            mt_reduce_squares sq = {partial, count};
+            float *dst = shape == 2 ? in[1] + off : out + off;
+            memcpy(saved, in[1], sizeof saved);
+            if (k == 2) /* the ring's final step: avg over a group of 3 */
+                mt_reduce_pair_squares(MT_REDUCE_AVG, 3, dst, in[0] + off, in[1] + off, N, &sq);
+            else
+                mt_reduce_many_squares(MT_REDUCE_AVG, k, inputs, dst, N, &sq);
+            int bad = memcmp(dst, want, sizeof want) != 0, bad_sq = 0;
+            size_t chunks = (count + MT_SQ_CHUNK - 1) / MT_SQ_CHUNK;
+            for (size_t c = 0; c < chunks; c++) {
+                size_t len = count - c * MT_SQ_CHUNK < MT_SQ_CHUNK ? count - c * MT_SQ_CHUNK
+                                                                   : MT_SQ_CHUNK;
+                double w = chunk(want + c * MT_SQ_CHUNK, len);
+                bad_sq += memcmp(&w, &partial[c], sizeof w) != 0;
+            }
+            for (size_t c = chunks; c <= CH; c++) bad_sq += partial[c] != -1.0;
+            CHECK_MSG(!bad && !bad_sq, "%d inputs, shape %d: output %s, %d partial sums wrong",
+                      k, shape, bad ? "wrong" : "right", bad_sq);
+            double again[CH + 1];
+            memcpy(again, partial, sizeof again);
+            mt_reduce_squares_of(dst, &(mt_reduce_squares){again, count});
+            CHECK_MSG(memcmp(again, partial, sizeof again) == 0,
+                      "%d inputs, shape %d: the pass after differs from the sums taken", k,
+                      shape);
+            memcpy(in[1], saved, sizeof saved); /* in place overwrote it */
+        }
+}
+
 int main(void) {
     test_f32_pair();
     test_bf16_pair();
     test_bf16_rounding_matches_dtype();
     test_many();
     test_streamed_outputs();
+    test_squares();
     return check_report("test_reduce");
 }
