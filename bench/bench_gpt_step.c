@@ -21,13 +21,14 @@
  *   step   train_gpt's step through the engine: mt_gpt_forward_backward on the sharded model,
  *          mt_clip_grad_norm, mt_adamw_step, mt_zero_grad, the loss all-reduce.
  * Engine overhead = step - ops - exposed communication, where exposed communication is the time
- * the step's thread spent blocked on FSDP's collectives (the units' wait_s, fsdp_internal.h) and
- * on the loss all-reduce; at 1 rank the collectives are copies and count as engine (exposed = 0).
- * Overheads are per rank and the slowest rank's is reported; the other wall-clock figures are
- * the slowest rank's too. Before the rounds every rank times sgemm 2048^3 on its thread count
- * (best of a few, the better of the pool's product and OpenBLAS's own threads, all ranks at
- * once): the model's FLOP/s (6N + 12LCT per token, as train_gpt counts) is given as a fraction
- * of the ranks' summed peak. Medians over --rounds after one warm-up step.
+ * the step's thread spent blocked on FSDP's collectives (the units' wait_s, fsdp_internal.h,
+ * which also holds clipping's all-reduces of the squared norm) and on the loss all-reduce; at 1
+ * rank the collectives are copies and count as engine (exposed = 0). Overheads are per rank and
+ * the slowest rank's is reported; the other wall-clock figures are the slowest rank's too.
+ * Before the rounds every rank times sgemm 2048^3 on its thread count (best of a few, the better
+ * of the pool's product and OpenBLAS's own threads, all ranks at once): the model's FLOP/s
+ * (6N + 12LCT per token, as train_gpt counts) is given as a fraction of the ranks' summed peak.
+ * Medians over --rounds after one warm-up step.
  * Ops and step are also taken in CPU time (every thread of the process, all from the rank whose
  * step took the most): on a machine that other jobs share, wall-clock differences of a few
  * percent drown in waiting for a core, while CPU time counts the work. The communication

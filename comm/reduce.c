@@ -201,7 +201,8 @@ void mt_reduce_many(mt_dtype dtype, mt_reduce_op op, int ninputs, const void *co
                 if (j == 0)
                     for (size_t i = 0; i < n; i++) acc[i] = mt_bf16_widen(in[i]);
                 else
-                    for (size_t i = 0; i < n; i++) acc[i] = combine(op, acc[i], mt_bf16_widen(in[i]));
+                    for (size_t i = 0; i < n; i++)
+                        acc[i] = combine(op, acc[i], mt_bf16_widen(in[i]));
             }
         }
         if (scale != 1.0f)

@@ -15,6 +15,7 @@
  * run on it directly. A shard whose reduce-scatter took its sums of squares (view.grad_sq,
  * comm/coll_squares.h) is not read at all: its partial sums are added as mt_op_sum_squares would
  * add the same ones, so the norm has the same bits either way. */
+#include "core/clock.h"
 #include "core/cpu/ops_cpu.h"
 #include "core/cpu/sum_squares.h"
 #include "core/env.h"
@@ -165,8 +166,12 @@ mt_status mt_clip_grad_norm(mt_module *root, float max_norm, float *norm) {
     mt_status local_st = local_sum_of_squares(dev, views, n, tp_rank, &local);
     if (local_st != MT_OK) snprintf(saved, sizeof saved, "%s", mt_last_error());
     float sq = local_st == MT_OK ? (float)local : NAN;
+    double t0 = mt_clock_now_s();
     st = sum_over(shard, &sq);
     if (st == MT_OK) st = sum_over(tp, &sq);
+    /* Blocked on the other ranks: communication the step exposes, as the units' waits are. */
+    mt_fsdp_unit *ru = mt_fsdp_unit_of(root);
+    if (ru) ru->debug.wait_s += mt_clock_now_s() - t0;
     if (local_st != MT_OK || st != MT_OK) {
         free(views);
         return local_st != MT_OK ? mt_error_restore(local_st, saved) : st;

@@ -48,8 +48,9 @@ typedef struct mt_fsdp_debug {
                       gather (mt_fsdp_offload_quiesce: optimizer views, landings, loads) */
     long fused_squares; /* reduce-scatters that landed with their sums of squares (grad_sq) */
     /* Seconds the calling thread spent blocked waiting for this unit's all-gathers and
-     * reduce-scatters (and HSDP's all-reduce): the communication a step exposes, as
-     * mt-bench-gpt-step subtracts it from the step. */
+     * reduce-scatters (and HSDP's all-reduce; on the outermost unit, gradient clipping's
+     * all-reduces of the squared norm): the communication a step exposes, as mt-bench-gpt-step
+     * subtracts it from the step. */
     double wait_s;
 } mt_fsdp_debug;
 
