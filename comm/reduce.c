@@ -5,9 +5,12 @@
  * of their bandwidth at 64 MiB, docs/benchmarks.md). A final f32 output can also give the sums
  * of squares of what it wrote (mt_reduce_squares, for gradient clipping). */
 #include "core/bf16_inline.h"
+#include "core/cpu/cpu_features.h"
 #include "core/cpu/sum_squares.h"
 #include "comm/reduce.h"
+#include "comm/reduce_kernels.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -50,12 +53,14 @@ static void squares_begin(squares_run *r, const mt_reduce_squares *sq) {
     memset(r->lane, 0, sizeof r->lane);
 }
 
-/* v holds output elements [at, at + n), at a multiple of MANY_BLOCK and n at most MANY_BLOCK. */
-static void squares_feed(squares_run *r, const float *v, size_t at, size_t n) {
-    if (!r->sq || at >= r->sq->count) return;
-    if (n > r->sq->count - at) n = r->sq->count - at;
-    r->lanes(r->lane, v, n);
-    size_t end = at + n;
+/* How many of the block [at, at + n) of the output the sums of squares count. */
+static size_t squares_in_block(const squares_run *r, size_t at, size_t n) {
+    if (!r->sq || at >= r->sq->count) return 0;
+    return r->sq->count - at < n ? r->sq->count - at : n;
+}
+
+/* After the lanes took the output up to element end: at a chunk's end, its partial sum. */
+static void squares_fed(squares_run *r, size_t end) {
     if (end % MT_SQ_CHUNK == 0 || end == r->sq->count) {
         r->sq->partial[(end - 1) / MT_SQ_CHUNK] = mt_sum_squares_fold(r->lane);
         memset(r->lane, 0, sizeof r->lane);
@@ -120,18 +125,58 @@ static void sum_block(const float *const *in, int k, size_t at, float scale, flo
     }
 }
 
-/* The f32 sum (sum_block) of k inputs into dst, block by block, taking sq's sums of squares;
- * non-temporal stores where stream and dst allow. */
+/* The AVX-512 kernel (comm/reduce_kernels.h) where the CPU has it; tests turn it off to run the
+ * other path (mt_reduce_use_avx512). */
+static atomic_int g_avx512 = -1; /* -1: as the CPU allows */
+
+void mt_reduce_use_avx512(int on) { atomic_store(&g_avx512, on); }
+
+/* x86 builds compile the kernel with its flags (CMakeLists.txt); elsewhere it is not there. */
+#if defined(__x86_64__) || defined(__i386__)
+#define HAVE_AVX512_KERNEL 1
+#else
+#define HAVE_AVX512_KERNEL 0
+#endif
+
+static bool avx512(void) {
+#if HAVE_AVX512_KERNEL
+    int on = atomic_load_explicit(&g_avx512, memory_order_relaxed);
+    return on < 0 ? mt_cpu_has(MT_CPU_AVX512F) : on > 0 && mt_cpu_has(MT_CPU_AVX512F);
+#else
+    return false;
+#endif
+}
+
+/* The f32 sum of k inputs into dst, block by block, taking sq's sums of squares: with AVX-512
+ * from the registers (a block the squares count only in part goes through sum_block), else
+ * from a copy of each block in cache (sum_block); non-temporal stores where stream and dst
+ * allow, one fence after the last. */
 static void sum_f32(const float *const *in, int k, float scale, float *dst, size_t count,
                     bool stream, const mt_reduce_squares *sq) {
     float block[MANY_BLOCK];
     squares_run squares;
     squares_begin(&squares, sq);
-    stream = stream && ((uintptr_t)dst & 15) == 0;
+    /* The kernel streams to 64-byte lines only; the vectors of a chunk must start on its first
+     * element for the lanes, so a misaligned output takes the 16-byte path instead. */
+    bool wide = avx512() && (!stream || ((uintptr_t)dst & 63) == 0);
+    (void)wide; /* without the kernel */
+    bool stream_sse = stream && ((uintptr_t)dst & 15) == 0;
     for (size_t at = 0; at < count; at += MANY_BLOCK) {
         size_t n = count - at < MANY_BLOCK ? count - at : MANY_BLOCK;
-        sum_block(in, k, at, scale, dst + at, squares.sq ? block : NULL, n, stream);
-        squares_feed(&squares, block, at, n);
+        size_t nsq = squares_in_block(&squares, at, n);
+#if HAVE_AVX512_KERNEL
+        if (wide && (nsq == 0 || nsq == n)) {
+            mt_reduce_sum_avx512(in, k, at, scale, dst + at, n, stream,
+                                 nsq ? squares.lane : NULL);
+            if (nsq) squares_fed(&squares, at + nsq);
+            continue;
+        }
+#endif
+        sum_block(in, k, at, scale, dst + at, nsq ? block : NULL, n, stream_sse);
+        if (nsq) {
+            squares.lanes(squares.lane, block, nsq);
+            squares_fed(&squares, at + nsq);
+        }
     }
 #if defined(__SSE2__)
     /* Streaming stores are weakly ordered: visible before the peers are told. */

@@ -36,10 +36,15 @@ typedef struct mt_reduce_squares {
 /* mt_reduce_pair (final) and mt_reduce_many on f32, also filling sq (NULL: as those). */
 void mt_reduce_pair_squares(mt_reduce_op op, int group_size, float *dst, const float *a,
                             const float *b, size_t count, const mt_reduce_squares *sq);
+void mt_reduce_many_squares(mt_reduce_op op, int ninputs, const void *const *inputs, float *dst,
+                            size_t count, const mt_reduce_squares *sq);
+
+/* Tests: 0 keeps the f32 sums off their AVX-512 kernel, 1 uses it where the CPU has AVX-512F,
+ * -1 (the default) likewise. Both give the same bits. */
+void mt_reduce_use_avx512(int on);
+
 /* The same sums of x[0..sq->count) read after it was written (where the reductions could not
  * take them). */
 void mt_reduce_squares_of(const float *x, const mt_reduce_squares *sq);
-void mt_reduce_many_squares(mt_reduce_op op, int ninputs, const void *const *inputs, float *dst,
-                            size_t count, const mt_reduce_squares *sq);
 
 #endif

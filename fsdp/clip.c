@@ -25,9 +25,8 @@
 
 #include <meshtrain/comm.h>
 #include <meshtrain/fsdp.h>
-#include <meshtrain/ops.h>
-
 #include <meshtrain/log.h>
+#include <meshtrain/ops.h>
 
 #include <math.h>
 #include <pthread.h>

@@ -118,7 +118,7 @@ static void test_many(void) {
  * that starts off a 16-byte boundary (ordinary stores), in place on an input, with a tail that
  * is not a whole vector, and nothing written outside the output. */
 static void test_streamed_outputs(void) {
-    enum { N = 70001, PAD = 8 };
+    enum { N = 70001, PAD = 16 };
     static float a[N + PAD], b[N + PAD], c[N + PAD];
     static _Alignas(64) float d[N + 2 * PAD];
     for (int i = 0; i < N + PAD; i++) {
@@ -134,11 +134,18 @@ static void test_streamed_outputs(void) {
     bad += d[0] != -99.0f;
     for (int i = N + 1; i < N + 2 * PAD; i++) bad += d[i] != -99.0f;
     CHECK_MSG(bad == 0, "%d wrong elements in a streamed f32 sum", bad);
-    mt_reduce_pair(MT_F32, MT_REDUCE_SUM, true, 2, d + 4, a, b, N); /* aligned: streamed */
-    bad = 0;
-    for (int i = 0; i < N; i++) bad += d[i + 4] != a[i] + b[i];
-    for (int i = N + 4; i < N + 2 * PAD; i++) bad += d[i] != -99.0f;
-    CHECK_MSG(bad == 0, "%d wrong elements in an aligned streamed f32 sum", bad);
+    for (int wide = 0; wide <= 1; wide++) { /* 16-byte stores, then AVX-512's where it runs */
+        mt_reduce_use_avx512(wide);
+        for (int i = 0; i < N + 2 * PAD; i++) d[i] = -99.0f;
+        mt_reduce_pair(MT_F32, MT_REDUCE_SUM, true, 2, d + 16, a, b, N); /* 64-byte aligned */
+        bad = 0;
+        for (int i = 0; i < N; i++) bad += d[i + 16] != a[i] + b[i];
+        for (int i = 0; i < 16; i++) bad += d[i] != -99.0f;
+        for (int i = N + 16; i < N + 2 * PAD; i++) bad += d[i] != -99.0f;
+        CHECK_MSG(bad == 0, "wide %d: %d wrong elements in an aligned streamed f32 sum", wide,
+                  bad);
+    }
+    mt_reduce_use_avx512(-1);
     mt_reduce_pair(MT_F32, MT_REDUCE_AVG, true, 3, out, a + 1, b + 1, N);
     bad = 0;
     for (int i = 0; i < N; i++) bad += out[i] != (a[i + 1] + b[i + 1]) / 3.0f;
@@ -166,8 +173,9 @@ static void test_streamed_outputs(void) {
  * bits of the chunk kernel over the output, partials past sq.count untouched; over several
  * chunks with a tail that is neither a whole vector nor a whole block, values whose squares span
  * the doubles' exponents (a change of order shows), 2 to 5 inputs, aligned, off alignment and in
- * place; and mt_reduce_squares_of's pass the same partials. */
-static void test_squares(void) {
+ * place; and mt_reduce_squares_of's pass the same partials. wide: the AVX-512 kernel allowed
+ * (it runs where the CPU has AVX-512F; a block counted in part takes the other path). */
+static void squares_once(int wide) {
     enum { N = 3 * MT_SQ_CHUNK + 1000 + 7, CH = (N + MT_SQ_CHUNK - 1) / MT_SQ_CHUNK, K = 5 };
     static _Alignas(64) float in[K][N + 16], out[N + 16], want[N], saved[N + 16];
     uint32_t rng = 12345u;
@@ -206,16 +214,24 @@ static void test_squares(void) {
                 bad_sq += memcmp(&w, &partial[c], sizeof w) != 0;
             }
             for (size_t c = chunks; c <= CH; c++) bad_sq += partial[c] != -1.0;
-            CHECK_MSG(!bad && !bad_sq, "%d inputs, shape %d: output %s, %d partial sums wrong",
-                      k, shape, bad ? "wrong" : "right", bad_sq);
+            CHECK_MSG(!bad && !bad_sq, "wide %d, %d inputs, shape %d: output %s, %d partial sums "
+                      "wrong", wide, k, shape, bad ? "wrong" : "right", bad_sq);
             double again[CH + 1];
             memcpy(again, partial, sizeof again);
             mt_reduce_squares_of(dst, &(mt_reduce_squares){again, count});
             CHECK_MSG(memcmp(again, partial, sizeof again) == 0,
-                      "%d inputs, shape %d: the pass after differs from the sums taken", k,
-                      shape);
+                      "wide %d, %d inputs, shape %d: the pass after differs from the sums taken",
+                      wide, k, shape);
             memcpy(in[1], saved, sizeof saved); /* in place overwrote it */
         }
+}
+
+static void test_squares(void) {
+    for (int wide = 0; wide <= 1; wide++) { /* SSE2 sums and lanes, then the AVX-512 kernel */
+        mt_reduce_use_avx512(wide);
+        squares_once(wide);
+    }
+    mt_reduce_use_avx512(-1);
 }
 
 int main(void) {
