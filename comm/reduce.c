@@ -1,9 +1,10 @@
-/* Reduction kernels. The f32 sums and averages are written with SSE2 (sum_block); the bf16 rule
- * comes inline from core/bf16_inline.h so that the other loops vectorize; CMakeLists.txt builds
- * this file at -O3 (at -O2 GCC 12 vectorizes only loops whose trip count is a known multiple of
- * the vector width; these loops carry the whole cost of reduce_scatter and all_reduce: about 20%
- * of their bandwidth at 64 MiB, docs/benchmarks.md). A final f32 output can also give the sums
- * of squares of what it wrote (mt_reduce_squares, for gradient clipping). */
+/* Reduction kernels. The f32 sums and averages are written with SSE2 (sum_block), or AVX-512
+ * where the CPU has it (comm/reduce_avx512.c); the bf16 rule comes inline from
+ * core/bf16_inline.h so that the other loops vectorize. CMakeLists.txt builds this file at -O3
+ * (at -O2 GCC 12 vectorizes only loops whose trip count is a known multiple of the vector width;
+ * these loops carry the whole cost of reduce_scatter and all_reduce: about 20% of their
+ * bandwidth at 64 MiB, docs/benchmarks.md). A final f32 output can also give the sums of squares
+ * of what it wrote (mt_reduce_squares, for gradient clipping). */
 #include "core/bf16_inline.h"
 #include "core/cpu/cpu_features.h"
 #include "core/cpu/sum_squares.h"
