@@ -26,10 +26,14 @@ static mt_status check_common(mt_group *g, const char *op, size_t count, mt_dtyp
 
 static mt_status make_squares(mt_group *g, mt_op_kind kind, const void *send, void *recv,
                               size_t count, mt_dtype dtype, mt_reduce_op rop, int root,
-                              const mt_reduce_squares *squares, bool *squares_done,
-                              mt_work **work) {
+                              const mt_reduce_squares *squares, mt_work **work) {
     const mt_comm_backend *backend;
     MT_TRY(mt_comm_select_backend(g, kind, send, recv, count, &backend));
+    /* Only the host backend's reductions take sums of squares (comm/coll_build.c). */
+    if (squares && backend != &mt_host_backend)
+        return mt_error(MT_ERR_INVALID_ARG, "%s on group '%s': sums of squares of the output "
+                        "are taken by the host backend only, and these buffers go to %s",
+                        mt_op_name(kind), g->name, backend->name);
     /* The payload: the gathered output or the scattered input is size x count elements. */
     uint64_t payload = (uint64_t)count * mt_dtype_size(dtype);
     if (kind == MT_OP_ALL_GATHER || kind == MT_OP_REDUCE_SCATTER) payload *= (uint64_t)g->size;
@@ -43,13 +47,12 @@ static mt_status make_squares(mt_group *g, mt_op_kind kind, const void *send, vo
     w->rop = rop;
     w->root = root;
     if (squares) w->squares = *squares;
-    w->squares_done = squares_done;
     return mt_work_submit_or_wait(w, work);
 }
 
 static mt_status make(mt_group *g, mt_op_kind kind, const void *send, void *recv, size_t count,
                       mt_dtype dtype, mt_reduce_op rop, int root, mt_work **work) {
-    return make_squares(g, kind, send, recv, count, dtype, rop, root, NULL, NULL, work);
+    return make_squares(g, kind, send, recv, count, dtype, rop, root, NULL, work);
 }
 
 mt_status mt_all_gather(mt_group *g, const void *send, void *recv, size_t count, mt_dtype dtype,
@@ -71,19 +74,18 @@ mt_status mt_reduce_scatter(mt_group *g, const void *send, void *recv, size_t co
 
 mt_status mt_reduce_scatter_squares(mt_group *g, const float *send, float *recv, size_t count,
                                     mt_reduce_op op, const mt_reduce_squares *squares,
-                                    bool *squares_done, mt_work **work) {
+                                    mt_work **work) {
     if (work) *work = NULL;
-    if (squares_done) *squares_done = false;
     MT_TRY(check_common(g, "reduce_scatter", count, MT_F32, send, recv));
     if (op != MT_REDUCE_SUM && op != MT_REDUCE_AVG)
         return mt_error(MT_ERR_INVALID_ARG, "reduce_scatter on group '%s': op must be sum or avg",
                         g->name);
-    if (!squares || !squares->partial || !squares_done || squares->count > count)
+    if (!squares || !squares->partial || squares->count > count)
         return mt_error(MT_ERR_INVALID_ARG, "reduce_scatter on group '%s': sums of squares of "
                         "%zu elements asked without room for them or beyond the %zu of the "
                         "output", g->name, squares ? squares->count : 0, count);
     return make_squares(g, MT_OP_REDUCE_SCATTER, send, recv, count, MT_F32, op, -1, squares,
-                        squares_done, work);
+                        work);
 }
 
 mt_status mt_all_reduce(mt_group *g, const void *send, void *recv, size_t count, mt_dtype dtype,

@@ -181,14 +181,9 @@ static bool squares_inline(const mt_work *w, size_t chunk, size_t nch) {
 }
 
 /* Ends a reduce-scatter's schedule: sums of squares asked for and not taken by the reductions
- * (taken false) come from one more task that reads the output once every other task is done;
- * either way the caller is told it has them. */
+ * (taken false) come from one more task that reads the output once every other task is done. */
 static mt_status finish_rs(mt_sched *s, bool taken) {
-    mt_work *w = s->w;
-    if (w->squares.partial && w->squares_done) {
-        if (!taken) mt_sched_squares_pass(s);
-        *w->squares_done = true;
-    }
+    if (s->w->squares.partial && !taken) mt_sched_squares_pass(s);
     return mt_sched_finish(s);
 }
 

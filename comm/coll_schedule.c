@@ -257,8 +257,8 @@ static void run_inline(mt_work *w, mt_task *t, int index) {
     case MT_TASK_REDUCE_PEERS:
         reduce_peers(w, t);
         break;
-    case MT_TASK_SQUARES:
-        if (w->squares.partial) mt_reduce_squares_of(w->recv, &w->squares);
+    case MT_TASK_SQUARES: /* only scheduled when the work asked for them (coll_build.c) */
+        mt_reduce_squares_of(w->recv, &w->squares);
         break;
     case MT_TASK_COPY: {
         const char *d = t->dst, *src = t->src;

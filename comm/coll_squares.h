@@ -7,15 +7,13 @@
 
 #include <meshtrain/comm.h>
 
-#include <stdbool.h>
-
-/* mt_reduce_scatter of f32 that, where the host backend's schedule allows (every final
- * reduction starts at a chunk of the sums, comm/coll_build.c), fills squares (comm/reduce.h: the
- * first squares->count elements of recv, squares->partial sized for them) and sets
- * *squares_done once the work is built; otherwise *squares_done stays false and the partials
- * are not written. Read both only after the work completed. */
+/* mt_reduce_scatter of f32 that also fills squares (comm/reduce.h: the first squares->count
+ * elements of recv, squares->partial sized for them): from the final reductions where each
+ * starts on a chunk of the sums, else from a pass over the output after the last of them
+ * (comm/coll_build.c). Read the partials only after the work completed. Host backend only:
+ * buffers that route to NCCL are MT_ERR_INVALID_ARG, before anything starts. */
 mt_status mt_reduce_scatter_squares(mt_group *g, const float *send, float *recv, size_t count,
                                     mt_reduce_op op, const mt_reduce_squares *squares,
-                                    bool *squares_done, mt_work **work);
+                                    mt_work **work);
 
 #endif

@@ -48,9 +48,8 @@ struct mt_work {
     uint64_t payload; /* bytes counted on the group's traffic counters once launched */
     uint64_t fr_id;   /* its flight recorder record's id + 1; 0: not recorded (comm/flight_rec.h) */
     /* A reduce-scatter's sums of squares of its output (comm/coll_squares.h): partial NULL when
-     * none were asked; the host backend sets *squares_done when its schedule takes them. */
+     * none were asked. */
     mt_reduce_squares squares;
-    bool *squares_done;
     /* The backend that carries it (mt_comm_select_backend), and that backend's own state (the
      * NCCL backend's operation; unused by the host backend). */
     const struct mt_comm_backend *backend;

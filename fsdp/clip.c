@@ -88,9 +88,9 @@ static mt_status local_sum_of_squares(mt_device *dev, const mt_fsdp_shard_view *
         }
         if (counts_whole_shard(view, tp_rank)) {
             if (view->grad_sq) {
-                /* Only on the CPU device (fsdp_schedule.c), where acc is host memory. */
-                double *sum = view->host ? &host_sum : acc;
-                *sum = mt_sum_squares_add_partials(*sum, view->grad_sq,
+                /* Only resident shards on the CPU device have them (fsdp_schedule.c): the
+                 * running sum is in acc, which is host memory there. */
+                *acc = mt_sum_squares_add_partials(*acc, view->grad_sq,
                                                    (view->n + MT_SQ_CHUNK - 1) / MT_SQ_CHUNK);
             } else if (view->n > 0) {
                 st = view->host ? mt_cpu_op_sum_squares(view->grad, view->n, &host_sum)

@@ -145,10 +145,10 @@ struct mt_fsdp_unit {
      * taken by the reduce-scatter that wrote it (comm/coll_squares.h): gradient clipping adds
      * them instead of reading the shard (fsdp/clip.c). grad_sq_valid only from the landing of
      * such a reduce-scatter (finish_rs) until anything else writes the shard or changes what it
-     * stands for (grad_shard_ready, scale_grads, zero_grad, the next reduce-scatter); grad_sq_done
-     * is the work's answer (whether its schedule took them). */
+     * stands for (grad_shard_ready, scale_grads, zero_grad, the next reduce-scatter);
+     * grad_sq_asked: the reduce-scatter in flight takes them. */
     double *grad_sq;
-    bool grad_sq_valid, grad_sq_done;
+    bool grad_sq_valid, grad_sq_asked;
     bool in_backward;
 
     /* Reduce-scatter in flight. */

@@ -266,7 +266,7 @@ static mt_status finish_rs(mt_fsdp_unit *p) {
             mt_error_wrap(st, "adding the reduced gradient shard of %s",
                           mt_fsdp_unit_desc(p, desc, sizeof desc));
     }
-    if (st == MT_OK && p->rs_in_shard && p->grad_sq_done) {
+    if (st == MT_OK && p->rs_in_shard && p->grad_sq_asked) {
         p->grad_sq_valid = true;
         p->debug.fused_squares++;
     }
@@ -308,7 +308,7 @@ static mt_status issue_rs(mt_fsdp_root *r, mt_fsdp_unit *u) {
     /* Into a shard of zeros the reduced gradient lands where it is added: 0 + g is g, without a
      * staging buffer and a pass to add it. */
     u->rs_in_shard = mt_fsdp_rs_into_shard(u);
-    u->grad_sq_valid = u->grad_sq_done = false;
+    u->grad_sq_valid = u->grad_sq_asked = false;
     mt_status st = MT_OK;
     if (u->rs_in_shard) {
         /* The reduce-scatter writes all S elements: a lazily zeroed shard needs no zeros. */
@@ -325,13 +325,14 @@ static mt_status issue_rs(mt_fsdp_root *r, mt_fsdp_unit *u) {
             st = mt_op_cast(u->dev, u->full_grad, MT_F32, u->rs_send, MT_BF16, u->padded);
         send = u->rs_send;
     }
-    if (st == MT_OK && u->S > 0 && wants_squares(u))
+    if (st == MT_OK && u->S > 0 && wants_squares(u)) {
+        u->grad_sq_asked = true;
         st = mt_reduce_scatter_squares(u->shard, send, u->rs_recv, u->S, MT_REDUCE_AVG,
-                                       &(mt_reduce_squares){u->grad_sq, u->S}, &u->grad_sq_done,
-                                       &u->rs_work);
-    else if (st == MT_OK && u->S > 0)
+                                       &(mt_reduce_squares){u->grad_sq, u->S}, &u->rs_work);
+    } else if (st == MT_OK && u->S > 0) {
         st = mt_reduce_scatter(u->shard, send, u->rs_recv, u->S, u->reduce_dtype, MT_REDUCE_AVG,
                                &u->rs_work);
+    }
     if (st != MT_OK) {
         mt_error_wrap(st, "reduce-scatter of the gradients of %s over '%s'",
                       mt_fsdp_unit_desc(u, desc, sizeof desc), u->shard_dim);

@@ -632,6 +632,7 @@ mt_status mt_fsdp_unit_view(mt_fsdp_unit *u, const mt_fsdp_shard_view **view, si
         }
         for (size_t i = 0; i < n; i++) {
             fill_view(units[i], &v[i]);
+            v[i].grad_sq = NULL; /* kept past the landing that made them valid */
             units[i]->view_index = i;
         }
         free(units);
